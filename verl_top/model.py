@@ -1,0 +1,304 @@
+"""Typed records: the one vocabulary every source, the store, the diagnosis and the UI speak.
+
+Every record has a wire ``type`` tag (``TYPE``), the ``host`` it concerns and a time ``t`` in
+seconds since the epoch, taken where the value was measured (the node's clock for agent data,
+arrival time for log lines). ``protocol.py`` turns them into NDJSON lines and back.
+
+Optional measurements are ``None`` when the device or node does not provide them: a missing
+field means "not supported / not known", never zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+# Host states shown on host rows. Order is the severity order used for sorting.
+HOST_STATES = (
+    "up",
+    "connecting",
+    "stale",
+    "no_gpu",
+    "no_python",
+    "down",
+    "auth_failed",
+    "hostkey_changed",
+)
+
+# Clock-event (throttle) reason bits from NVML (nvmlClocksEventReason*).
+CLOCK_REASON_BITS: dict[int, str] = {
+    0x1: "idle",
+    0x2: "app_clocks",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+    0x100: "display_clock",
+}
+# Reasons that mean the GPU runs slower than it could (used by the gpu.throttle rule).
+THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+
+
+def clock_reason_names(mask: int | None) -> list[str]:
+    """Names of the clock-event reason bits set in ``mask``."""
+    if not mask:
+        return []
+    return [name for bit, name in CLOCK_REASON_BITS.items() if mask & bit]
+
+
+@dataclass
+class GpuInfo:
+    """Static facts about one GPU, sent once in the hello."""
+
+    index: int
+    name: str = ""
+    uuid: str = ""
+    mem_total_mib: float | None = None
+    bus_id: str = ""
+    power_limit_w: float | None = None
+    gpm: bool = False  # GPM metrics (Hopper+) supported
+
+
+@dataclass
+class Record:
+    """Base of all records. Subclasses set ``TYPE``."""
+
+    TYPE: ClassVar[str] = ""
+    host: str = ""
+    t: float = 0.0
+
+
+@dataclass
+class Hello(Record):
+    """First line from an agent: who it is, what it sees and which backend it uses."""
+
+    TYPE: ClassVar[str] = "hello"
+    agent_version: str = ""
+    python: str = ""
+    backend: str = "none"  # pynvml | nvidia-smi | replay | none
+    driver: str = ""
+    nvml_version: str = ""
+    gpus: list[GpuInfo] = field(default_factory=list)
+    capabilities: list[str] = field(default_factory=list)
+    cpu_count: int | None = None
+    mem_total_bytes: int | None = None
+    interval: float = 1.0
+    pid: int | None = None
+    error: str = ""  # why there is no GPU data, in plain words ("no NVIDIA driver", ...)
+
+
+@dataclass
+class GpuSample(Record):
+    """One GPU at one instant. Percentages are 0-100; GPM values are interval averages."""
+
+    TYPE: ClassVar[str] = "gpu"
+    index: int = 0
+    util_gpu: float | None = None  # NVML: % of time any kernel ran
+    util_mem: float | None = None  # NVML: % of time memory was read/written
+    mem_used_mib: float | None = None
+    mem_total_mib: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    temp_c: float | None = None
+    sm_mhz: float | None = None
+    mem_mhz: float | None = None
+    clock_reasons: int | None = None  # NVML clock-event reason bitmask
+    # GPM (Hopper+): percentages and MiB/s.
+    sm_util: float | None = None
+    sm_occupancy: float | None = None
+    tensor_util: float | None = None
+    dram_util: float | None = None
+    nvlink_tx_mibs: float | None = None
+    nvlink_rx_mibs: float | None = None
+    pcie_tx_mibs: float | None = None
+    pcie_rx_mibs: float | None = None
+    lost: bool = False  # fell off the bus (NVML GpuIsLost)
+    label: str = ""  # phase label carried by replayed traces, empty for live data
+
+    @property
+    def activity(self) -> float | None:
+        """Best measure of real GPU work: GPM SM util when present, else NVML util."""
+        return self.sm_util if self.sm_util is not None else self.util_gpu
+
+    @property
+    def throttled(self) -> bool:
+        """True when the clocks are held down by power, thermal or hardware slowdown."""
+        return bool(self.clock_reasons and self.clock_reasons & THROTTLE_MASK)
+
+
+@dataclass
+class HostSample(Record):
+    """Host-side activity of a node; rates are per second over the last interval."""
+
+    TYPE: ClassVar[str] = "host"
+    cpu_pct: float | None = None
+    cpu_per_core: list[float] = field(default_factory=list)
+    iowait_pct: float | None = None
+    load1: float | None = None
+    load5: float | None = None
+    load15: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    net_rx_bps: float | None = None  # bytes/s
+    net_tx_bps: float | None = None
+    disk_read_bps: float | None = None
+    disk_write_bps: float | None = None
+    agent_cpu_pct: float | None = None  # the agent's own CPU use
+    agent_rss_bytes: int | None = None
+
+
+@dataclass
+class GpuProcess:
+    """A process holding memory on a GPU, with what the node could learn about it."""
+
+    pid: int
+    gpu_index: int
+    used_mib: float | None = None
+    user: str = ""
+    cmd: str = ""
+    cpu_pct: float | None = None
+    rss_bytes: int | None = None
+    visible: bool = True  # False: NVML reports the pid but /proc does not show it (namespaces)
+    role: str = ""  # filled by the client's role mapper
+    rank: int | None = None
+    env_rank: int | None = None  # RANK from /proc/<pid>/environ when readable
+    env_local_rank: int | None = None
+
+
+@dataclass
+class ProcessList(Record):
+    """All GPU processes of a host at one instant."""
+
+    TYPE: ClassVar[str] = "procs"
+    procs: list[GpuProcess] = field(default_factory=list)
+
+
+@dataclass
+class HostState(Record):
+    """Connection/health state of a host, set by sources (and by the store for staleness)."""
+
+    TYPE: ClassVar[str] = "state"
+    state: str = "connecting"  # one of HOST_STATES
+    reason: str = ""
+
+
+@dataclass
+class Heartbeat(Record):
+    """Periodic sign of life from an agent; carries its own cost."""
+
+    TYPE: ClassVar[str] = "hb"
+    agent_cpu_s: float | None = None
+    agent_rss_bytes: int | None = None
+    seq: int = 0
+
+
+@dataclass
+class LogLines(Record):
+    """Raw lines of a followed file (verl log, NCCL log) as read on the node."""
+
+    TYPE: ClassVar[str] = "log"
+    path: str = ""
+    kind: str = ""  # verl | nccl | verl_config
+    lines: list[str] = field(default_factory=list)
+    reset: bool = False  # the file was truncated or rotated before these lines
+
+
+@dataclass
+class VerlStep(Record):
+    """One verl training step's metrics (``t`` = arrival time of its log line)."""
+
+    TYPE: ClassVar[str] = "step"
+    step: int = 0
+    metrics: dict[str, float] = field(default_factory=dict)
+    source: str = ""  # console | jsonl
+
+
+@dataclass
+class VerlConfig(Record):
+    """The job's resolved config, flattened to dotted keys."""
+
+    TYPE: ClassVar[str] = "config"
+    values: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+
+@dataclass
+class ProbeRow:
+    """One message size of a bandwidth probe."""
+
+    size_bytes: int
+    time_us: float
+    algbw_gbs: float
+    busbw_gbs: float
+    in_place_busbw_gbs: float | None = None
+
+
+@dataclass
+class ProbeResult(Record):
+    """Result of one NCCL bandwidth probe (nccl-tests or the built-in torch probe)."""
+
+    TYPE: ClassVar[str] = "probe"
+    tool: str = ""  # nccl-tests | torch
+    collective: str = "all_reduce"
+    scope: str = "intra"  # intra | inter
+    hosts: list[str] = field(default_factory=list)
+    nranks: int = 0
+    rows: list[ProbeRow] = field(default_factory=list)
+    busbw_max_gbs: float | None = None  # max busbw at large sizes (>= 256 MiB when present)
+    expected_gbs: float | None = None
+    link: str = ""  # which link the expectation is for
+    transport: str = ""
+    ok: bool = True
+    error: str = ""
+
+
+@dataclass
+class NcclInfo(Record):
+    """What an NCCL_DEBUG=INFO log says about the job's communication setup."""
+
+    TYPE: ClassVar[str] = "nccl"
+    transport: str = ""  # IB+GDRDMA | IB | RoCE | Socket | P2P | NVLS | SHM | ...
+    version: str = ""
+    nranks: int | None = None
+    nnodes: int | None = None
+    init_complete: int = 0
+    path: str = ""
+
+
+@dataclass
+class LogEvent(Record):
+    """A notable line: NCCL WARN, watchdog timeout, traceback, OOM."""
+
+    TYPE: ClassVar[str] = "event"
+    kind: str = ""  # nccl_warn | watchdog | error
+    text: str = ""
+    path: str = ""
+    severity: float = 0.5
+
+
+RECORD_TYPES: dict[str, type[Record]] = {
+    cls.TYPE: cls
+    for cls in (
+        Hello,
+        GpuSample,
+        HostSample,
+        ProcessList,
+        HostState,
+        Heartbeat,
+        LogLines,
+        VerlStep,
+        VerlConfig,
+        ProbeResult,
+        NcclInfo,
+        LogEvent,
+    )
+}
+
+# Nested dataclasses inside records, by (record type, field name).
+NESTED: dict[tuple[str, str], type] = {
+    ("hello", "gpus"): GpuInfo,
+    ("procs", "procs"): GpuProcess,
+    ("probe", "rows"): ProbeRow,
+}

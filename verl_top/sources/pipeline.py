@@ -1,0 +1,82 @@
+"""Routes records from all sources to the store (and the recorder).
+
+Raw ``LogLines`` from followed files are turned into typed records here by one stream parser per
+(host, path): verl logs into steps and config, NCCL logs into transport info and events. The
+parsed records are what gets recorded, so a replay needs no log files.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from verl_top.model import LogLines, Record
+from verl_top.sources.recorder import Recorder
+from verl_top.store import Store
+
+
+class StreamParser(Protocol):
+    """Turns successive chunks of one file's lines into records."""
+
+    def feed(self, lines: list[str], t: float) -> list[Record]: ...
+
+    def reset(self) -> None: ...
+
+
+ParserFactory = Callable[[str, str], StreamParser]
+
+
+def default_parsers() -> dict[str, ParserFactory]:
+    """Parser factories by ``LogLines.kind``."""
+    from verl_top.nccl.parse import NcclStreamParser
+    from verl_top.verl.parse import VerlStreamParser
+
+    return {"verl": VerlStreamParser, "verl_config": VerlStreamParser, "nccl": NcclStreamParser}
+
+
+class Pipeline:
+    """The single entry point for records: parse logs, update the store, record."""
+
+    def __init__(
+        self,
+        store: Store,
+        recorder: Recorder | None = None,
+        parsers: dict[str, ParserFactory] | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.recorder = recorder
+        self.parsers = default_parsers() if parsers is None else parsers
+        self._streams: dict[tuple[str, str, str], StreamParser] = {}
+        self.wall_clock = wall_clock
+        self.listeners: list[Callable[[Record], None]] = []
+
+    def emit(self, record: Record) -> None:
+        """Accept one record from any source."""
+        received = self.wall_clock()
+        if isinstance(record, LogLines):
+            self.store.ingest(record, received)
+            for parsed in self._parse(record):
+                self._deliver(parsed, received)
+            return
+        self._deliver(record, received)
+
+    def _deliver(self, record: Record, received: float) -> None:
+        self.store.ingest(record, received)
+        if self.recorder is not None:
+            self.recorder.write(record)
+        for listener in self.listeners:
+            listener(record)
+
+    def _parse(self, rec: LogLines) -> list[Record]:
+        factory = self.parsers.get(rec.kind)
+        if factory is None:
+            return []
+        key = (rec.host, rec.path, rec.kind)
+        parser = self._streams.get(key)
+        if parser is None:
+            parser = self._streams[key] = factory(rec.host, rec.path)
+        if rec.reset:
+            parser.reset()
+        return parser.feed(rec.lines, rec.t)

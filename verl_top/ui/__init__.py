@@ -1,0 +1,1 @@
+"""verl_top.ui package."""
