@@ -267,7 +267,7 @@ class Store:
         self._touch(rec, received)
 
     def _on_gpu(self, rec: GpuSample, received: float | None) -> None:
-        h = self._touch(rec, received)
+        self._touch(rec, received)
         g = self.gpu(rec.host, rec.index)
         g.latest = rec
         values = {name: getattr(rec, name) for name in GPU_METRICS}
@@ -276,7 +276,6 @@ class Store:
         g.history.push(rec.t, values, rec.label)
         if received is not None and rec.t:
             self.latencies.append(received - rec.t)
-        del h
 
     def _on_host(self, rec: HostSample, received: float | None) -> None:
         h = self._touch(rec, received)
@@ -289,8 +288,6 @@ class Store:
     def _on_state(self, rec: HostState, received: float | None) -> None:
         h = self.host(rec.host)
         h.state, h.reason = rec.state, rec.reason
-        if rec.state == "connecting":
-            h.hello = None if h.hello is None else h.hello
 
     def _on_heartbeat(self, rec: Heartbeat, received: float | None) -> None:
         self._touch(rec, received).heartbeat = rec

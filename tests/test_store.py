@@ -1,0 +1,82 @@
+"""Store: bounded memory, latest values, host states, windows."""
+
+from __future__ import annotations
+
+import math
+
+from verl_top.model import GpuInfo, GpuSample, Hello, HostSample, HostState, VerlStep
+from verl_top.store import Ring, Store, StoreLimits
+
+
+def test_ring_keeps_only_the_newest_points() -> None:
+    ring = Ring(("a",), capacity=4)
+    for i in range(10):
+        ring.push(float(i), {"a": i * 10})
+    assert len(ring) == 4
+    times, values = ring.series("a")
+    assert times == [6.0, 7.0, 8.0, 9.0] and values == [60, 70, 80, 90]
+    assert ring.values("a", since=8.0) == [80, 90]
+
+
+def test_ring_stores_missing_as_nan_and_values_skips_them() -> None:
+    ring = Ring(("a",), capacity=3)
+    ring.push(1.0, {"a": None})
+    ring.push(2.0, {"a": 5})
+    assert math.isnan(ring.series("a")[1][0])
+    assert ring.values("a") == [5]
+
+
+def test_store_memory_is_flat_over_a_long_run() -> None:
+    store = Store(StoreLimits(points=50, steps=10))
+    for t in range(5000):
+        for idx in range(2):
+            store.ingest(GpuSample(host="h", t=float(t), index=idx, util_gpu=50.0))
+        store.ingest(VerlStep(host="h", t=float(t), step=t))
+    entry = store.hosts["h"].gpus[0]
+    assert len(entry.history) == 50
+    assert len(store.steps) == 10
+    assert entry.history.capacity == 50
+
+
+def test_activity_prefers_gpm_sm_util() -> None:
+    store = Store()
+    store.ingest(GpuSample(host="h", t=1.0, index=0, util_gpu=98.0, sm_util=13.0))
+    store.ingest(GpuSample(host="h", t=2.0, index=1, util_gpu=40.0))
+    gpus = list(store.iter_gpus())
+    assert store.gpu_mean(gpus[0], "activity") == 13.0
+    assert store.gpu_mean(gpus[1], "activity") == 40.0
+
+
+def test_window_follows_data_time() -> None:
+    store = Store(StoreLimits(window_s=10, points=100))
+    for t in range(100):
+        store.ingest(GpuSample(host="h", t=1000.0 + t, index=0, util_gpu=float(t)))
+    entry = next(store.iter_gpus())
+    assert store.now == 1099.0
+    assert store.gpu_mean(entry, "util_gpu") == sum(range(89, 100)) / 11
+
+
+def test_host_states_hello_down_and_stale() -> None:
+    clock = [100.0]
+    store = Store(wall_clock=lambda: clock[0])
+    store.ingest(HostState(host="a", t=1.0, state="connecting"))
+    assert store.hosts["a"].state == "connecting"
+    store.ingest(Hello(host="a", t=1.0, gpus=[GpuInfo(index=0)]))
+    assert store.hosts["a"].state == "up"
+    store.ingest(Hello(host="b", t=1.0, error="no NVIDIA driver"), received=100.0)
+    assert (store.hosts["b"].state, store.hosts["b"].reason) == ("no_gpu", "no NVIDIA driver")
+    store.ingest(HostSample(host="a", t=2.0, cpu_pct=5.0), received=100.0)
+    assert store.mark_stale(5.0, now_wall=103.0) == []
+    assert store.mark_stale(5.0, now_wall=110.0) == ["a"]
+    assert store.hosts["a"].state == "stale"
+    store.ingest(HostSample(host="a", t=3.0, cpu_pct=5.0), received=111.0)
+    assert store.hosts["a"].state == "up"
+    store.ingest(HostState(host="a", t=4.0, state="down", reason="connection refused"))
+    assert store.host_counts() == {"down": 1, "no_gpu": 1}
+
+
+def test_repeated_step_number_replaces_previous() -> None:
+    store = Store()
+    store.ingest(VerlStep(host="h", t=1.0, step=1, metrics={"a": 1.0}))
+    store.ingest(VerlStep(host="h", t=2.0, step=1, metrics={"a": 2.0}))
+    assert [s.metrics["a"] for s in store.steps] == [2.0]

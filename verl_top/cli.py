@@ -1,0 +1,147 @@
+"""Command line: ``verl-top`` (the live app) and its headless sub-commands.
+
+    verl-top [INPUTS]                 live monitor (this machine when no hosts are given)
+    verl-top diagnose [INPUTS]        print the five-step verdict (text or --json)
+    verl-top snapshot [INPUTS] -o DIR write a snapshot bundle
+    verl-top probe nccl [...]         run an NCCL bandwidth probe
+
+INPUTS are shared by all of them: --hosts/--slurm (SSH), --replay/--demo, --verl-log,
+--verl-config, --nccl-log, --record. Errors in inputs are reported in one plain sentence on
+stderr with exit status 2, before anything connects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from verl_top import __version__
+from verl_top.inputs import InputError, add_input_arguments, build_inputs
+
+SUBCOMMANDS = ("diagnose", "snapshot", "probe")
+
+
+def _base_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--version", action="version", version=f"verl-top {__version__}")
+    return parser
+
+
+def app_parser() -> argparse.ArgumentParser:
+    """Parser of the live app."""
+    parser = _base_parser("verl-top", "Live monitor that tells why a verl training job is slow.")
+    add_input_arguments(parser)
+    parser.add_argument("--theme", default=None, help="colour theme name or file")
+    parser.add_argument(
+        "--refresh", type=float, default=1.0, metavar="S", help="screen refresh period (s)"
+    )
+    return parser
+
+
+def diagnose_parser() -> argparse.ArgumentParser:
+    """Parser of ``verl-top diagnose``."""
+    parser = _base_parser(
+        "verl-top diagnose", "Collect for a while, then print the five-step diagnosis."
+    )
+    add_input_arguments(parser)
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds to collect from live sources (default 10; replays and logs are read to the end)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the JSON schema of docs/diagnose-json.md"
+    )
+    return parser
+
+
+def snapshot_parser() -> argparse.ArgumentParser:
+    """Parser of ``verl-top snapshot``."""
+    parser = diagnose_parser()
+    parser.prog = "verl-top snapshot"
+    parser.description = "Collect for a while, then write a snapshot bundle."
+    parser.add_argument("-o", "--output", required=True, metavar="DIR", help="bundle directory")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing bundle")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``verl-top`` console script."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    command = args_list[0] if args_list and args_list[0] in SUBCOMMANDS else None
+    try:
+        if command == "diagnose":
+            return _run_diagnose(diagnose_parser().parse_args(args_list[1:]))
+        if command == "snapshot":
+            return _run_snapshot(snapshot_parser().parse_args(args_list[1:]))
+        if command == "probe":
+            return _run_probe(args_list[1:])
+        return _run_app(app_parser().parse_args(args_list))
+    except InputError as exc:
+        print(f"verl-top: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _run_app(args: argparse.Namespace) -> int:
+    from verl_top.ui.app import VerlTopApp
+
+    inputs = build_inputs(args)
+    app = VerlTopApp(inputs, refresh=args.refresh, theme_name=args.theme)
+    app.run()
+    inputs.close()
+    if app.return_code:
+        return app.return_code
+    return 0
+
+
+def _run_diagnose(args: argparse.Namespace) -> int:
+    import json
+
+    from verl_top.diagnosis.report import format_text, to_json
+    from verl_top.headless import collect
+
+    inputs = build_inputs(args)
+    try:
+        verdict = asyncio.run(collect(inputs, args.duration))
+    finally:
+        inputs.close()
+    if args.json:
+        print(json.dumps(to_json(verdict), indent=2))
+    else:
+        print(format_text(verdict))
+    return 0
+
+
+def _run_snapshot(args: argparse.Namespace) -> int:
+    from verl_top.export.snapshot import SnapshotError, write_snapshot
+    from verl_top.headless import collect
+
+    inputs = build_inputs(args)
+    try:
+        verdict = asyncio.run(collect(inputs, args.duration))
+        try:
+            path = write_snapshot(inputs.store, verdict, args.output, force=args.force)
+        except SnapshotError as exc:
+            print(f"verl-top snapshot: {exc}", file=sys.stderr)
+            return 1
+    finally:
+        inputs.close()
+    print(f"snapshot written to {path}")
+    return 0
+
+
+def _run_probe(argv: list[str]) -> int:
+    if not argv or argv[0] != "nccl":
+        print("verl-top probe: usage: verl-top probe nccl [options] (see --help)", file=sys.stderr)
+        return 2
+    from verl_top.nccl.probe import add_probe_arguments, main_probe
+
+    parser = _base_parser("verl-top probe nccl", "Measure NCCL bus bandwidth on purpose.")
+    add_probe_arguments(parser)
+    return asyncio.run(main_probe(parser.parse_args(argv[1:])))

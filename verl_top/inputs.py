@@ -1,0 +1,226 @@
+"""What to monitor: turns the shared command-line inputs into sources, a store and a pipeline.
+
+Used by the live app and by the headless sub-commands alike, so ``verl-top diagnose`` sees
+exactly what the app would. Every problem with the inputs (a bad hosts line, a missing
+recording, a log on a host that is not monitored) raises ``InputError`` with one plain
+sentence, before anything connects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from verl_top.sources.base import Source
+from verl_top.sources.pipeline import Pipeline
+from verl_top.sources.recorder import Recorder
+from verl_top.sources.replay import ReplayControl, ReplaySource
+from verl_top.store import Store, StoreLimits
+
+DEMO_RECORDING = "demo.ndjson.gz"
+
+
+class InputError(Exception):
+    """An input the user gave cannot be used; the message says which and why."""
+
+
+@dataclass
+class LogSpec:
+    """A file to follow: ``kind`` (verl | verl_config | nccl) on ``host`` (None = this machine)."""
+
+    kind: str
+    path: str
+    host: str | None = None
+
+
+@dataclass
+class Inputs:
+    """Everything a run needs: the store, the pipeline feeding it and the sources."""
+
+    store: Store
+    pipeline: Pipeline
+    sources: list[Source] = field(default_factory=list)
+    replay: ReplayControl | None = None
+    recorder: Recorder | None = None
+    finite: bool = False  # every source ends by itself (replay, finished log files)
+    title: str = "verl-top"
+    mode: str = "LIVE"  # LIVE | REPLAY | DEMO
+
+    def close(self) -> None:
+        """Flush the recording, if any."""
+        if self.recorder is not None:
+            self.recorder.close()
+
+
+def add_input_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the inputs shared by the app and the headless sub-commands."""
+    g = parser.add_argument_group("what to monitor")
+    g.add_argument(
+        "--hosts", metavar="FILE|LIST", help="hosts file, or a comma list (a,b,gpu[01-04])"
+    )
+    g.add_argument("--slurm", action="store_true", help="monitor the nodes of $SLURM_JOB_NODELIST")
+    g.add_argument("--replay", metavar="FILE", help="play a recording (.ndjson or .ndjson.gz)")
+    g.add_argument("--speed", type=float, default=1.0, metavar="N", help="replay speed factor")
+    g.add_argument("--demo", action="store_true", help="replay the bundled demo recording")
+    g.add_argument(
+        "--record", metavar="FILE", help="also write everything seen to FILE (.gz: gzip)"
+    )
+    g.add_argument(
+        "--interval", type=float, default=1.0, metavar="S", help="sample period on the nodes"
+    )
+    g.add_argument("--window", type=float, default=300.0, metavar="S", help="history window (s)")
+    g.add_argument(
+        "--verl-log",
+        action="append",
+        default=[],
+        metavar="[HOST:]PATH",
+        help="verl driver log or file-logger JSONL to follow (repeatable)",
+    )
+    g.add_argument("--verl-config", metavar="[HOST:]PATH", help="the job's config (YAML or JSON)")
+    g.add_argument(
+        "--nccl-log",
+        action="append",
+        default=[],
+        metavar="[HOST:]PATH",
+        help="NCCL_DEBUG=INFO log or nccl-tests output to follow (repeatable)",
+    )
+    g.add_argument(
+        "--backend",
+        default="auto",
+        choices=("auto", "pynvml", "nvidia-smi", "replay", "none"),
+        help="GPU backend of the agent (auto: pynvml, else nvidia-smi, else none)",
+    )
+    g.add_argument("--replay-trace", metavar="FILE", help=argparse.SUPPRESS)
+    from verl_top.sources.ssh import add_ssh_arguments
+
+    add_ssh_arguments(parser)
+
+
+def parse_log_spec(kind: str, text: str) -> LogSpec:
+    """Split ``[host:]PATH``; a prefix with a slash in it is part of the path."""
+    head, sep, tail = text.partition(":")
+    if sep and head and "/" not in head and tail:
+        return LogSpec(kind, tail, head)
+    return LogSpec(kind, text, None)
+
+
+def _check_number(name: str, value: float, low: float) -> None:
+    if not value > low:
+        raise InputError(f"{name} must be greater than {low:g} (got {value:g})")
+
+
+def build_inputs(args: argparse.Namespace) -> Inputs:
+    """Sources, store and pipeline for the parsed arguments (raises InputError)."""
+    _check_number("--interval", args.interval, 0.05 - 1e-9)
+    _check_number("--window", args.window, 1.0)
+    _check_number("--speed", args.speed, 0.0)
+    limits = StoreLimits(
+        window_s=args.window, points=max(120, int(args.window / args.interval) + 1)
+    )
+    store = Store(limits)
+    recorder = _open_recorder(args.record)
+    pipeline = Pipeline(store, recorder)
+    inputs = Inputs(store=store, pipeline=pipeline, recorder=recorder)
+    logs = [parse_log_spec("verl", p) for p in args.verl_log]
+    logs += [parse_log_spec("nccl", p) for p in args.nccl_log]
+    if args.verl_config:
+        logs.append(parse_log_spec("verl_config", args.verl_config))
+    if args.demo or args.replay:
+        _add_replay(inputs, args)
+        remote_logs = [log for log in logs if log.host]
+        if remote_logs:
+            raise InputError(
+                f"{remote_logs[0].host}:{remote_logs[0].path}: a replay reads log files of this "
+                "machine only (drop the host prefix)"
+            )
+        _add_local_logs(inputs, logs, finite=True)
+        return inputs
+    _add_live(inputs, args, logs)
+    return inputs
+
+
+def _open_recorder(path: str | None) -> Recorder | None:
+    if not path:
+        return None
+    try:
+        return Recorder(path)
+    except OSError as exc:
+        raise InputError(f"cannot write the recording {path}: {exc.strerror or exc}") from exc
+
+
+def demo_recording_path() -> Path:
+    """Path of the recording bundled with the package for ``--demo``."""
+    return Path(str(resources.files("verl_top") / "data" / DEMO_RECORDING))
+
+
+def _add_replay(inputs: Inputs, args: argparse.Namespace) -> None:
+    path = demo_recording_path() if args.demo else Path(args.replay)
+    control = ReplayControl(speed=args.speed)
+    try:
+        source = ReplaySource(path, control)
+    except (OSError, ValueError) as exc:
+        raise InputError(str(exc)) from exc
+    inputs.sources.append(source)
+    inputs.replay = control
+    inputs.finite = True
+    inputs.store.replay = True
+    inputs.mode = "DEMO" if args.demo else "REPLAY"
+    inputs.title = f"verl-top — {'demo' if args.demo else path.name}"
+
+
+def _add_local_logs(inputs: Inputs, logs: list[LogSpec], finite: bool) -> None:
+    local = [log for log in logs if log.host is None]
+    for log in local:
+        if not os.path.exists(log.path):
+            raise InputError(f"{log.path}: no such file (given to --{log.kind.replace('_', '-')})")
+    if local:
+        from verl_top.sources.local import LocalFollowSource
+
+        inputs.sources.append(
+            LocalFollowSource([(log.kind, log.path) for log in local], from_start=True, once=finite)
+        )
+
+
+def _add_live(inputs: Inputs, args: argparse.Namespace, logs: list[LogSpec]) -> None:
+    from verl_top.sources.hosts import HostsError, is_local, parse_hosts_arg, slurm_hosts
+    from verl_top.sources.local import LocalSource
+    from verl_top.sources.ssh import build_ssh_sources
+
+    try:
+        specs = slurm_hosts() if args.slurm else (parse_hosts_arg(args.hosts) if args.hosts else [])
+    except HostsError as exc:
+        raise InputError(str(exc)) from exc
+    local_specs = [s for s in specs if is_local(s)]
+    remote = [s for s in specs if not is_local(s)]
+    names = {s.alias or s.host for s in remote}
+    for log in logs:
+        if log.host is not None and log.host not in names:
+            if log.host in ("localhost", "127.0.0.1") or any(
+                log.host == (s.alias or s.host) for s in local_specs
+            ):
+                log.host = None
+            else:
+                raise InputError(
+                    f"--{log.kind.replace('_', '-')} {log.host}:{log.path}: host {log.host} is not "
+                    "among the monitored hosts"
+                )
+    if not specs or local_specs:
+        inputs.sources.append(
+            LocalSource(
+                interval=args.interval,
+                backend=args.backend,
+                replay_trace=args.replay_trace,
+            )
+        )
+    _add_local_logs(inputs, logs, finite=False)
+    if remote:
+        follows: dict[str, list[tuple[str, str]]] = {}
+        for log in logs:
+            if log.host is not None:
+                follows.setdefault(log.host, []).append((log.kind, log.path))
+        agent_args = ["--interval", str(args.interval)]
+        inputs.sources.extend(build_ssh_sources(remote, args, agent_args, follows))
+    inputs.title = f"verl-top — {len(specs) or 1} host{'s' if len(specs) > 1 else ''}"
