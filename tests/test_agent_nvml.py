@@ -1,0 +1,358 @@
+"""The agent's NVML backend against a fake ``pynvml`` that raises pynvml's real error classes.
+
+The fake is a module injected into ``sys.modules["pynvml"]``: the functions are fakes with call
+counters, while ``NVMLError`` and its subclasses, the error codes, ``nvmlMemory_v2`` and the GPM
+ctypes structures are taken from the installed nvidia-ml-py, so the agent sees exactly what a
+real binding raises and fills.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import time
+import types
+from collections import Counter
+from pathlib import Path
+
+import pynvml as real
+import pytest
+
+from verl_top.agent import node_agent as na
+from verl_top.protocol import from_dict, to_dict
+
+NOT_SUPPORTED = real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+assert type(NOT_SUPPORTED).__name__ == "NVMLError_NotSupported"  # real subclass, by value
+
+# Values the fake GPM reports, by metric id, for GPU i: base + i.
+GPM_VALUES = {2: 90.0, 3: 14.0, 5: 80.0, 10: 16.0, 60: 1000.0, 61: 2000.0, 20: 5.0, 21: 6.0}
+
+
+class FakeNvml:
+    """Per-test NVML state: GPUs, call counts and errors to raise per (function, gpu)."""
+
+    def __init__(self, ngpu: int = 2, init_error: int | None = None) -> None:
+        self.ngpu = ngpu
+        self.init_error = init_error
+        self.calls: Counter[tuple[str, int]] = Counter()
+        self.raises: dict[tuple[str, int], int] = {}  # (fn, gpu) -> NVML error code
+        self.procs: dict[int, list[tuple[int, int | None]]] = {}
+        self.samples: dict[int, tuple[int, float]] = {}  # sample address -> (gpu, time)
+        self.module = self._build()
+
+    def _check(self, fn: str, h: int) -> None:
+        self.calls[(fn, h)] += 1
+        code = self.raises.get((fn, h))
+        if code is not None:
+            raise real.NVMLError(code)
+
+    def _build(self) -> types.ModuleType:
+        m = types.ModuleType("pynvml")
+        for name in dir(real):
+            if name.startswith(("NVMLError", "NVML_ERROR_", "NVML_GPM_")) or name in (
+                "nvmlMemory_v2",
+                "c_nvmlGpmMetricsGet_t",
+                "c_nvmlGpmSample_t",
+            ):
+                setattr(m, name, getattr(real, name))
+        fake = self
+
+        def nvmlInit() -> None:
+            fake.calls[("init", -1)] += 1
+            if fake.init_error is not None:
+                raise real.NVMLError(fake.init_error)
+
+        def getter(fn: str, value):  # type: ignore[no-untyped-def]
+            def call(h, *args, **kw):  # type: ignore[no-untyped-def]
+                fake._check(fn, h)
+                return value(h, *args, **kw) if callable(value) else value
+
+            return call
+
+        def memory(h: int, version: int | None = None) -> types.SimpleNamespace:
+            fake._check("mem_v2" if version else "mem_v1", h)
+            total = 143771 * 1048576
+            return types.SimpleNamespace(total=total, used=(1000 + h) * 1048576, free=0)
+
+        def gpm_alloc() -> object:
+            return ctypes.pointer(real.struct_c_nvmlGpmSample_t())
+
+        def gpm_get(h: int, sample) -> object:  # type: ignore[no-untyped-def]
+            fake._check("gpm_sample", h)
+            fake.samples[ctypes.addressof(sample.contents)] = (h, time.monotonic())
+            return sample
+
+        def gpm_metrics(mg):  # type: ignore[no-untyped-def]
+            a = fake.samples[ctypes.addressof(mg.sample1.contents)]
+            b = fake.samples[ctypes.addressof(mg.sample2.contents)]
+            assert a[0] == b[0] and b[1] > a[1], "GPM samples of one GPU, oldest first"
+            fake._check("gpm_metrics", a[0])
+            for k in range(mg.numMetrics):
+                mg.metrics[k].nvmlReturn = 0
+                mg.metrics[k].value = GPM_VALUES[mg.metrics[k].metricId] + a[0]
+            return mg
+
+        def pcie(*args):  # type: ignore[no-untyped-def]
+            fake.calls[("pcie", -1)] += 1
+            raise AssertionError("nvmlDeviceGetPcieThroughput must never be called (blocks 20 ms)")
+
+        def procs(h: int) -> list[types.SimpleNamespace]:
+            fake._check("procs", h)
+            return [
+                types.SimpleNamespace(pid=pid, usedGpuMemory=used)
+                for pid, used in fake.procs.get(h, [])
+            ]
+
+        util = lambda h: types.SimpleNamespace(gpu=50 + h, memory=20 + h)  # noqa: E731
+        funcs = {
+            "nvmlInit": nvmlInit,
+            "nvmlShutdown": lambda: None,
+            "nvmlSystemGetDriverVersion": lambda: "580.159.04",
+            "nvmlSystemGetNVMLVersion": lambda: "13.580.159.04",
+            "nvmlDeviceGetCount": lambda: fake.ngpu,
+            "nvmlDeviceGetHandleByIndex": lambda i: i,
+            "nvmlDeviceGetName": getter("name", lambda h: b"NVIDIA H200"),
+            "nvmlDeviceGetUUID": getter("uuid", lambda h: f"GPU-fake-{h}"),
+            "nvmlDeviceGetPciInfo": getter(
+                "pci", lambda h: types.SimpleNamespace(busId=f"00000000:{h:02X}:00.0".encode())
+            ),
+            "nvmlDeviceGetMemoryInfo": memory,
+            "nvmlDeviceGetEnforcedPowerLimit": getter("plimit", 700000),
+            "nvmlDeviceGetUtilizationRates": getter("util", util),
+            "nvmlDeviceGetPowerUsage": getter("power", lambda h: 650000 + 1000 * h),
+            "nvmlDeviceGetTemperature": getter("temp", lambda h, s: 40 + h),
+            "nvmlDeviceGetClockInfo": getter("clock", lambda h, c: 1980 if c == 1 else 3201),
+            "nvmlDeviceGetCurrentClocksEventReasons": getter("reasons", 0x4),
+            "nvmlDeviceGetCurrentClocksThrottleReasons": getter("reasons_old", 0x4),
+            "nvmlGpmQueryDeviceSupport": getter(
+                "gpm_support", lambda h: types.SimpleNamespace(isSupportedDevice=1)
+            ),
+            "nvmlGpmSampleAlloc": gpm_alloc,
+            "nvmlGpmSampleGet": gpm_get,
+            "nvmlGpmMetricsGet": gpm_metrics,
+            "nvmlGpmSampleFree": lambda s: None,
+            "nvmlDeviceGetComputeRunningProcesses": procs,
+            "nvmlDeviceGetPcieThroughput": pcie,
+        }
+        for name, fn in funcs.items():
+            setattr(m, name, fn)
+        return m
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
+    f = FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", f.module)
+    monkeypatch.setattr(na, "GPM_MIN_GAP_S", 0.0)  # ticks in a test are microseconds apart
+    return f
+
+
+def agent(*extra: str) -> na.Agent:
+    return na.Agent(na.parse_args(["--backend", "pynvml", "--host", "n1", *extra]))
+
+
+def gpu_lines(records: list[dict]) -> dict[int, dict]:
+    return {r["index"]: r for r in records if r["type"] == "gpu"}
+
+
+def test_normal_sample_with_gpm(fake: FakeNvml) -> None:
+    a = agent()
+    hello = a.hello()
+    assert hello["backend"] == "pynvml" and hello["error"] == ""
+    assert hello["driver"] == "580.159.04" and hello["nvml_version"] == "13.580.159.04"
+    assert [g["name"] for g in hello["gpus"]] == ["NVIDIA H200"] * 2
+    assert hello["gpus"][1] == {
+        "index": 1,
+        "name": "NVIDIA H200",
+        "uuid": "GPU-fake-1",
+        "mem_total_mib": 143771.0,
+        "bus_id": "00000000:01:00.0",
+        "power_limit_w": 700.0,
+        "gpm": True,
+    }
+    assert "gpm" in hello["capabilities"] and "procs" in hello["capabilities"]
+    gpus = gpu_lines(a.tick())
+    g1 = gpus[1]
+    assert (g1["util_gpu"], g1["util_mem"], g1["temp_c"]) == (51, 21, 41)
+    assert (g1["mem_used_mib"], g1["mem_total_mib"]) == (1001.0, 143771.0)
+    assert (g1["power_w"], g1["power_limit_w"]) == (651.0, 700.0)
+    assert (g1["sm_mhz"], g1["mem_mhz"], g1["clock_reasons"]) == (1980, 3201, 0x4)
+    assert g1["sm_util"] == 91.0 and g1["sm_occupancy"] == 15.0 and g1["tensor_util"] == 81.0
+    assert g1["dram_util"] == 17.0
+    assert (g1["nvlink_rx_mibs"], g1["nvlink_tx_mibs"]) == (1001.0, 2001.0)
+    assert (g1["pcie_tx_mibs"], g1["pcie_rx_mibs"]) == (6.0, 7.0)
+    assert g1["lost"] is False
+    # The records are valid wire records of model.py (decode, re-encode: identical).
+    assert to_dict(from_dict(g1)) == g1 and list(to_dict(from_dict(g1))) == list(g1)
+    # One GPM sample per GPU per tick (plus the one taken at start), v2 memory preferred.
+    a.tick()
+    assert fake.calls[("gpm_sample", 0)] == 3
+    assert fake.calls[("mem_v1", 0)] == 0 and fake.calls[("mem_v2", 0)] >= 3
+    a.close()
+
+
+def test_gpm_skipped_when_samples_closer_than_100ms(fake: FakeNvml, monkeypatch) -> None:
+    monkeypatch.setattr(na, "GPM_MIN_GAP_S", 0.1)
+    a = agent()
+    first = gpu_lines(a.tick())  # microseconds after the start sample: no GPM this tick
+    assert "sm_util" not in first[0] and "util_gpu" in first[0]
+    assert fake.calls[("gpm_sample", 0)] == 1
+    time.sleep(0.12)
+    assert gpu_lines(a.tick())[0]["sm_util"] == 90.0
+    assert fake.calls[("gpm_sample", 0)] == 2
+
+
+def test_not_supported_is_omitted_and_not_asked_again(fake: FakeNvml) -> None:
+    fake.raises[("temp", 1)] = real.NVML_ERROR_NOT_SUPPORTED
+    fake.raises[("reasons", 1)] = real.NVML_ERROR_NOT_SUPPORTED
+    a = agent()
+    for _ in range(4):
+        gpus = gpu_lines(a.tick())
+        assert "temp_c" not in gpus[1] and "clock_reasons" not in gpus[1]
+        assert gpus[0]["temp_c"] == 40 and gpus[0]["clock_reasons"] == 0x4
+        assert gpus[1]["util_gpu"] == 51
+    assert fake.calls[("temp", 1)] == 1  # asked once, then remembered
+    assert fake.calls[("temp", 0)] == 4
+
+
+def test_gpu_lost_marks_it_and_others_keep_reporting(fake: FakeNvml, monkeypatch) -> None:
+    a = agent()
+    fake.raises[("util", 0)] = real.NVML_ERROR_GPU_IS_LOST
+    gpus = gpu_lines(a.tick())
+    assert gpus[0]["lost"] is True and "util_gpu" not in gpus[0]
+    assert gpus[1]["lost"] is False and gpus[1]["util_gpu"] == 51
+    assert to_dict(from_dict(gpus[0])) == gpus[0]
+    calls = fake.calls[("util", 0)]
+    for _ in range(3):
+        gpus = gpu_lines(a.tick())
+        assert gpus[0]["lost"] is True and gpus[1]["util_gpu"] == 51
+    assert fake.calls[("util", 0)] == calls  # not retried within 30 s
+    # 30 s later (retry time reached) and the GPU is back: it reports again.
+    del fake.raises[("util", 0)]
+    a.backend._lost[0] = 0.0
+    gpus = gpu_lines(a.tick())
+    assert gpus[0]["lost"] is False and gpus[0]["util_gpu"] == 50
+
+
+def test_reset_required_also_marks_lost(fake: FakeNvml) -> None:
+    a = agent()
+    fake.raises[("power", 1)] = real.NVML_ERROR_RESET_REQUIRED
+    assert gpu_lines(a.tick())[1]["lost"] is True
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        (
+            real.NVML_ERROR_DRIVER_NOT_LOADED,
+            "no NVIDIA driver: NVIDIA driver not loaded and nvidia-smi not on PATH",
+        ),
+        (
+            real.NVML_ERROR_LIBRARY_NOT_FOUND,
+            "no NVIDIA driver: NVML library not found (libnvidia-ml.so.1) and nvidia-smi not on PATH",
+        ),
+        (
+            real.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+            "Driver/library version mismatch: reload the NVIDIA kernel module or reboot",
+        ),
+    ],
+)
+def test_init_failure_falls_back_with_clear_error(
+    code: int, expected: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(init_error=code).module)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi either
+    a = na.Agent(na.parse_args(["--backend", "auto", "--host", "n1"]))
+    hello = a.hello()
+    assert hello["backend"] == "none" and hello["gpus"] == []
+    assert hello["error"] == expected
+    recs = a.tick()
+    assert [r["type"] for r in recs if r["type"] != "hb"] == ["host"]  # host data still flows
+
+
+FAKE_SMI = """#!/bin/sh
+case "$1" in
+  --query-gpu=*driver_version*)
+    echo "0, GPU-a, NVIDIA H200, 00000000:18:00.0, 0, 0, 0, 143771, 117.90, 700.00, 37, 525, 3201, 0x0000000000000001, 580.159.04"
+    ;;
+  --query-gpu=*)
+    echo "0, GPU-a, NVIDIA H200, 00000000:18:00.0, 97, 40, 80000, 143771, 690.10, 700.00, 61, 1410, 3201, 0x0000000000000004"
+    ;;
+  --query-compute-apps=*)
+    echo "4242, 80000, GPU-a"
+    ;;
+esac
+"""
+
+
+def test_driver_not_loaded_falls_back_to_nvidia_smi(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(
+        sys.modules, "pynvml", FakeNvml(init_error=real.NVML_ERROR_DRIVER_NOT_LOADED).module
+    )
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(FAKE_SMI)
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    a = na.Agent(na.parse_args(["--backend", "auto", "--host", "n1"]))
+    hello = a.hello()
+    assert hello["backend"] == "nvidia-smi"
+    assert hello["error"] == "NVML unavailable (NVIDIA driver not loaded); using nvidia-smi"
+    assert hello["driver"] == "580.159.04" and hello["gpus"][0]["mem_total_mib"] == 143771.0
+    assert a.blocking  # spawns per tick: the local source runs these ticks in a thread
+    recs = a.tick()
+    g = gpu_lines(recs)[0]
+    assert (g["util_gpu"], g["power_w"], g["sm_mhz"], g["clock_reasons"]) == (97, 690.1, 1410, 4)
+    procs = [r for r in recs if r["type"] == "procs"]
+    assert procs[0]["procs"][0]["pid"] == 4242 and procs[0]["procs"][0]["used_mib"] == 80000.0
+
+
+def test_pcie_throughput_never_called(fake: FakeNvml) -> None:
+    a = agent("--procs-every", "1")
+    a.hello()
+    for _ in range(6):
+        a.tick()
+    a.close()
+    assert fake.calls[("pcie", -1)] == 0
+
+
+def test_memory_v2_missing_falls_back_to_v1(fake: FakeNvml) -> None:
+    fake.raises[("mem_v2", 0)] = real.NVML_ERROR_FUNCTION_NOT_FOUND
+    fake.raises[("mem_v2", 1)] = real.NVML_ERROR_FUNCTION_NOT_FOUND
+    a = agent()
+    for _ in range(3):
+        assert gpu_lines(a.tick())[0]["mem_used_mib"] == 1000.0
+    assert fake.calls[("mem_v2", 0)] == 1  # tried once at start, then v1 only
+    assert fake.calls[("mem_v1", 0)] >= 3
+
+
+def test_processes_enriched_from_proc(fake: FakeNvml) -> None:
+    env = dict(os.environ, RANK="3", LOCAL_RANK="1")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
+    try:
+        ghost = 2**22 + 12345  # above Linux pid_max: what a pid from another namespace looks like
+        fake.procs = {0: [(child.pid, 2048 * 1048576)], 1: [(ghost, None)]}
+        a = agent()
+        recs = a.tick()
+        (procs,) = [r for r in recs if r["type"] == "procs"]
+        by_pid = {p["pid"]: p for p in procs["procs"]}
+        mine = by_pid[child.pid]
+        assert mine["gpu_index"] == 0 and mine["used_mib"] == 2048.0 and mine["visible"] is True
+        assert mine["env_rank"] == 3 and mine["env_local_rank"] == 1
+        assert "time.sleep(30)" in mine["cmd"] and mine["user"] and mine["rss_bytes"] > 0
+        assert by_pid[ghost] == {"pid": ghost, "gpu_index": 1, "visible": False, "user": "",
+                                 "cmd": "", "role": ""}  # fmt: skip
+        assert to_dict(from_dict(procs)) == procs
+        # Unchanged set: not re-sent on the next procs tick; cpu % appears once there is a delta.
+        for _ in range(5):
+            assert not [r for r in a.tick() if r["type"] == "procs"]
+        a.procs_every = 1
+        a._last_procs = None
+        (procs,) = [r for r in a.tick() if r["type"] == "procs"]
+        assert {p["pid"]: p for p in procs["procs"]}[child.pid]["cpu_pct"] >= 0.0
+    finally:
+        child.kill()
+        child.wait()

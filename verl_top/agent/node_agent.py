@@ -1,0 +1,1686 @@
+"""verl-top node agent: samples GPUs, the host and GPU processes, follows log files.
+
+ONE self-contained file, standard library only at import, Python >= 3.8. It is shipped as text
+over SSH (see ``verl_top.agent.BOOTSTRAP``) and exec()ed as ``__main__``; it imports nothing from
+verl_top. pynvml and psutil are used when present, imported lazily.
+
+Output: NDJSON on stdout, one record per line, in the wire format of ``verl_top/protocol.py``
+(``{"v":1,"type":...,"host":...,"t":...,fields}``, None fields left out). Input: JSON control
+lines on stdin; the agent exits when stdin reaches EOF or stdout breaks. See docs/protocol.md.
+The file is pure ASCII so that its character count equals its byte count in any locale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import queue
+import random
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+AGENT_VERSION = "0.1.0"
+PROTOCOL_VERSION = 1
+MIB = 1048576.0
+
+FOLLOW_KINDS = ("verl", "nccl", "verl_config")
+MAX_LINES_PER_RECORD = 500
+MAX_READ_PER_POLL = 8 * 1024 * 1024  # bytes read from one followed file per tick
+MAX_PARTIAL = 1024 * 1024  # a "line" longer than this is emitted without its newline
+HEARTBEAT_S = 5.0
+PROCS_FORCE_S = 30.0
+LOST_RETRY_S = 30.0
+GPM_MIN_GAP_S = 0.1  # NVML: GPM samples closer than 100 ms give no valid metrics
+
+# NVML return codes (nvml.h); compared with NVMLError.value so any pynvml version works.
+NVML_NOT_SUPPORTED = 3
+NVML_NO_PERMISSION = 4
+NVML_DRIVER_NOT_LOADED = 9
+NVML_LIBRARY_NOT_FOUND = 12
+NVML_FUNCTION_NOT_FOUND = 13
+NVML_GPU_IS_LOST = 15
+NVML_RESET_REQUIRED = 16
+NVML_LIB_RM_VERSION_MISMATCH = 18
+
+MISMATCH_MSG = "Driver/library version mismatch: reload the NVIDIA kernel module or reboot"
+NVML_INIT_REASONS = {
+    NVML_DRIVER_NOT_LOADED: "NVIDIA driver not loaded",
+    NVML_LIBRARY_NOT_FOUND: "NVML library not found (libnvidia-ml.so.1)",
+    NVML_LIB_RM_VERSION_MISMATCH: MISMATCH_MSG,
+}
+
+# GPM metric id -> gpu record field (ids from nvml.h nvmlGpmMetricId_t).
+GPM_METRICS = (
+    (2, "sm_util"),
+    (3, "sm_occupancy"),
+    (5, "tensor_util"),
+    (10, "dram_util"),
+    (60, "nvlink_rx_mibs"),
+    (61, "nvlink_tx_mibs"),
+    (20, "pcie_tx_mibs"),
+    (21, "pcie_rx_mibs"),
+)
+# H200 trace GPM keys -> gpu record field.
+TRACE_GPM_KEYS = (
+    ("SM_UTIL", "sm_util"),
+    ("SM_OCCUPANCY", "sm_occupancy"),
+    ("ANY_TENSOR_UTIL", "tensor_util"),
+    ("DRAM_BW_UTIL", "dram_util"),
+    ("NVLINK_TOTAL_RX_PER_SEC", "nvlink_rx_mibs"),
+    ("NVLINK_TOTAL_TX_PER_SEC", "nvlink_tx_mibs"),
+    ("PCIE_TX_PER_SEC", "pcie_tx_mibs"),
+    ("PCIE_RX_PER_SEC", "pcie_rx_mibs"),
+)
+
+# Field order of each record type, exactly as in verl_top/model.py (the wire order of to_dict).
+GPU_FIELDS = (
+    "index", "util_gpu", "util_mem", "mem_used_mib", "mem_total_mib", "power_w", "power_limit_w",
+    "temp_c", "sm_mhz", "mem_mhz", "clock_reasons", "sm_util", "sm_occupancy", "tensor_util",
+    "dram_util", "nvlink_tx_mibs", "nvlink_rx_mibs", "pcie_tx_mibs", "pcie_rx_mibs", "lost",
+    "label",
+)  # fmt: skip
+PERCENT_FIELDS = frozenset(
+    ("util_gpu", "util_mem", "sm_util", "sm_occupancy", "tensor_util", "dram_util")
+)
+
+_dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
+def _record(rtype, host, t, fields):
+    """A wire dict: v, type, host, t, then ``fields`` in order, None values left out."""
+    out = {"v": PROTOCOL_VERSION, "type": rtype, "host": host, "t": t}
+    for k, v in fields:
+        if v is not None:
+            out[k] = v
+    return out
+
+
+def _finite(value):
+    """Replace NaN/inf (not valid JSON) by None, recursively."""
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items() if _finite(v) is not None}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def encode_line(record):
+    """One compact JSON line for a wire dict."""
+    try:
+        return _dumps(record)
+    except ValueError:  # a NaN slipped in: drop it rather than emit invalid JSON
+        return _dumps(_finite(record))
+
+
+def _text(value):
+    """NVML returns bytes in old bindings and str in new ones."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+def _r1(x):
+    return None if x is None else round(x, 1)
+
+
+def _r2(x):
+    return None if x is None else round(x, 2)
+
+
+# ----------------------------------------------------------------------------------------------
+# /proc helpers
+
+
+class ProcFile:
+    """A /proc file kept open and re-read from offset 0 (saves an open per tick)."""
+
+    def __init__(self, path):
+        self.path = path
+        self.fd = None
+
+    def read(self):
+        """The whole file as text, or "" when it cannot be read."""
+        try:
+            if self.fd is None:
+                self.fd = os.open(self.path, os.O_RDONLY)
+            os.lseek(self.fd, 0, os.SEEK_SET)
+            chunks = []
+            while True:
+                chunk = os.read(self.fd, 65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            return b"".join(chunks).decode("ascii", "replace")
+        except OSError:
+            self.close()
+            return ""
+
+    def close(self):
+        if self.fd is not None:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = None
+
+
+def _read_bytes(path, limit=1 << 20):
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit)
+    except OSError:
+        return None
+
+
+def _whole_disks():
+    """Block devices that are whole disks (partitions, loop, ram, dm and md would double count)."""
+    try:
+        names = os.listdir("/sys/block")
+    except OSError:
+        return None
+    skip = ("loop", "ram", "zram", "dm-", "md", "sr", "fd")
+    return frozenset(n for n in names if not n.startswith(skip))
+
+
+# ----------------------------------------------------------------------------------------------
+# Host sampler
+
+
+class HostSampler:
+    """CPU, load, memory, network, disk and the agent's own cost: psutil or /proc."""
+
+    def __init__(self, mode="auto"):
+        self.psutil = None
+        if mode in ("auto", "psutil") and not os.environ.get("VERL_TOP_AGENT_NO_PSUTIL"):
+            try:
+                import psutil  # noqa: PLC0415 - optional, lazily imported
+
+                self.psutil = psutil
+            except Exception:
+                self.psutil = None
+        self.mode = "psutil" if self.psutil is not None else "proc"
+        self._stat = ProcFile("/proc/stat")
+        self._meminfo = ProcFile("/proc/meminfo")
+        self._netdev = ProcFile("/proc/net/dev")
+        self._diskstats = ProcFile("/proc/diskstats")
+        self._statm = ProcFile("/proc/self/statm")
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        self._disks = _whole_disks()
+        self._disks_at = time.monotonic()
+        self._proc_self = self.psutil.Process() if self.psutil is not None else None
+        self._prev = None  # (mono, cpu_times per core, net, disk, agent cpu)
+        self.cpu_count = os.cpu_count()
+        self.mem_total = self._mem()[1]
+        self.sample(time.time())  # prime the deltas so the first tick has rates
+
+    # raw readers ------------------------------------------------------------------------------
+    def _cpu(self):
+        """Per-core (total, idle, iowait) jiffies/seconds; index 0 is the whole machine."""
+        if self.psutil is not None:
+            out = []
+            total = self.psutil.cpu_times()
+            for ct in [total] + self.psutil.cpu_times(percpu=True):
+                tot = sum(ct)
+                # guest time is already counted in user/nice on Linux
+                tot -= getattr(ct, "guest", 0.0) + getattr(ct, "guest_nice", 0.0)
+                io = getattr(ct, "iowait", 0.0)
+                out.append((tot, ct.idle + io, io))
+            return out
+        out = []
+        for line in self._stat.read().splitlines():
+            if not line.startswith("cpu"):
+                break
+            parts = line.split()
+            vals = [int(x) for x in parts[1:9]]  # user nice system idle iowait irq softirq steal
+            io = vals[4] if len(vals) > 4 else 0
+            out.append((sum(vals), vals[3] + io, io))
+        return out
+
+    def _mem(self):
+        if self.psutil is not None:
+            vm = self.psutil.virtual_memory()
+            return vm.total - vm.available, vm.total
+        info = {}
+        for line in self._meminfo.read().splitlines():
+            key, _, rest = line.partition(":")
+            if key in ("MemTotal", "MemAvailable", "MemFree", "Buffers", "Cached"):
+                info[key] = int(rest.split()[0]) * 1024
+        total = info.get("MemTotal")
+        avail = info.get("MemAvailable")
+        if avail is None and total is not None:
+            avail = info.get("MemFree", 0) + info.get("Buffers", 0) + info.get("Cached", 0)
+        if total is None:
+            return None, None
+        return total - avail, total
+
+    def _net(self):
+        if self.psutil is not None:
+            rx = tx = 0
+            for name, c in self.psutil.net_io_counters(pernic=True).items():
+                if name != "lo":
+                    rx += c.bytes_recv
+                    tx += c.bytes_sent
+            return rx, tx
+        rx = tx = 0
+        for line in self._netdev.read().splitlines()[2:]:
+            name, _, rest = line.partition(":")
+            if name.strip() == "lo":
+                continue
+            f = rest.split()
+            if len(f) >= 9:
+                rx += int(f[0])
+                tx += int(f[8])
+        return rx, tx
+
+    def _disk(self, mono):
+        if mono - self._disks_at > 60.0:
+            self._disks = _whole_disks()
+            self._disks_at = mono
+        disks = self._disks
+        rd = wr = 0
+        if self.psutil is not None:
+            try:
+                counters = self.psutil.disk_io_counters(perdisk=True) or {}
+            except Exception:
+                return None
+            for name, c in counters.items():
+                if disks is None or name in disks:
+                    rd += c.read_bytes
+                    wr += c.write_bytes
+            return rd, wr
+        text = self._diskstats.read()
+        if not text:
+            return None
+        for line in text.splitlines():
+            f = line.split()
+            if len(f) >= 10 and (disks is None or f[2] in disks):
+                rd += int(f[5]) * 512  # sectors are always 512 bytes in diskstats
+                wr += int(f[9]) * 512
+        return rd, wr
+
+    def agent_rss(self):
+        """The agent's resident memory in bytes."""
+        if self._proc_self is not None:
+            try:
+                return self._proc_self.memory_info().rss
+            except Exception:
+                return None
+        text = self._statm.read()
+        parts = text.split()
+        return int(parts[1]) * self._page if len(parts) > 1 else None
+
+    @staticmethod
+    def agent_cpu_s():
+        """CPU seconds the agent has used (user + system)."""
+        t = os.times()
+        return t[0] + t[1]
+
+    # sample -----------------------------------------------------------------------------------
+    def sample(self, now):
+        """Field pairs of a host record (rates over the time since the previous call)."""
+        mono = time.monotonic()
+        cpu = self._cpu()
+        net = self._net()
+        disk = self._disk(mono)
+        acpu = self.agent_cpu_s()
+        prev = self._prev
+        self._prev = (mono, cpu, net, disk, acpu)
+        used, total = self._mem()
+        try:
+            load = os.getloadavg()
+        except OSError:
+            load = (None, None, None)
+        cpu_pct = iowait = agent_pct = None
+        per_core = []
+        net_rx = net_tx = d_rd = d_wr = None
+        if prev is not None:
+            dt = mono - prev[0]
+            if dt > 0:
+                pcpu = prev[1]
+                if len(pcpu) == len(cpu):
+                    for i, (tot, idle, io) in enumerate(cpu):
+                        dtot = tot - pcpu[i][0]
+                        busy = 0.0
+                        io_pct = 0.0
+                        if dtot > 0:
+                            busy = 100.0 * (1.0 - (idle - pcpu[i][1]) / dtot)
+                            io_pct = 100.0 * (io - pcpu[i][2]) / dtot
+                        busy = round(min(100.0, max(0.0, busy)), 1)
+                        if i == 0:
+                            cpu_pct = busy
+                            iowait = round(max(0.0, io_pct), 1)
+                        else:
+                            per_core.append(busy)
+                net_rx = round(max(0, net[0] - prev[2][0]) / dt, 1)
+                net_tx = round(max(0, net[1] - prev[2][1]) / dt, 1)
+                if disk is not None and prev[3] is not None:
+                    d_rd = round(max(0, disk[0] - prev[3][0]) / dt, 1)
+                    d_wr = round(max(0, disk[1] - prev[3][1]) / dt, 1)
+                agent_pct = round(100.0 * (acpu - prev[4]) / dt, 2)
+        return (
+            ("cpu_pct", cpu_pct),
+            ("cpu_per_core", per_core),
+            ("iowait_pct", iowait),
+            ("load1", _r2(load[0])),
+            ("load5", _r2(load[1])),
+            ("load15", _r2(load[2])),
+            ("mem_used_bytes", used),
+            ("mem_total_bytes", total),
+            ("net_rx_bps", net_rx),
+            ("net_tx_bps", net_tx),
+            ("disk_read_bps", d_rd),
+            ("disk_write_bps", d_wr),
+            ("agent_cpu_pct", agent_pct),
+            ("agent_rss_bytes", self.agent_rss()),
+        )
+
+    def close(self):
+        for pf in (self._stat, self._meminfo, self._netdev, self._diskstats, self._statm):
+            pf.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# GPU process enrichment
+
+
+class ProcInspector:
+    """Learns user, command, CPU %, RSS and RANK/LOCAL_RANK of pids from /proc (or psutil)."""
+
+    def __init__(self):
+        self._users = {}
+        self._static = {}  # pid -> (starttime, user, cmd, env_rank, env_local_rank)
+        self._cpu = {}  # pid -> (mono, cpu ticks)
+        self._hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        self._has_proc = os.path.isdir("/proc/self")
+        self._psutil = None
+        if not self._has_proc:
+            try:
+                import psutil  # noqa: PLC0415
+
+                self._psutil = psutil
+            except Exception:
+                self._psutil = None
+
+    def _user(self, uid):
+        name = self._users.get(uid)
+        if name is None:
+            try:
+                import pwd  # noqa: PLC0415 - not on every platform
+
+                name = pwd.getpwuid(uid).pw_name
+            except Exception:
+                name = str(uid)
+            self._users[uid] = name
+        return name
+
+    @staticmethod
+    def _env_ranks(pid):
+        data = _read_bytes("/proc/%d/environ" % pid, 1 << 22)
+        rank = local = None
+        if data:
+            for item in data.split(b"\0"):
+                if item.startswith(b"RANK="):
+                    rank = _int_or_none(item[5:])
+                elif item.startswith(b"LOCAL_RANK="):
+                    local = _int_or_none(item[11:])
+        return rank, local
+
+    def inspect(self, pid):
+        """Dict of GpuProcess fields for ``pid``; visible=False when /proc does not show it."""
+        if self._psutil is not None:
+            return self._inspect_psutil(pid)
+        if not self._has_proc:
+            return {"visible": False}
+        stat = _read_bytes("/proc/%d/stat" % pid, 4096)
+        if stat is None:
+            self._static.pop(pid, None)
+            self._cpu.pop(pid, None)
+            return {"visible": False}
+        # comm may hold spaces and parentheses: split after the last ')'
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        ticks = int(fields[11]) + int(fields[12])
+        start = fields[19]
+        rss = int(fields[21]) * self._page
+        static = self._static.get(pid)
+        if static is None or static[0] != start:
+            try:
+                uid = os.stat("/proc/%d" % pid).st_uid
+                user = self._user(uid)
+            except OSError:
+                user = ""
+            raw = _read_bytes("/proc/%d/cmdline" % pid, 65536) or b""
+            cmd = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+            rank, local = self._env_ranks(pid)
+            static = (start, user, cmd, rank, local)
+            self._static[pid] = static
+            self._cpu.pop(pid, None)
+        mono = time.monotonic()
+        prev = self._cpu.get(pid)
+        self._cpu[pid] = (mono, ticks)
+        cpu = None
+        if prev is not None and mono > prev[0]:
+            cpu = round(100.0 * (ticks - prev[1]) / self._hz / (mono - prev[0]), 1)
+        return {
+            "user": static[1],
+            "cmd": static[2],
+            "cpu_pct": cpu,
+            "rss_bytes": rss,
+            "env_rank": static[3],
+            "env_local_rank": static[4],
+        }
+
+    def _inspect_psutil(self, pid):
+        ps = self._psutil
+        try:
+            p = ps.Process(pid)
+            with p.oneshot():
+                info = {
+                    "user": p.username(),
+                    "cmd": " ".join(p.cmdline()),
+                    "cpu_pct": None,
+                    "rss_bytes": p.memory_info().rss,
+                }
+                try:
+                    env = p.environ()
+                    info["env_rank"] = _int_or_none(env.get("RANK"))
+                    info["env_local_rank"] = _int_or_none(env.get("LOCAL_RANK"))
+                except Exception:
+                    pass
+            return info
+        except Exception:
+            return {"visible": False}
+
+    def forget_except(self, pids):
+        """Drop cached state of pids that are gone."""
+        for cache in (self._static, self._cpu):
+            for pid in [p for p in cache if p not in pids]:
+                del cache[pid]
+
+
+def _int_or_none(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+PROC_FIELDS = (
+    "pid", "gpu_index", "used_mib", "user", "cmd", "cpu_pct", "rss_bytes", "visible", "role",
+    "rank", "env_rank", "env_local_rank",
+)  # fmt: skip
+
+
+def proc_dict(pid, gpu_index, used_mib, info):
+    """A GpuProcess wire dict in model order, None fields left out."""
+    values = {
+        "pid": pid,
+        "gpu_index": gpu_index,
+        "used_mib": used_mib,
+        "user": "",
+        "cmd": "",
+        "cpu_pct": None,
+        "rss_bytes": None,
+        "visible": True,
+        "role": "",
+        "rank": None,
+        "env_rank": None,
+        "env_local_rank": None,
+    }
+    values.update(info)
+    return {k: values[k] for k in PROC_FIELDS if values[k] is not None}
+
+
+# ----------------------------------------------------------------------------------------------
+# GPU backends. Each has: name, driver, nvml_version, gpus (GpuInfo dicts), capabilities, error,
+# blocking, sample(now) -> list of field-pair tuples (one per GPU), processes() -> list of
+# (pid, gpu_index, used_mib) or None, close().
+
+
+def gpu_info(index, name="", uuid="", mem_total_mib=None, bus_id="", power_limit_w=None, gpm=False):
+    """A GpuInfo wire dict in model order."""
+    out = {"index": index, "name": name, "uuid": uuid}
+    if mem_total_mib is not None:
+        out["mem_total_mib"] = mem_total_mib
+    out["bus_id"] = bus_id
+    if power_limit_w is not None:
+        out["power_limit_w"] = power_limit_w
+    out["gpm"] = bool(gpm)
+    return out
+
+
+class BackendUnavailable(Exception):
+    """A backend cannot start; the message says why in plain words."""
+
+
+class NoneBackend:
+    """No GPUs: host samples still flow, hello.error says why."""
+
+    name = "none"
+    blocking = False
+
+    def __init__(self, error=""):
+        self.driver = ""
+        self.nvml_version = ""
+        self.gpus = []
+        self.capabilities = []
+        self.error = error or "no GPU backend selected"
+
+    def sample(self, now):
+        return []
+
+    def processes(self):
+        return None
+
+    def close(self):
+        pass
+
+
+class _GpuLost(Exception):
+    pass
+
+
+def _lost_fields(index):
+    return (("index", index), ("lost", True), ("label", ""))
+
+
+
+class NvmlBackend:
+    """Samples GPUs through pynvml with cached handles, cached NotSupported and GPM."""
+
+    name = "pynvml"
+    blocking = False
+
+    def __init__(self, nvml=None):
+        if nvml is None:
+            try:
+                import pynvml as nvml  # noqa: PLC0415 - optional
+            except Exception as exc:
+                raise BackendUnavailable("pynvml (nvidia-ml-py) not installed (%s)" % exc)
+        self.nv = nvml
+        self.error = ""
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as exc:
+            code = getattr(exc, "value", None)
+            raise BackendUnavailable(NVML_INIT_REASONS.get(code, "NVML init failed: %s" % exc))
+        except OSError as exc:  # very old bindings surface dlopen failures raw
+            raise BackendUnavailable("NVML library not found (libnvidia-ml.so.1): %s" % exc)
+        self._unsupported = set()
+        self._lost = {}  # index -> monotonic time of the next retry
+        self._mem_v2 = getattr(nvml, "nvmlMemory_v2", None)
+        self._reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+        )
+        self._procs_fns = [
+            getattr(nvml, n)
+            for n in (
+                "nvmlDeviceGetComputeRunningProcesses",
+                "nvmlDeviceGetComputeRunningProcesses_v3",
+                "nvmlDeviceGetComputeRunningProcesses_v2",
+            )
+            if hasattr(nvml, n)
+        ]
+        self.driver = self._static(lambda: _text(nvml.nvmlSystemGetDriverVersion()))
+        self.nvml_version = self._static(lambda: _text(nvml.nvmlSystemGetNVMLVersion()))
+        try:
+            count = nvml.nvmlDeviceGetCount()
+        except nvml.NVMLError as exc:
+            self._shutdown()
+            raise BackendUnavailable("NVML could not count GPUs: %s" % exc)
+        if count == 0:
+            self._shutdown()
+            raise BackendUnavailable("NVML sees no GPUs")
+        self.handles = []
+        self.gpus = []
+        self._limits = []
+        self._totals = []
+        self._gpm = []  # per GPU: None or [prev_sample, cur_sample, metrics_struct, last_mono]
+        for i in range(count):
+            self._init_gpu(i)
+        self.capabilities = ["gpm"] if any(g is not None for g in self._gpm) else []
+        self.capabilities.append("procs")
+
+    @staticmethod
+    def _static(fn):
+        try:
+            return fn()
+        except Exception:
+            return ""
+
+    def _init_gpu(self, i):
+        nv = self.nv
+        try:
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+        except nv.NVMLError as exc:
+            self.handles.append(None)
+            self.gpus.append(gpu_info(i))
+            self._limits.append(None)
+            self._totals.append(None)
+            self._gpm.append(None)
+            if getattr(exc, "value", None) in (NVML_GPU_IS_LOST, NVML_RESET_REQUIRED):
+                self._lost[i] = time.monotonic() + LOST_RETRY_S
+            return
+        self.handles.append(h)
+        name = self._static(lambda: _text(nv.nvmlDeviceGetName(h)))
+        uuid = self._static(lambda: _text(nv.nvmlDeviceGetUUID(h)))
+        bus = self._static(lambda: _text(nv.nvmlDeviceGetPciInfo(h).busId))
+        try:
+            mem = self._q(i, "mem", self._memory, h)
+            limit_mw = self._q(i, "plimit", nv.nvmlDeviceGetEnforcedPowerLimit, h)
+        except _GpuLost:
+            mem = limit_mw = None
+            self._lost[i] = time.monotonic() + LOST_RETRY_S
+        total = _r1(mem[1] / MIB) if mem is not None else None
+        limit = _r1(limit_mw / 1000.0) if limit_mw is not None else None
+        self._totals.append(total)
+        self._limits.append(limit)
+        gpm = None
+        try:
+            if nv.nvmlGpmQueryDeviceSupport(h).isSupportedDevice:
+                gpm = self._gpm_init(h)
+        except Exception:
+            gpm = None
+        self._gpm.append(gpm)
+        self.gpus.append(gpu_info(i, name, uuid, total, bus, limit, gpm is not None))
+
+    def _gpm_init(self, h):
+        nv = self.nv
+        prev = nv.nvmlGpmSampleAlloc()
+        cur = nv.nvmlGpmSampleAlloc()
+        mg = nv.c_nvmlGpmMetricsGet_t()
+        mg.version = nv.NVML_GPM_METRICS_GET_VERSION
+        mg.numMetrics = len(GPM_METRICS)
+        for k, (mid, _) in enumerate(GPM_METRICS):
+            mg.metrics[k].metricId = mid
+        # The first sample is taken now so the first tick already has an interval to measure.
+        nv.nvmlGpmSampleGet(h, prev)
+        return [prev, cur, mg, time.monotonic()]
+
+    def _q(self, i, key, fn, *args):
+        """Call an NVML getter; None when unsupported (remembered) or failing; raise when lost."""
+        if (i, key) in self._unsupported:
+            return None
+        try:
+            return fn(*args)
+        except self.nv.NVMLError as exc:
+            code = getattr(exc, "value", None)
+            if code in (NVML_NOT_SUPPORTED, NVML_FUNCTION_NOT_FOUND, NVML_NO_PERMISSION):
+                self._unsupported.add((i, key))
+                return None
+            if code in (NVML_GPU_IS_LOST, NVML_RESET_REQUIRED):
+                raise _GpuLost()
+            return None
+
+    def _memory(self, h):
+        """(used, total) bytes: v2 (used excludes driver-reserved memory) else v1."""
+        nv = self.nv
+        if self._mem_v2 is not None:
+            try:
+                m = nv.nvmlDeviceGetMemoryInfo(h, version=self._mem_v2)
+                return m.used, m.total
+            except nv.NVMLError as exc:
+                if getattr(exc, "value", None) not in (NVML_FUNCTION_NOT_FOUND, NVML_NOT_SUPPORTED):
+                    raise
+                self._mem_v2 = None
+            except TypeError:  # binding without the version argument
+                self._mem_v2 = None
+        m = nv.nvmlDeviceGetMemoryInfo(h)
+        return m.used, m.total
+
+    def _reasons(self, h):
+        nv = self.nv
+        fn = self._reasons_fn
+        if fn is None:
+            raise nv.NVMLError(NVML_NOT_SUPPORTED)
+        try:
+            return fn(h)
+        except nv.NVMLError as exc:
+            old = getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+            if getattr(exc, "value", None) == NVML_FUNCTION_NOT_FOUND and old and old is not fn:
+                self._reasons_fn = old  # older driver: only the old name exists
+                return old(h)
+            raise
+
+    def _gpm_sample(self, i, h, fields):
+        st = self._gpm[i]
+        mono = time.monotonic()
+        if mono - st[3] < GPM_MIN_GAP_S:
+            return
+        nv = self.nv
+        try:
+            nv.nvmlGpmSampleGet(h, st[1])
+        except nv.NVMLError as exc:
+            if getattr(exc, "value", None) in (NVML_GPU_IS_LOST, NVML_RESET_REQUIRED):
+                raise _GpuLost()
+            return
+        mg = st[2]
+        mg.sample1 = st[0]
+        mg.sample2 = st[1]
+        st[0], st[1], st[3] = st[1], st[0], mono  # the new sample is the next "previous"
+        try:
+            nv.nvmlGpmMetricsGet(mg)
+        except nv.NVMLError as exc:
+            if getattr(exc, "value", None) == NVML_NOT_SUPPORTED:
+                self._unsupported.add((i, "gpm"))
+            return
+        metrics = mg.metrics
+        for k, (_, name) in enumerate(GPM_METRICS):
+            m = metrics[k]
+            if m.nvmlReturn == 0:
+                fields[name] = round(m.value, 2)
+
+    def _sample_gpu(self, i, h):
+        nv = self.nv
+        q = self._q
+        f = {"index": i}
+        u = q(i, "util", nv.nvmlDeviceGetUtilizationRates, h)
+        if u is not None:
+            f["util_gpu"] = u.gpu
+            f["util_mem"] = u.memory
+        mem = q(i, "mem", self._memory, h)
+        if mem is not None:
+            f["mem_used_mib"] = round(mem[0] / MIB, 1)
+            f["mem_total_mib"] = self._totals[i] or round(mem[1] / MIB, 1)
+        p = q(i, "power", nv.nvmlDeviceGetPowerUsage, h)
+        if p is not None:
+            f["power_w"] = round(p / 1000.0, 1)
+        f["power_limit_w"] = self._limits[i]
+        f["temp_c"] = q(i, "temp", nv.nvmlDeviceGetTemperature, h, 0)  # NVML_TEMPERATURE_GPU
+        f["sm_mhz"] = q(i, "sm_clk", nv.nvmlDeviceGetClockInfo, h, 1)  # NVML_CLOCK_SM
+        f["mem_mhz"] = q(i, "mem_clk", nv.nvmlDeviceGetClockInfo, h, 2)  # NVML_CLOCK_MEM
+        f["clock_reasons"] = q(i, "reasons", self._reasons, h)
+        if self._gpm[i] is not None and (i, "gpm") not in self._unsupported:
+            self._gpm_sample(i, h, f)
+        f["lost"] = False
+        f["label"] = ""
+        return tuple((k, f.get(k)) for k in GPU_FIELDS if k in f)
+
+    def sample(self, now):
+        out = []
+        mono = time.monotonic()
+        for i, h in enumerate(self.handles):
+            if i in self._lost:
+                if mono < self._lost[i] or h is None:
+                    out.append(_lost_fields(i))
+                    continue
+            if h is None:
+                continue
+            try:
+                fields = self._sample_gpu(i, h)
+            except _GpuLost:
+                self._lost[i] = mono + LOST_RETRY_S
+                out.append(_lost_fields(i))
+                continue
+            self._lost.pop(i, None)
+            out.append(fields)
+        return out
+
+    def processes(self):
+        nv = self.nv
+        procs = []
+        for i, h in enumerate(self.handles):
+            if h is None or i in self._lost:
+                continue
+            plist = None
+            while self._procs_fns:
+                try:
+                    plist = self._procs_fns[0](h)
+                    break
+                except nv.NVMLError as exc:
+                    if getattr(exc, "value", None) == NVML_FUNCTION_NOT_FOUND:
+                        self._procs_fns.pop(0)  # old driver: try the older variant
+                        continue
+                    break
+            for p in plist or ():
+                used = getattr(p, "usedGpuMemory", None)
+                procs.append((int(p.pid), i, round(used / MIB, 1) if used is not None else None))
+        return procs
+
+    def _shutdown(self):
+        try:
+            self.nv.nvmlShutdown()
+        except Exception:
+            pass
+
+    def close(self):
+        for st in self._gpm if hasattr(self, "_gpm") else ():
+            if st is not None:
+                for s in st[:2]:
+                    try:
+                        self.nv.nvmlGpmSampleFree(s)
+                    except Exception:
+                        pass
+        self._gpm = []
+        self._shutdown()
+
+
+# nvidia-smi -----------------------------------------------------------------------------------
+
+SMI_QUERY = (
+    "index,uuid,name,pci.bus_id,utilization.gpu,utilization.memory,memory.used,memory.total,"
+    "power.draw,power.limit,temperature.gpu,clocks.sm,clocks.mem,clocks_event_reasons.active"
+)
+SMI_APPS_QUERY = "pid,used_memory,gpu_uuid"
+# Header names nvidia-smi prints for query names that differ (header -> query name).
+SMI_HEADER_ALIASES = {
+    "clocks.current.sm": "clocks.sm",
+    "clocks.current.memory": "clocks.mem",
+    "clocks.current.graphics": "clocks.gr",
+    "clocks_throttle_reasons.active": "clocks_event_reasons.active",
+    "power.draw.average": "power.draw",
+}
+SMI_FIELD_MAP = (
+    ("utilization.gpu", "util_gpu"),
+    ("utilization.memory", "util_mem"),
+    ("memory.used", "mem_used_mib"),
+    ("memory.total", "mem_total_mib"),
+    ("power.draw", "power_w"),
+    ("power.limit", "power_limit_w"),
+    ("temperature.gpu", "temp_c"),
+    ("clocks.sm", "sm_mhz"),
+    ("clocks.mem", "mem_mhz"),
+    ("clocks_event_reasons.active", "clock_reasons"),
+)
+_SMI_NUM = re.compile(r"^([-+]?\d+(?:\.\d+)?)\s*(?:[A-Za-z%/]+)?$")
+
+
+def smi_value(text):
+    """A number from an nvidia-smi CSV cell ("117.90 W", "0 %", "0x1", "[N/A]" -> None)."""
+    s = text.strip()
+    if not s or s[0] == "[" or s in ("N/A", "Not Supported"):
+        return None
+    if s[:2].lower() == "0x":
+        try:
+            return int(s, 16)
+        except ValueError:
+            return None
+    m = _SMI_NUM.match(s)
+    if not m:
+        return None
+    num = m.group(1)
+    return float(num) if "." in num else int(num)
+
+
+def _smi_header_name(cell):
+    name = cell.strip()
+    if name.endswith("]") and " [" in name:
+        name = name[: name.rindex(" [")]
+    return SMI_HEADER_ALIASES.get(name, name)
+
+
+def parse_smi_csv(text, fields=None):
+    """Rows of nvidia-smi ``--format=csv[,noheader][,nounits]`` output as dicts of raw cells.
+
+    With a header line, columns are named by it (units and renamed headers understood); without
+    one, by ``fields`` (the query list). Lines that are not data (prompts, errors) are skipped.
+    """
+    names = [f.strip() for f in fields.split(",")] if isinstance(fields, str) else fields
+    rows = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "$#":
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        if "index" in cells or any(c.startswith("utilization.") for c in cells):
+            names = [_smi_header_name(c) for c in cells]
+            continue
+        if names is None or len(cells) != len(names):
+            continue
+        rows.append(dict(zip(names, cells)))
+    return rows
+
+
+def smi_gpu_fields(row):
+    """Field pairs of a gpu record from one parsed nvidia-smi row (None when not a GPU row)."""
+    index = smi_value(row.get("index", ""))
+    if not isinstance(index, int):
+        return None
+    f = {"index": index}
+    lost = False
+    for key, name in SMI_FIELD_MAP:
+        cell = row.get(key)
+        if cell is None:
+            continue
+        if "GPU is lost" in cell or "GPU requires reset" in cell:
+            lost = True
+        f[name] = smi_value(cell)
+    if lost:
+        return (("index", index), ("lost", True), ("label", ""))
+    f["lost"] = False
+    f["label"] = ""
+    return tuple((k, f[k]) for k in GPU_FIELDS if f.get(k) is not None)
+
+
+def _smi_error(text):
+    if "version mismatch" in text:
+        return MISMATCH_MSG
+    if "couldn't communicate with the NVIDIA driver" in text:
+        return "NVIDIA driver not loaded"
+    line = text.strip().splitlines()[0] if text.strip() else "no output"
+    return "nvidia-smi failed: %s" % line[:200]
+
+
+class SmiBackend:
+    """Spawns nvidia-smi per tick (fallback when pynvml is missing; ~100 ms per spawn)."""
+
+    name = "nvidia-smi"
+    blocking = True
+
+    def __init__(self, exe=None, runner=None):
+        self.exe = exe or shutil.which("nvidia-smi")
+        if not self.exe:
+            raise BackendUnavailable("nvidia-smi not on PATH")
+        self._run = runner or self._spawn
+        self.error = ""
+        self.nvml_version = ""
+        out = self._run(["--query-gpu=" + SMI_QUERY + ",driver_version"])
+        rows = parse_smi_csv(out, SMI_QUERY + ",driver_version")
+        gpus = []
+        self._uuid_index = {}
+        for row in rows:
+            idx = smi_value(row.get("index", ""))
+            if not isinstance(idx, int):
+                continue
+            self._uuid_index[row.get("uuid", "")] = idx
+            total = smi_value(row.get("memory.total", ""))
+            limit = smi_value(row.get("power.limit", ""))
+            gpus.append(
+                gpu_info(
+                    idx,
+                    row.get("name", ""),
+                    row.get("uuid", ""),
+                    float(total) if total is not None else None,
+                    row.get("pci.bus_id", ""),
+                    float(limit) if limit is not None else None,
+                    False,
+                )
+            )
+        if not gpus:
+            raise BackendUnavailable(_smi_error(out))
+        self.gpus = gpus
+        self.driver = rows[0].get("driver_version", "")
+        self.capabilities = ["procs"]
+        self.failing = ""
+
+    def _spawn(self, args):
+        try:
+            proc = subprocess.run(
+                [self.exe] + args + ["--format=csv,noheader,nounits"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=15,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return "nvidia-smi could not run: %s" % exc
+        return proc.stdout.decode("utf-8", "replace")
+
+    def sample(self, now):
+        out = self._run(["--query-gpu=" + SMI_QUERY])
+        result = []
+        for row in parse_smi_csv(out, SMI_QUERY):
+            fields = smi_gpu_fields(row)
+            if fields is not None:
+                result.append(fields)
+        self.failing = "" if result else _smi_error(out)
+        return result
+
+    def processes(self):
+        out = self._run(["--query-compute-apps=" + SMI_APPS_QUERY])
+        procs = []
+        for row in parse_smi_csv(out, SMI_APPS_QUERY):
+            pid = smi_value(row.get("pid", ""))
+            if not isinstance(pid, int):
+                continue
+            idx = self._uuid_index.get(row.get("gpu_uuid", ""))
+            if idx is None:
+                continue
+            used = smi_value(row.get("used_memory", ""))
+            procs.append((pid, idx, float(used) if used is not None else None))
+        return procs
+
+    def close(self):
+        pass
+
+
+# replay ---------------------------------------------------------------------------------------
+
+H200_NAME = "NVIDIA H200"
+H200_MEM_MIB = 143771.0
+H200_POWER_LIMIT_W = 700.0
+TRACE_DIRECT = ("util_gpu", "util_mem", "mem_used_mib", "power_w", "temp_c", "sm_mhz", "mem_mhz")
+
+
+def load_trace(path):
+    """Frames [(t, [per-recorded-GPU field dict], label)] from an H200 trace or a recording.
+
+    Also returns the recording's hello dict (or None). H200 trace lines: t, phase, util_gpu, ...,
+    gpm{...}. Recording lines: verl-top wire records; gpu lines sharing a ``t`` form a frame.
+    """
+    import gzip  # noqa: PLC0415 - only replay needs it
+
+    opener = gzip.open if str(path).endswith(".gz") else open
+    frames = []
+    hello = None
+    by_t = {}
+    with opener(path, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(row, dict):
+                continue
+            rtype = row.get("type")
+            if rtype == "gpu":
+                t = float(row.get("t", 0.0))
+                frame = by_t.get(t)
+                if frame is None:
+                    frame = by_t[t] = (t, [], row.get("label", ""))
+                    frames.append(frame)
+                frame[1].append({k: row[k] for k in GPU_FIELDS if k in row and k != "index"})
+            elif rtype == "hello" and hello is None:
+                hello = row
+            elif rtype is None and "util_gpu" in row:
+                f = {k: row[k] for k in TRACE_DIRECT if row.get(k) is not None}
+                gpm = row.get("gpm") or {}
+                for key, name in TRACE_GPM_KEYS:
+                    if gpm.get(key) is not None:
+                        f[name] = gpm[key]
+                frames.append((float(row.get("t", 0.0)), [f], str(row.get("phase", ""))))
+    frames.sort(key=lambda fr: fr[0])
+    if frames:
+        t0 = frames[0][0]
+        frames = [(t - t0, g, label) for t, g, label in frames]
+    return frames, hello
+
+
+class ReplayBackend:
+    """Plays a GPU trace as if it were ``gpus`` GPUs, paced by the agent interval."""
+
+    name = "replay"
+    blocking = False
+
+    def __init__(self, path, gpus=8, speed=1.0, seed=0, interval=1.0):
+        if not path:
+            raise BackendUnavailable("replay backend needs --replay-trace PATH")
+        try:
+            self.frames, hello = load_trace(path)
+        except OSError as exc:
+            raise BackendUnavailable("cannot read replay trace %s: %s" % (path, exc))
+        if not self.frames:
+            raise BackendUnavailable("replay trace %s has no GPU samples" % path)
+        self.n = max(1, int(gpus))
+        self.speed = float(speed) if speed and speed > 0 else 1.0
+        self.interval = interval
+        self.error = ""
+        self.driver = "replay"
+        self.nvml_version = ""
+        name, mem_total, limit = H200_NAME, H200_MEM_MIB, H200_POWER_LIMIT_W
+        if hello and hello.get("gpus"):
+            g0 = hello["gpus"][0]
+            name = g0.get("name") or name
+            mem_total = g0.get("mem_total_mib") or mem_total
+            limit = g0.get("power_limit_w") or limit
+        self.mem_total = mem_total
+        self.limit = limit
+        self.gpus = [
+            gpu_info(
+                i,
+                name,
+                "GPU-replay-%d-%02d" % (seed, i),
+                mem_total,
+                "00000000:%02X:00.0" % (0x18 + 0x10 * i),
+                limit,
+                True,
+            )
+            for i in range(self.n)
+        ]
+        self.capabilities = ["gpm"]
+        rng = random.Random(seed)
+        # Small fixed per-GPU differences, so the fan-out does not look like one GPU 8 times.
+        self._scale = [1.0 if i == 0 else 0.96 + 0.06 * rng.random() for i in range(self.n)]
+        self._temp_off = [0 if i == 0 else rng.randint(-2, 3) for i in range(self.n)]
+        self._jitter = random.Random(seed + 1)
+        last = self.frames[-1][0]
+        gaps = [b[0] - a[0] for a, b in zip(self.frames, self.frames[1:]) if b[0] > a[0]]
+        self.period = last + (min(gaps) if gaps else 1.0)  # loop length
+        self._pos = 0
+        self._clock = 0.0  # trace time of the next tick
+        self._started = False
+
+    def _frame(self):
+        """The frame for this tick: the last one whose time is <= the trace clock."""
+        frames = self.frames
+        if self._started:
+            self._clock += self.interval * self.speed
+        self._started = True
+        if self._clock >= self.period:
+            self._clock -= self.period * int(self._clock // self.period)
+            self._pos = 0
+        pos = self._pos
+        while pos + 1 < len(frames) and frames[pos + 1][0] <= self._clock:
+            pos += 1
+        self._pos = pos
+        return frames[pos]
+
+    def _vary(self, i, src):
+        """GPU i's values: the recorded GPU's, scaled a little (GPU 0 of a trace is exact)."""
+        s = self._scale[i]
+        if s == 1.0:
+            return src
+        j = 1.0 + 0.01 * (self._jitter.random() - 0.5)
+        out = {}
+        for k, v in src.items():
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                out[k] = v
+            elif k in PERCENT_FIELDS:
+                out[k] = min(100.0, round(v * s * j, 2))
+            elif k == "temp_c":
+                out[k] = v + self._temp_off[i]
+            elif k in ("power_w", "nvlink_tx_mibs", "nvlink_rx_mibs", "pcie_tx_mibs", "pcie_rx_mibs"):
+                out[k] = round(v * s * j, 2)
+            elif k == "mem_used_mib":
+                out[k] = round(v * (0.995 + 0.005 * s), 1)
+            else:
+                out[k] = v
+        return out
+
+    def sample(self, now):
+        _, gpus, label = self._frame()
+        nrec = len(gpus)
+        out = []
+        for i in range(self.n):
+            src = gpus[i % nrec]
+            vals = src if (i < nrec and nrec > 1) else self._vary(i, src)
+            f = {"index": i, "mem_total_mib": self.mem_total, "power_limit_w": self.limit}
+            f.update(vals)
+            f["index"] = i
+            f["lost"] = bool(f.get("lost", False))
+            f["label"] = label or f.get("label", "")
+            out.append(tuple((k, f[k]) for k in GPU_FIELDS if k in f))
+        return out
+
+    def processes(self):
+        return None
+
+    def close(self):
+        pass
+
+
+def make_backend(opts):
+    """The GPU backend for ``opts.backend`` ("auto" tries pynvml, then nvidia-smi, then none)."""
+    choice = opts.backend
+    if choice == "replay":
+        try:
+            return ReplayBackend(
+                opts.replay_trace, opts.replay_gpus, opts.replay_speed, opts.replay_seed, opts.interval
+            )
+        except BackendUnavailable as exc:
+            return NoneBackend(str(exc))
+    if choice == "none":
+        return NoneBackend("GPU sampling disabled (--backend none)")
+    nvml_reason = smi_reason = ""
+    if choice in ("auto", "pynvml"):
+        try:
+            return NvmlBackend()
+        except BackendUnavailable as exc:
+            nvml_reason = str(exc)
+        if choice == "pynvml":
+            return NoneBackend(nvml_reason)
+    if choice in ("auto", "nvidia-smi"):
+        try:
+            backend = SmiBackend()
+        except BackendUnavailable as exc:
+            smi_reason = str(exc)
+        else:
+            if nvml_reason:
+                backend.error = "NVML unavailable (%s); using nvidia-smi" % nvml_reason
+            return backend
+        if choice == "nvidia-smi":
+            return NoneBackend(smi_reason)
+    return NoneBackend(no_gpu_message(nvml_reason, smi_reason))
+
+
+def no_gpu_message(nvml_reason, smi_reason):
+    """Plain words for why neither NVML nor nvidia-smi gives GPU data."""
+    if MISMATCH_MSG in (nvml_reason, smi_reason):
+        return MISMATCH_MSG
+    driverless = ("library not found", "driver not loaded", "not on PATH")
+    if all(any(d in r for d in driverless) for r in (nvml_reason, smi_reason) if r):
+        return "no NVIDIA driver: %s and %s" % (nvml_reason, smi_reason)
+    return "no GPU data: %s; %s" % (nvml_reason, smi_reason)
+
+
+# ----------------------------------------------------------------------------------------------
+# File followers
+
+
+class Follower:
+    """Follows one file like ``tail -F``: growth, truncation, rotation, late creation."""
+
+    def __init__(self, kind, path, from_start=False, max_lines=MAX_LINES_PER_RECORD):
+        self.kind = kind
+        self.path = path
+        self.max_lines = max_lines
+        self._fh = None
+        self._ino = None
+        self._offset = 0
+        self._partial = b""
+        self._reset = False
+        self._from_start = from_start
+        self._open(initial=True)
+
+    def _open(self, initial=False):
+        """Open the file; start at its end unless from_start or it appeared after we began."""
+        try:
+            fh = open(self.path, "rb")
+        except OSError:
+            return False
+        st = os.fstat(fh.fileno())
+        self._fh = fh
+        self._ino = (st.st_dev, st.st_ino)
+        self._offset = 0 if (self._from_start or not initial) else st.st_size
+        return True
+
+    def _close(self):
+        if self._fh is not None:
+            try:
+                self._fh.close()
+            except OSError:
+                pass
+        self._fh = None
+
+    def _read_more(self, out):
+        """Read what was appended since the last call into ``out`` (complete lines only)."""
+        fh = self._fh
+        fh.seek(self._offset)
+        data = fh.read(MAX_READ_PER_POLL)
+        if not data:
+            return
+        self._offset += len(data)
+        data = self._partial + data
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            self._partial = data
+            if len(data) > MAX_PARTIAL:  # a runaway line: emit it rather than grow forever
+                self._partial = b""
+                out.append(data.decode("utf-8", "replace"))
+            return
+        self._partial = data[cut + 1 :]
+        text = data[:cut].decode("utf-8", "replace")
+        out.extend(line[:-1] if line.endswith("\r") else line for line in text.split("\n"))
+
+    def _flush_partial(self, out):
+        if self._partial:
+            out.append(self._partial.decode("utf-8", "replace").rstrip("\r"))
+            self._partial = b""
+
+    def poll(self, host, t):
+        """Log record dicts for what changed since the last poll."""
+        records = []
+        lines = []
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            st = None
+        if self._fh is not None:
+            rotated = st is None or (st.st_dev, st.st_ino) != self._ino
+            if rotated:
+                # Lines written to the old file just before the rotation are still ours.
+                try:
+                    self._read_more(lines)
+                except OSError:
+                    pass
+                self._flush_partial(lines)
+                self._emit(records, host, t, lines)
+                lines = []
+                self._close()
+                self._reset = True
+            elif st.st_size < self._offset:
+                self._offset = 0
+                self._partial = b""
+                self._reset = True
+        if self._fh is None:
+            if st is None or not self._open():
+                return records
+        if st is not None and st.st_size == self._offset and not self._reset:
+            return records
+        try:
+            self._read_more(lines)
+        except OSError:
+            self._close()
+            return records
+        if lines or self._reset:
+            self._emit(records, host, t, lines)
+        return records
+
+    def _emit(self, records, host, t, lines):
+        if not lines and not self._reset:
+            return
+        step = self.max_lines
+        for k in range(0, max(1, len(lines)), step):
+            fields = (
+                ("path", self.path),
+                ("kind", self.kind),
+                ("lines", lines[k : k + step]),
+                ("reset", self._reset),
+            )
+            records.append(_record("log", host, t, fields))
+            self._reset = False
+
+    def close(self):
+        self._close()
+
+
+def parse_follow(spec):
+    """``KIND[+start]:PATH`` -> (kind, path, from_start)."""
+    kind, sep, path = spec.partition(":")
+    if not sep or not path:
+        raise ValueError("--follow wants KIND:PATH, got %r" % spec)
+    from_start = False
+    if kind.endswith("+start"):
+        kind, from_start = kind[: -len("+start")], True
+    if kind not in FOLLOW_KINDS:
+        raise ValueError("follow kind must be one of %s, got %r" % ("|".join(FOLLOW_KINDS), kind))
+    return kind, path, from_start
+
+
+# ----------------------------------------------------------------------------------------------
+# The agent
+
+
+class Agent:
+    """Samples everything once per ``tick``; usable in-process or behind ``main``."""
+
+    def __init__(self, options=None):
+        opts = options if options is not None else parse_args([])
+        self.opts = opts
+        self.host = opts.host or socket.gethostname()
+        self.interval = max(0.05, float(opts.interval))
+        self.procs_enabled = not opts.no_procs
+        self.procs_every = max(1, int(opts.procs_every))
+        self.backend = make_backend(opts)
+        self.host_sampler = HostSampler(opts.host_sampler)
+        self.inspector = ProcInspector()
+        self.followers = {}  # path -> Follower
+        for spec in opts.follow or ():
+            kind, path, from_start = parse_follow(spec)
+            self.follow(kind, path, from_start)
+        self.ticks = 0
+        self.seq = 0
+        self._last_hb = None
+        self._last_procs = None  # (t, signature)
+        self._state = ""  # last runtime node-level error reported
+
+    @property
+    def blocking(self):
+        """True when a tick may block for long (spawns nvidia-smi, or psutil syscalls)."""
+        return bool(self.backend.blocking or self.host_sampler.mode == "psutil")
+
+    def hello(self, now=None):
+        """The hello record: who this agent is, what it sees, which backend it uses."""
+        b = self.backend
+        caps = list(b.capabilities)
+        if not self.procs_enabled and "procs" in caps:
+            caps.remove("procs")
+        if self.host_sampler.mode == "psutil":
+            caps.append("psutil")
+        caps.append("follow")
+        fields = (
+            ("agent_version", AGENT_VERSION),
+            ("python", platform.python_version()),
+            ("backend", b.name),
+            ("driver", b.driver),
+            ("nvml_version", b.nvml_version),
+            ("gpus", list(b.gpus)),
+            ("capabilities", caps),
+            ("cpu_count", self.host_sampler.cpu_count),
+            ("mem_total_bytes", self.host_sampler.mem_total),
+            ("interval", self.interval),
+            ("pid", os.getpid()),
+            ("error", b.error),
+        )
+        return _record("hello", self.host, round(now or time.time(), 3), fields)
+
+    def tick(self, now=None):
+        """All records of one sampling instant (gpu, host, maybe procs, hb, log)."""
+        now = round(now if now is not None else time.time(), 3)
+        host = self.host
+        out = []
+        for fields in self.backend.sample(now):
+            rec = {"v": PROTOCOL_VERSION, "type": "gpu", "host": host, "t": now}
+            for k, v in fields:  # backends give every field in model order, lost and label too
+                if v is not None:
+                    rec[k] = v
+            out.append(rec)
+        failing = getattr(self.backend, "failing", "")
+        if failing != self._state:
+            state = "no_gpu" if failing else "up"
+            fields = (("state", state), ("reason", failing))
+            out.append(_record("state", host, now, fields))
+            self._state = failing
+        out.append(_record("host", host, now, self.host_sampler.sample(now)))
+        if self.procs_enabled and self.ticks % self.procs_every == 0:
+            rec = self._procs(now)
+            if rec is not None:
+                out.append(rec)
+        if self._last_hb is None or now - self._last_hb >= HEARTBEAT_S:
+            out.append(self._heartbeat(now))
+        for follower in list(self.followers.values()):
+            out.extend(follower.poll(host, now))
+        self.ticks += 1
+        return out
+
+    def _heartbeat(self, now):
+        self._last_hb = now
+        self.seq += 1
+        fields = (
+            ("agent_cpu_s", round(HostSampler.agent_cpu_s(), 3)),
+            ("agent_rss_bytes", self.host_sampler.agent_rss()),
+            ("seq", self.seq),
+        )
+        return _record("hb", self.host, now, fields)
+
+    def _procs(self, now):
+        """A procs record when the GPU process set changed, or every 30 s; else None."""
+        raw = self.backend.processes()
+        if raw is None:
+            return None
+        raw.sort()
+        signature = tuple(raw)
+        last = self._last_procs
+        if last is not None and last[1] == signature and now - last[0] < PROCS_FORCE_S:
+            return None
+        self._last_procs = (now, signature)
+        procs = []
+        for pid, gpu, used in raw:
+            procs.append(proc_dict(pid, gpu, used, self.inspector.inspect(pid)))
+        self.inspector.forget_except({p[0] for p in raw})
+        return _record("procs", self.host, now, (("procs", procs),))
+
+    def follow(self, kind, path, from_start=False):
+        """Start following ``path`` (replaces an existing follower of the same path)."""
+        if kind not in FOLLOW_KINDS:
+            raise ValueError("unknown follow kind %r" % kind)
+        old = self.followers.pop(path, None)
+        if old is not None:
+            old.close()
+        self.followers[path] = Follower(kind, path, from_start)
+
+    def unfollow(self, path):
+        """Stop following ``path``."""
+        old = self.followers.pop(path, None)
+        if old is not None:
+            old.close()
+
+    def command(self, cmd):
+        """Apply one control command dict; returns an error string ("" when applied)."""
+        if not isinstance(cmd, dict):
+            return "control line is not a JSON object"
+        name = cmd.get("cmd")
+        try:
+            if name == "follow":
+                self.follow(str(cmd["kind"]), str(cmd["path"]), bool(cmd.get("from_start")))
+            elif name == "unfollow":
+                self.unfollow(str(cmd["path"]))
+            elif name == "interval":
+                self.interval = max(0.05, float(cmd["value"]))
+                if isinstance(self.backend, ReplayBackend):
+                    self.backend.interval = self.interval
+            elif name == "procs":
+                self.procs_enabled = bool(cmd["value"])
+                self._last_procs = None
+            else:
+                return "unknown command %r" % (name,)
+        except (KeyError, TypeError, ValueError) as exc:
+            return "bad %s command: %s" % (name, exc)
+        return ""
+
+    def close(self):
+        """Release NVML, open /proc files and followed files."""
+        for follower in self.followers.values():
+            follower.close()
+        self.followers.clear()
+        self.backend.close()
+        self.host_sampler.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# Process entry
+
+
+def parse_args(argv=None):
+    """The agent's command line."""
+    p = argparse.ArgumentParser(prog="verl-top-agent", description="verl-top node agent")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between ticks")
+    p.add_argument("--host", default="", help="host name in records (default: hostname)")
+    p.add_argument(
+        "--backend", default="auto", choices=("auto", "pynvml", "nvidia-smi", "replay", "none")
+    )
+    p.add_argument("--replay-trace", default=None, help="H200 trace or verl-top recording")
+    p.add_argument("--replay-gpus", type=int, default=8)
+    p.add_argument("--replay-speed", type=float, default=1.0)
+    p.add_argument("--replay-seed", type=int, default=0)
+    p.add_argument(
+        "--follow", action="append", default=[], metavar="KIND[+start]:PATH", help="follow a file"
+    )
+    p.add_argument("--once", action="store_true", help="emit hello and one tick, then exit")
+    p.add_argument("--count", type=int, default=0, help="stop after N ticks (0: run on)")
+    p.add_argument("--no-procs", action="store_true", help="do not list GPU processes")
+    p.add_argument("--procs-every", type=int, default=5, help="list GPU processes every N ticks")
+    p.add_argument("--host-sampler", default="auto", choices=("auto", "psutil", "proc"))
+    p.add_argument(
+        "--ignore-stdin", action="store_true", help="run without the stdin control channel"
+    )
+    opts = p.parse_args(argv)
+    for spec in opts.follow:
+        try:
+            parse_follow(spec)
+        except ValueError as exc:
+            p.error(str(exc))
+    return opts
+
+
+class _Writer:
+    """Writes NDJSON lines to stdout; remembers when the reader went away."""
+
+    def __init__(self, stream=None):
+        stream = stream or sys.stdout
+        self.raw = getattr(stream, "buffer", None)
+        self.text = stream if self.raw is None else None
+        self.broken = False
+
+    def write(self, records):
+        if not records or self.broken:
+            return not self.broken
+        data = "\n".join(encode_line(r) for r in records) + "\n"
+        try:
+            if self.raw is not None:
+                self.raw.write(data.encode("ascii"))
+                self.raw.flush()
+            else:
+                self.text.write(data)
+                self.text.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            self.broken = True
+        return not self.broken
+
+
+def _read_stdin(q):
+    """Control channel reader (daemon thread): JSON lines, then an EOF marker."""
+    try:
+        for line in sys.stdin:
+            line = line.strip()
+            if line:
+                q.put(line)
+    except (OSError, ValueError):
+        pass
+    q.put(None)
+
+
+def main(argv=None):
+    """Run the agent as a process; returns the exit status."""
+    opts = parse_args(argv)
+    agent = Agent(opts)
+    writer = _Writer()
+    q = queue.Queue()
+    if not (opts.ignore_stdin or opts.once):
+        threading.Thread(target=_read_stdin, args=(q,), name="control", daemon=True).start()
+    try:
+        if not writer.write([agent.hello()]):
+            return 1
+        if opts.once and isinstance(agent.backend, NvmlBackend) and "gpm" in agent.backend.capabilities:
+            time.sleep(GPM_MIN_GAP_S + 0.02)  # GPM needs two samples 100 ms apart
+        limit = 1 if opts.once else max(0, opts.count)
+        next_tick = time.monotonic()
+        while True:
+            mono = time.monotonic()
+            if mono >= next_tick:
+                if not writer.write(agent.tick(time.time())):
+                    return 1
+                if limit and agent.ticks >= limit:
+                    return 0
+                next_tick += agent.interval
+                if next_tick < mono:  # fell behind (slow spawn, suspend): do not burst
+                    next_tick = mono + agent.interval
+            try:
+                line = q.get(timeout=max(0.0, next_tick - time.monotonic()))
+            except queue.Empty:
+                continue
+            if line is None:
+                return 0  # stdin closed: the client is gone
+            try:
+                error = agent.command(json.loads(line))
+            except ValueError:
+                error = "control line is not JSON"
+            if error:
+                sys.stderr.write("verl-top-agent: %s\n" % error)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        agent.close()
+
+
+if __name__ == "__main__":
+    _code = main(sys.argv[1:])
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
+    # os._exit: a daemon thread may still block in stdin.readline(), and a normal interpreter
+    # shutdown can then abort on the stdin lock; there is nothing left to clean up.
+    os._exit(_code)

@@ -1,0 +1,180 @@
+"""This machine as a source: the node agent run in-process, and local file following.
+
+``LocalSource`` imports ``verl_top.agent.node_agent`` (the same code the SSH source ships to
+nodes) and turns each tick's wire dicts into records with ``protocol.from_dict``, so local and
+remote data take one path. ``LocalFollowSource`` follows files on this machine (e.g. the verl
+driver log) while the GPUs are monitored on remote hosts, with the agent's ``Follower``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from verl_top.agent import node_agent
+from verl_top.model import Record
+from verl_top.protocol import from_dict
+from verl_top.sources.base import Emit
+
+FollowSpec = str | tuple[str, str] | tuple[str, str, bool]
+
+
+def _follow_args(follows: Iterable[FollowSpec]) -> list[tuple[str, str, bool]]:
+    """Normalise ``"KIND[+start]:PATH"`` strings and (kind, path[, from_start]) tuples."""
+    out = []
+    for spec in follows:
+        if isinstance(spec, str):
+            out.append(node_agent.parse_follow(spec))
+        else:
+            kind, path, *rest = spec
+            out.append((kind, str(path), bool(rest[0]) if rest else False))
+    return out
+
+
+def _decode(dicts: Sequence[dict[str, Any]], emit: Emit) -> int:
+    """Emit the records of wire dicts; returns how many could not be decoded."""
+    bad = 0
+    for d in dicts:
+        try:
+            record: Record = from_dict(d)
+        except (ValueError, TypeError):
+            bad += 1
+            continue
+        emit(record)
+    return bad
+
+
+class LocalSource:
+    """Samples this machine with the node agent, in-process."""
+
+    def __init__(
+        self,
+        interval: float = 1.0,
+        backend: str = "auto",
+        follows: Iterable[FollowSpec] = (),
+        replay_trace: str | None = None,
+        replay_gpus: int = 8,
+        replay_speed: float = 1.0,
+        replay_seed: int = 0,
+        host: str | None = None,
+        procs: bool = True,
+        host_sampler: str = "auto",
+        count: int = 0,
+    ) -> None:
+        argv = [
+            "--interval",
+            str(interval),
+            "--backend",
+            backend,
+            "--replay-gpus",
+            str(replay_gpus),
+            "--replay-speed",
+            str(replay_speed),
+            "--replay-seed",
+            str(replay_seed),
+            "--host-sampler",
+            host_sampler,
+        ]
+        if replay_trace:
+            argv += ["--replay-trace", str(replay_trace)]
+        if host:
+            argv += ["--host", host]
+        if not procs:
+            argv.append("--no-procs")
+        self.options = node_agent.parse_args(argv)
+        self.follows = _follow_args(follows)
+        self.count = count  # stop after this many ticks (0: run until cancelled)
+        self.host = host or socket.gethostname()
+        self.name = f"local:{self.host}"
+        self.malformed = 0
+        self.agent: node_agent.Agent | None = None
+        self._pending: list[dict[str, Any]] = []
+
+    def command(self, cmd: dict[str, Any]) -> None:
+        """Queue a control command (same JSON as the stdin channel); applied before next tick."""
+        self._pending.append(cmd)
+
+    def follow(self, kind: str, path: str, from_start: bool = False) -> None:
+        """Follow a file on this machine (applied before the next tick)."""
+        self.command({"cmd": "follow", "kind": kind, "path": path, "from_start": from_start})
+
+    def _tick(self, agent: node_agent.Agent) -> list[dict[str, Any]]:
+        pending, self._pending = self._pending, []
+        for cmd in pending:
+            agent.command(cmd)
+        return agent.tick(time.time())
+
+    async def run(self, emit: Emit) -> None:
+        """Emit hello, then every tick's records until cancelled (or ``count`` ticks)."""
+        loop = asyncio.get_running_loop()
+        # One worker thread, so ticks never overlap and the agent is only touched by one thread.
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verl-top-local")
+        try:
+            # NVML init and the nvidia-smi probe can take a second: keep them off the event loop.
+            agent = await loop.run_in_executor(executor, node_agent.Agent, self.options)
+            self.agent = agent
+            for kind, path, from_start in self.follows:
+                agent.follow(kind, path, from_start)
+            self.malformed += _decode([agent.hello()], emit)
+            next_tick = loop.time()
+            while not self.count or agent.ticks < self.count:
+                if agent.blocking:
+                    # nvidia-smi is spawned per tick (~100 ms) and psutil does syscalls on every
+                    # core's counters: run those ticks in the worker so the UI never stalls.
+                    dicts = await loop.run_in_executor(executor, self._tick, agent)
+                else:
+                    # pynvml getters take microseconds (PcieThroughput is never called) and the
+                    # replay backend only does arithmetic: a thread hop would cost more.
+                    dicts = self._tick(agent)
+                self.malformed += _decode(dicts, emit)
+                if self.count and agent.ticks >= self.count:
+                    break
+                next_tick += agent.interval
+                delay = next_tick - loop.time()
+                if delay < 0:
+                    next_tick = loop.time()
+                    delay = 0
+                await asyncio.sleep(delay)
+        finally:
+            if self.agent is not None:
+                self.agent.close()
+            executor.shutdown(wait=False)
+
+
+class LocalFollowSource:
+    """Follows files on this machine (``tail -F``), e.g. the verl driver log, as ``log`` records."""
+
+    def __init__(
+        self,
+        follows: Iterable[FollowSpec],
+        interval: float = 1.0,
+        host: str | None = None,
+        count: int = 0,
+    ) -> None:
+        self.follows = _follow_args(follows)
+        self.interval = interval
+        self.host = host or socket.gethostname()
+        self.name = f"files:{self.host}"
+        self.count = count
+        self.malformed = 0
+
+    async def run(self, emit: Emit) -> None:
+        """Poll every followed file each interval and emit what was appended."""
+        followers = [node_agent.Follower(k, p, s) for k, p, s in self.follows]
+        polls = 0
+        try:
+            while not self.count or polls < self.count:
+                now = round(time.time(), 3)
+                for follower in followers:
+                    # A stat and a read of what was appended: small local I/O, done inline.
+                    self.malformed += _decode(follower.poll(self.host, now), emit)
+                polls += 1
+                if not self.count or polls < self.count:
+                    await asyncio.sleep(self.interval)
+        finally:
+            for follower in followers:
+                follower.close()
