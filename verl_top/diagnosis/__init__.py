@@ -1,1 +1,1 @@
-"""verl_top.diagnosis package."""
+"""Five-step bottleneck diagnosis: rules per step, one thresholds table, an engine with hysteresis."""

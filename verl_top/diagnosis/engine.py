@@ -1,0 +1,147 @@
+"""The engine: runs every rule over a read-only view and picks the bottleneck with hysteresis."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from verl_top.diagnosis import (
+    step1_throughput,
+    step2_comm,
+    step3_dataflow,
+    step4_mapping,
+    step5_config,
+)
+from verl_top.diagnosis.findings import STEP_NAMES, Check, Finding, Rule, Verdict
+from verl_top.diagnosis.thresholds import Thresholds
+from verl_top.diagnosis.view import View, mean
+from verl_top.store import Store
+
+STEP_RULES: dict[int, list[Rule]] = {
+    1: step1_throughput.RULES,
+    2: step2_comm.RULES,
+    3: step3_dataflow.RULES,
+    4: step4_mapping.RULES,
+    5: step5_config.RULES,
+}
+HISTORY_LEN = 20
+
+
+def run_rules(view: View, th: Thresholds) -> tuple[list[Finding], list[Check]]:
+    """Every rule of every step; a finding also yields a Check with status 'finding'."""
+    findings: list[Finding] = []
+    checks: list[Check] = []
+    for step, rules in STEP_RULES.items():
+        for rule in rules:
+            try:
+                result = rule(view, th)
+            except Exception as exc:  # a broken rule must never take the monitor down
+                name = rule.__name__.replace("_", ".", 1)
+                checks.append(
+                    Check(step, name, "no_data", f"rule failed: {type(exc).__name__}: {exc}")
+                )
+                continue
+            for item in result if isinstance(result, list) else [result]:
+                if isinstance(item, Finding):
+                    findings.append(item)
+                    checks.append(Check(item.step, item.rule, "finding", item.title))
+                else:
+                    checks.append(item)
+    findings.sort(key=lambda f: (-f.severity, f.step, f.rule))
+    return findings, checks
+
+
+def steps_summary(verdict: Verdict) -> dict[int, tuple[float, int]]:
+    """Per step: (worst severity, number of findings), for the tab marks."""
+    out = {step: (0.0, 0) for step in STEP_NAMES}
+    for f in verdict.findings:
+        worst, n = out[f.step]
+        out[f.step] = (max(worst, f.severity), n + 1)
+    return out
+
+
+@dataclass
+class _Challenger:
+    step: int | None
+    since_t: float
+    count: int
+
+
+class Engine:
+    """Evaluates the store; keeps the bottleneck stable unless another step stays ahead."""
+
+    def __init__(self, thresholds: Thresholds | None = None) -> None:
+        self.thresholds = thresholds or Thresholds()
+        self._current: int | None = None
+        self._evaluated = False
+        self._challenger: _Challenger | None = None
+        self._history: deque[tuple[float, int | None, str | None]] = deque(maxlen=HISTORY_LEN)
+
+    def evaluate(self, store: Store) -> Verdict:
+        """Run all rules over ``store`` (never mutated) and return the verdict at ``store.now``."""
+        th = self.thresholds
+        view = View(store, th)
+        findings, checks = run_rules(view, th)
+        scores = {step: 0.0 for step in STEP_NAMES}
+        for f in findings:
+            scores[f.step] = max(scores[f.step], f.severity)
+        best = max(scores, key=lambda s: (scores[s], -s))
+        leader: int | None = best if scores[best] >= th.floor else None
+        self._decide(leader, scores, store.now)
+        step = self._current
+        rule = next((f.rule for f in findings if f.step == step), None) if step else None
+        if (
+            self._history
+            and (self._history[-1][1], self._history[-1][2]) != (step, rule)
+            or not self._history
+        ):
+            self._history.append((store.now, step, rule))
+        return Verdict(
+            bottleneck_step=step,
+            bottleneck_rule=rule,
+            headline=self._headline(view, findings, step),
+            findings=findings,
+            checks=checks,
+            history=list(self._history),
+            t=store.now,
+        )
+
+    def _decide(self, leader: int | None, scores: dict[int, float], now: float) -> None:
+        th = self.thresholds
+        if not self._evaluated:
+            self._evaluated, self._current = True, leader
+            return
+        if leader == self._current:
+            self._challenger = None
+            return
+        cur = scores[self._current] if self._current is not None else th.floor
+        new = scores[leader] if leader is not None else th.floor
+        ahead = new > cur + th.hysteresis_margin or (self._current is not None and cur < th.floor)
+        if not ahead:
+            self._challenger = None
+            return
+        ch = self._challenger
+        if ch is None or ch.step != leader:
+            ch = self._challenger = _Challenger(leader, now, 0)
+        ch.count += 1
+        if ch.count >= th.hysteresis_evals or now - ch.since_t >= th.hysteresis_s:
+            self._current, self._challenger = leader, None
+
+    def _headline(self, view: View, findings: list[Finding], step: int | None) -> str:
+        if step is not None:
+            top = next((f for f in findings if f.step == step), None)
+            if top is None:  # held by hysteresis while its findings clear
+                return f"Step {step} ({STEP_NAMES[step]}) was the bottleneck; its findings cleared, confirming"
+            return f"Step {step} ({STEP_NAMES[step]}) is the bottleneck: {top.title}"
+        parts = []
+        acts = [m for g in view.gpus() if (m := view.gpu_mean(g, "activity")) is not None]
+        if acts:
+            parts.append(f"{len(acts)} GPUs at {mean(acts) or 0:.0f} % activity")
+        rec = view.recent_steps()
+        if rec and rec[-1].throughput is not None:
+            parts.append(f"{rec[-1].throughput:.0f} tokens/s/GPU")
+        if rec and rec[-1].step_time_core:
+            parts.append(f"step {rec[-1].step} took {rec[-1].step_time_core:.0f} s")
+        if not parts:
+            return "Job looks healthy: no data yet to judge"
+        return "Job looks healthy: " + ", ".join(parts)

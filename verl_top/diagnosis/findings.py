@@ -1,0 +1,84 @@
+"""What the diagnosis produces: findings, per-rule checks and the verdict."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from verl_top.diagnosis.thresholds import Thresholds
+    from verl_top.diagnosis.view import View
+
+STEP_NAMES: dict[int, str] = {
+    1: "Throughput & GPU",
+    2: "Communication",
+    3: "Dataflow",
+    4: "Parallelism & mapping",
+    5: "Config & scheduling",
+}
+
+CheckStatus = Literal["passed", "no_data", "finding"]
+
+
+@dataclass
+class Finding:
+    """A problem a rule found: how bad, the numbers it used and what to change."""
+
+    step: int
+    rule: str
+    severity: float  # 0-1
+    title: str
+    evidence: list[str] = field(default_factory=list)  # numbers with units and their window
+    advice: str = ""  # names the verl / NCCL setting to change
+    data: dict[str, Any] = field(default_factory=dict)  # raw numbers
+
+
+@dataclass
+class Check:
+    """The outcome of one rule: passed, no data (and how to give it), or a finding."""
+
+    step: int
+    rule: str
+    status: CheckStatus
+    detail: str = ""
+
+
+@dataclass
+class Verdict:
+    """One evaluation: the bottleneck step (None = healthy), findings, checks and history."""
+
+    bottleneck_step: int | None
+    bottleneck_rule: str | None
+    headline: str
+    findings: list[Finding] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    history: list[tuple[float, int | None, str | None]] = field(default_factory=list)
+    t: float = 0.0
+
+
+RuleResult = Finding | Check | list[Finding | Check]
+Rule = Callable[["View", "Thresholds"], RuleResult]
+
+
+def clamp(x: float, lo: float = 0.0, hi: float = 1.0) -> float:
+    """``x`` limited to [lo, hi]."""
+    return max(lo, min(hi, x))
+
+
+def scale(value: float, start: float, end: float, lo: float, hi: float) -> float:
+    """Severity growing linearly from ``lo`` at ``start`` to ``hi`` at ``end`` (clamped)."""
+    if end == start:
+        return hi
+    frac = clamp((value - start) / (end - start))
+    return round(lo + (hi - lo) * frac, 3)
+
+
+def passed(step: int, rule: str, detail: str) -> Check:
+    """A rule that looked and found nothing wrong."""
+    return Check(step, rule, "passed", detail)
+
+
+def no_data(step: int, rule: str, detail: str) -> Check:
+    """A rule whose input is missing; ``detail`` says what it needs and how to give it."""
+    return Check(step, rule, "no_data", detail)

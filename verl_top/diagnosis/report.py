@@ -1,0 +1,101 @@
+"""Render a verdict as text (five steps in order) or as the stable JSON of docs/diagnose-json.md."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verl_top.diagnosis.engine import steps_summary
+from verl_top.diagnosis.findings import STEP_NAMES, Check, Finding, Verdict
+
+SCHEMA = "verl-top.diagnose/1"
+
+
+def _finding_text(f: Finding) -> list[str]:
+    lines = [f"  [{f.severity:.2f}] {f.title}  ({f.rule})"]
+    lines += [f"      - {e}" for e in f.evidence]
+    if f.advice:
+        lines.append(f"      > {f.advice}")
+    return lines
+
+
+def format_text(verdict: Verdict) -> str:
+    """Human report: the verdict first, then each step's findings and checks."""
+    out = [verdict.headline]
+    if verdict.bottleneck_step is not None:
+        out.append(
+            f"Bottleneck: step {verdict.bottleneck_step} {STEP_NAMES[verdict.bottleneck_step]} ({verdict.bottleneck_rule})"
+        )
+    summary = steps_summary(verdict)
+    for step, name in STEP_NAMES.items():
+        worst, n = summary[step]
+        mark = " <== bottleneck" if step == verdict.bottleneck_step else ""
+        out.append("")
+        out.append(f"{step}. {name}: {n} finding(s), worst {worst:.2f}{mark}")
+        for f in verdict.findings:
+            if f.step == step:
+                out += _finding_text(f)
+        checks = [c for c in verdict.checks if c.step == step and c.status != "finding"]
+        ok = [c for c in checks if c.status == "passed"]
+        nd = [c for c in checks if c.status == "no_data"]
+        if ok:
+            out.append("  passed: " + "; ".join(f"{c.rule} ({c.detail})" for c in ok))
+        for c in nd:
+            out.append(f"  no data: {c.rule}: {c.detail}")
+    return "\n".join(out) + "\n"
+
+
+def _finding_json(f: Finding) -> dict[str, Any]:
+    return {
+        "step": f.step,
+        "rule": f.rule,
+        "severity": round(f.severity, 3),
+        "title": f.title,
+        "evidence": list(f.evidence),
+        "advice": f.advice,
+        "data": _plain(f.data),
+    }
+
+
+def _check_json(c: Check) -> dict[str, Any]:
+    return {"step": c.step, "rule": c.rule, "status": c.status, "detail": c.detail}
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe copy (NaN/inf become null, tuples lists, other objects strings)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [_plain(v) for v in value]
+    if isinstance(value, float):
+        return None if value != value or value in (float("inf"), float("-inf")) else round(value, 6)
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    return str(value)
+
+
+def to_json(verdict: Verdict) -> dict[str, Any]:
+    """The verdict as the stable ``verl-top.diagnose/1`` document."""
+    summary = steps_summary(verdict)
+    steps = []
+    for step, name in STEP_NAMES.items():
+        steps.append(
+            {
+                "step": step,
+                "name": name,
+                "worst_severity": round(summary[step][0], 3),
+                "findings": [_finding_json(f) for f in verdict.findings if f.step == step],
+                "checks": [_check_json(c) for c in verdict.checks if c.step == step],
+            }
+        )
+    return {
+        "schema": SCHEMA,
+        "bottleneck": {
+            "step": verdict.bottleneck_step,
+            "rule": verdict.bottleneck_rule,
+            "headline": verdict.headline,
+        },
+        "steps": steps,
+        "findings": [_finding_json(f) for f in verdict.findings],
+        "history": [{"t": t, "step": s, "rule": r} for t, s, r in verdict.history],
+        "time": verdict.t,
+    }

@@ -1,0 +1,295 @@
+"""Step 4 — parallelism and device mapping: are GPUs used evenly and placed well?"""
+
+from __future__ import annotations
+
+from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
+from verl_top.diagnosis.thresholds import Thresholds
+from verl_top.diagnosis.view import View, fmt_pct, mean, median
+from verl_top.store import GpuEntry
+
+STEP = 4
+ROLLOUT_TP = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+NEED_CONFIG = (
+    "needs the job's resolved config: --verl-log (verl prints it at start) or --verl-config FILE"
+)
+
+
+def _roles(view: View) -> dict[tuple[str, int], str] | None:
+    """GPU -> role ('' when no process) when process lists are known, else None."""
+    if not any(h.procs is not None for h in view.hosts()):
+        return None
+    roles: dict[tuple[str, int], str] = {}
+    for h in view.hosts():
+        for idx in h.gpus:
+            roles[(h.name, idx)] = ""
+        for p in h.procs.procs if h.procs else []:
+            roles[(h.name, p.gpu_index)] = p.role or roles.get((h.name, p.gpu_index)) or "compute"
+    return roles
+
+
+def map_imbalance(view: View, th: Thresholds) -> RuleResult:
+    """Activity spread across GPUs of one role in the same phase, or a slow node."""
+    gpus = view.gpus()
+    if len(gpus) < 2:
+        return no_data(STEP, "map.imbalance", "needs GPU samples from >= 2 GPUs")
+    roles = _roles(view)
+    groups: dict[tuple[str, str], dict[str, float]] = {}
+    for g in gpus:
+        role = roles.get(g.key, "") if roles is not None else "all"
+        if roles is not None and not role:
+            continue  # no process: map.unused_gpu covers it
+        for phase, keep in (("gen", lambda p: p == "gen"), ("other", lambda p: p != "gen")):
+            m = mean(view.gpu_phase_points(g, "activity", keep))
+            if m is not None:
+                groups.setdefault((role, phase), {})[view.gpu_name(g)] = m
+    worst: tuple[float, str, str, str, float, float] | None = None
+    for (role, phase), means in groups.items():
+        if len(means) < 2:
+            continue
+        hi, lo = max(means, key=means.__getitem__), min(means, key=means.__getitem__)
+        spread = means[hi] - means[lo]
+        if worst is None or spread > worst[0]:
+            worst = (spread, f"{role}/{phase}", hi, lo, means[hi], means[lo])
+    node_means: dict[str, float] = {}
+    for h in view.hosts():
+        vals = [m for g in h.gpus.values() if (m := view.gpu_mean(g, "activity")) is not None]
+        if vals:
+            node_means[h.name] = sum(vals) / len(vals)
+    cluster = mean(list(node_means.values()))
+    slow = None
+    if len(node_means) >= 2 and cluster:
+        name = min(node_means, key=node_means.__getitem__)
+        if node_means[name] < th.node_ratio * cluster:
+            slow = (name, node_means[name], node_means[name] / cluster)
+    spread_bad = worst is not None and worst[0] > th.imbalance_points
+    if not spread_bad and slow is None:
+        return passed(
+            STEP, "map.imbalance", f"spread {worst[0] if worst else 0:.0f} points, no slow node"
+        )
+    ev, sev, title = [], 0.0, ""
+    if spread_bad and worst is not None:
+        spread, group, hi, lo, vhi, vlo = worst
+        sev = scale(spread, th.imbalance_points, 80, 0.4, 0.7)
+        ev.append(f"{group}: {hi} {vhi:.0f} % vs {lo} {vlo:.0f} % activity, {view.window_text}")
+        title = (
+            f"Uneven GPUs: {lo} at {vlo:.0f} % while {hi} runs {vhi:.0f} % ({spread:.0f} points)"
+        )
+    if slow is not None:
+        sev = max(sev, scale(slow[2], th.node_ratio, 0.2, 0.45, 0.7))
+        ev.append(
+            f"node {slow[0]} mean {slow[1]:.0f} % = {slow[2]:.2f}x cluster mean {cluster:.0f} %"
+        )
+        title = title or f"Node {slow[0]} runs at {slow[2]:.2f}x the cluster's GPU activity"
+    return Finding(
+        STEP,
+        "map.imbalance",
+        sev,
+        title,
+        ev,
+        "Find the straggler: check that GPU/node (throttle, ECC, NIC); balance work with "
+        "trainer.balance_batch=True and rollout load balancing.",
+        {"spread": worst[0] if worst else None, "slow_node": slow[0] if slow else None},
+    )
+
+
+def map_unused_gpu(view: View, th: Thresholds) -> RuleResult:
+    """A GPU without a compute process while the job runs on others."""
+    roles = _roles(view)
+    if roles is None:
+        return no_data(STEP, "map.unused_gpu", "needs GPU process lists from the agent")
+    used = [k for k, r in roles.items() if r]
+    unused = sorted(k for k, r in roles.items() if not r)
+    if not used:
+        return passed(
+            STEP, "map.unused_gpu", "no GPU process at all: job not running on these GPUs"
+        )
+    if not unused:
+        return passed(STEP, "map.unused_gpu", f"all {len(roles)} GPUs hold a compute process")
+    frac = len(unused) / len(roles)
+    names = ", ".join(f"{h}:gpu{i}" for h, i in unused[:8])
+    return Finding(
+        STEP,
+        "map.unused_gpu",
+        scale(frac, 0.0, 0.5, 0.5, 0.8),
+        f"{len(unused)} of {len(roles)} GPUs have no process while the job runs ({names})",
+        [
+            f"GPUs without a compute process: {names}",
+            f"{len(used)} GPUs hold job processes (latest process list)",
+        ],
+        "Check trainer.n_gpus_per_node / trainer.nnodes and CUDA_VISIBLE_DEVICES / Ray --num-gpus on the node.",
+        {"unused": [f"{h}:{i}" for h, i in unused], "gpus": len(roles)},
+    )
+
+
+def map_rollout_replicas(view: View, th: Thresholds) -> RuleResult:
+    """During gen, far fewer busy GPUs than the rollout replicas should keep busy."""
+    tp_hit = view.config(ROLLOUT_TP)
+    if tp_hit is None or not (tp := view.num(tp_hit[1])):
+        return no_data(
+            STEP,
+            "map.rollout_replicas",
+            NEED_CONFIG + " (needs rollout tensor_model_parallel_size)",
+        )
+    gen_means: dict[str, float] = {}
+    for g in view.gpus():
+        m = mean(view.gpu_phase_points(g, "activity", lambda p: p == "gen"))
+        if m is not None:
+            gen_means[view.gpu_name(g)] = m
+    if not gen_means:
+        return no_data(
+            STEP,
+            "map.rollout_replicas",
+            "needs GPU samples during gen (verl steps give the stage bands)",
+        )
+    gpus = len(gen_means)
+    busy = sum(1 for v in gen_means.values() if v > th.busy_pct)
+    replicas = max(1, int(gpus // tp))
+    expected = replicas * int(tp)
+    ratio = busy / expected
+    if ratio >= th.replicas_ratio:
+        return passed(STEP, "map.rollout_replicas", f"{busy} of {expected} GPUs busy during gen")
+    return Finding(
+        STEP,
+        "map.rollout_replicas",
+        scale(ratio, th.replicas_ratio, 0.0, 0.6, 0.9),
+        f"During gen only {busy} of {gpus} GPUs are busy ({replicas} replicas of TP {int(tp)} expected)",
+        [
+            f"busy GPUs (> {th.busy_pct:.0f} % activity) during gen: {busy} of {gpus}, {view.window_text}",
+            f"{ROLLOUT_TP} = {int(tp)}: {replicas} replicas x {int(tp)} GPUs expected busy",
+        ],
+        "Requests are not spread over the replicas: check rollout.agent.num_workers, the rollout "
+        "server load balance, and consider a smaller tensor_model_parallel_size for small models.",
+        {"busy": busy, "gpus": gpus, "tp": tp, "replicas": replicas},
+    )
+
+
+def map_seqlen_imbalance(view: View, th: Thresholds) -> RuleResult:
+    """global_seqlen/minmax_diff over global_seqlen/mean above seqlen_ratio."""
+    ratios = []
+    for s in view.recent_steps():
+        d, m = s.metrics.get("global_seqlen/minmax_diff"), s.metrics.get("global_seqlen/mean")
+        if d is not None and m:
+            ratios.append(float(d) / float(m))
+    if not ratios:
+        return no_data(
+            STEP,
+            "map.seqlen_imbalance",
+            "needs global_seqlen/* (trainer.balance_batch=True): --verl-log PATH",
+        )
+    r = median(ratios) or 0.0
+    if r <= th.seqlen_ratio:
+        return passed(STEP, "map.seqlen_imbalance", f"minmax_diff/mean {r:.3f}")
+    bb = view.config("trainer.balance_batch")
+    return Finding(
+        STEP,
+        "map.seqlen_imbalance",
+        scale(r, th.seqlen_ratio, 0.5, 0.35, 0.6),
+        f"Tokens per DP rank differ by {fmt_pct(r)} of the mean before balancing",
+        [f"global_seqlen/minmax_diff / global_seqlen/mean = {r:.3f}, {view.steps_text()}"]
+        + ([f"trainer.balance_batch = {bb[1]}"] if bb else []),
+        "Keep trainer.balance_batch=True (reorders samples so DP ranks get equal tokens); use "
+        "use_dynamic_bsz so micro-batches follow token counts.",
+        {"ratio": r},
+    )
+
+
+def _tp_sizes(view: View) -> list[tuple[str, int]]:
+    out = []
+    for key in (ROLLOUT_TP, "actor_rollout_ref.actor.megatron.tensor_model_parallel_size"):
+        hit = view.config(key)
+        if hit is not None and (n := view.num(hit[1])) and n > 1:
+            out.append((key, int(n)))
+    return out
+
+
+def map_topology(view: View, th: Thresholds) -> RuleResult:
+    """A TP group spans GPUs that are not linked by NVLink (topology SYS/PHB/NODE/PIX/PXB)."""
+    topo = view.topology()
+    if topo is None:
+        return no_data(
+            STEP,
+            "map.topology",
+            "needs the GPU link matrix (store.topology from `nvidia-smi topo -m`); not collected yet",
+        )
+    sizes = _tp_sizes(view)
+    if not sizes:
+        return no_data(
+            STEP, "map.topology", NEED_CONFIG + " (needs a tensor_model_parallel_size > 1)"
+        )
+    bad: list[str] = []
+    for host, matrix in topo.items():
+        n = 1 + max((max(i, j) for i, j in matrix), default=-1)
+        for key, tp in sizes:
+            for start in range(0, n - n % tp, tp):
+                group = range(start, start + tp)
+                links = {
+                    matrix.get((i, j)) or matrix.get((j, i)) or "?"
+                    for i in group
+                    for j in group
+                    if i < j
+                }
+                slow = sorted(lk for lk in links if not lk.startswith("NV") and lk != "?")
+                if slow:
+                    bad.append(
+                        f"{host} GPUs {start}-{start + tp - 1} ({key.split('.')[-2]} TP {tp}): {'/'.join(slow)}"
+                    )
+    if not bad:
+        return passed(STEP, "map.topology", "every TP group is NVLink-connected")
+    return Finding(
+        STEP,
+        "map.topology",
+        0.6,
+        f"{len(bad)} TP group(s) cross PCIe/CPU links instead of NVLink",
+        bad[:6],
+        "Keep each tensor-parallel group inside one NVLink domain: lower tensor_model_parallel_size "
+        "or fix CUDA_VISIBLE_DEVICES ordering.",
+        {"groups": bad},
+    )
+
+
+def map_config_mismatch(view: View, th: Thresholds) -> RuleResult:
+    """n_gpus_per_node x nnodes differs from the GPUs seen, or TP does not divide the GPUs."""
+    per = view.config("trainer.n_gpus_per_node")
+    nodes = view.config("trainer.nnodes")
+    if per is None:
+        return no_data(STEP, "map.config_mismatch", NEED_CONFIG)
+    n_per = int(view.num(per[1]) or 0)
+    n_nodes = int(view.num(nodes[1]) or 1) if nodes else 1
+    want = n_per * n_nodes
+    seen = view.store.gpu_count()
+    problems = []
+    if seen and want != seen:
+        problems.append(
+            f"trainer.n_gpus_per_node x trainer.nnodes = {n_per} x {n_nodes} = {want}, GPUs seen = {seen}"
+        )
+    tp = view.config(ROLLOUT_TP)
+    if tp is not None and (t := view.num(tp[1])) and want and want % int(t):
+        problems.append(f"{ROLLOUT_TP} = {int(t)} does not divide {want} GPUs")
+    if not problems:
+        return passed(
+            STEP,
+            "map.config_mismatch",
+            f"{want} GPUs configured" + (f", {seen} seen" if seen else ""),
+        )
+    return Finding(
+        STEP,
+        "map.config_mismatch",
+        0.6,
+        "Config and hardware disagree: " + problems[0],
+        problems
+        + (["GPUs seen: hosts monitored by verl-top (all of the job's nodes?)"] if seen else []),
+        "Set trainer.n_gpus_per_node / trainer.nnodes to the GPUs the job really has and a "
+        "rollout tensor_model_parallel_size that divides them.",
+        {"configured": want, "seen": seen},
+    )
+
+
+RULES: list[Rule] = [
+    map_imbalance,
+    map_unused_gpu,
+    map_rollout_replicas,
+    map_seqlen_imbalance,
+    map_topology,
+    map_config_mismatch,
+]
+__all__ = ["RULES", "GpuEntry", "median"]

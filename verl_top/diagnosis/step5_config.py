@@ -1,0 +1,326 @@
+"""Step 5 — hyper-parameters and scheduling: is a setting wasting the hardware?
+
+Every rule shows the value found (or verl's default when the key is absent), the default from
+verl's generated trainer config (reference verl.md §3) and the recommendation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
+from verl_top.diagnosis.thresholds import Thresholds
+from verl_top.diagnosis.view import View, fmt_pct
+
+STEP = 5
+NEED_CONFIG = (
+    "needs the job's resolved config: --verl-log (verl prints it at start) or --verl-config FILE"
+)
+A = "actor_rollout_ref.actor."
+R = "actor_rollout_ref.rollout."
+# verl defaults (verl.md §3, _generated_ppo_trainer.yaml).
+DEFAULTS: dict[str, Any] = {
+    A + "ppo_micro_batch_size_per_gpu": None,
+    A + "use_dynamic_bsz": False,
+    A + "ppo_max_token_len_per_gpu": 16384,
+    "data.max_prompt_length": 512,
+    "data.max_response_length": 512,
+    R + "enforce_eager": False,
+    A + "fsdp_config.param_offload": False,
+    A + "fsdp_config.optimizer_offload": False,
+    A + "megatron.param_offload": False,
+    A + "megatron.optimizer_offload": False,
+    R + "gpu_memory_utilization": 0.5,
+    R + "max_num_batched_tokens": 8192,
+}
+RESERVED_KEYS = ("perf/max_memory_reserved_gb", "actor/perf/max_memory_reserved_gb")
+
+
+def _get(view: View, key: str, *aliases: str) -> tuple[str, Any, bool]:
+    """(key, value, is_default): the config value or verl's default."""
+    hit = view.config(key, *aliases)
+    if hit is not None:
+        return hit[0], hit[1], False
+    return key, DEFAULTS.get(key), True
+
+
+def _show(key: str, value: Any, default: bool) -> str:
+    return f"{key} = {value}" + (
+        " (not set: verl default)" if default else f" (verl default {DEFAULTS.get(key)})"
+    )
+
+
+def _reserved_frac(view: View) -> tuple[float, float, float] | None:
+    """(reserved GiB, device GiB, fraction) from perf/max_memory_reserved_gb and the hello."""
+    hit = view.median_metric(*RESERVED_KEYS)
+    dev = view.device_mem_gib()
+    if hit is None or not dev:
+        return None
+    return hit[1], dev, hit[1] / dev
+
+
+def cfg_micro_batch_small(view: View, th: Thresholds) -> RuleResult:
+    """ppo_micro_batch_size_per_gpu <= micro_batch_min without use_dynamic_bsz."""
+    if not view.has_config():
+        return no_data(STEP, "cfg.micro_batch_small", NEED_CONFIG)
+    dk, dyn, dyn_def = _get(view, A + "use_dynamic_bsz")
+    if view.flag(dyn):
+        return passed(
+            STEP,
+            "cfg.micro_batch_small",
+            "use_dynamic_bsz=True: micro batches follow the token budget",
+        )
+    key, value, is_def = _get(view, A + "ppo_micro_batch_size_per_gpu")
+    per_gpu = view.num(value)
+    note = ""
+    if per_gpu is None and (old := view.config(A + "ppo_micro_batch_size")):
+        n = (view.num((view.config("trainer.n_gpus_per_node") or ("", 8))[1]) or 8) * (
+            view.num((view.config("trainer.nnodes") or ("", 1))[1]) or 1
+        )
+        if (total := view.num(old[1])) is not None:
+            per_gpu, key, is_def = max(1.0, total / n), old[0], False
+            note = f" (old global key: {int(total)} over {int(n)} GPUs)"
+    if per_gpu is None:
+        return no_data(
+            STEP, "cfg.micro_batch_small", f"{A}ppo_micro_batch_size_per_gpu not in the config"
+        )
+    if per_gpu > th.micro_batch_min:
+        return passed(STEP, "cfg.micro_batch_small", f"{key} = {per_gpu:g} per GPU")
+    train = view.median_share("update_actor", "update_critic")
+    sev = 0.55 if train and train[0] > th.train_frac else 0.45
+    return Finding(
+        STEP,
+        "cfg.micro_batch_small",
+        sev,
+        f"Micro batch of {per_gpu:g} per GPU without dynamic batch size: tiny GEMMs, low MFU",
+        [
+            _show(key, value, is_def) + note,
+            _show(dk, dyn, dyn_def),
+            f"recommendation: use_dynamic_bsz=True, or micro batch > {th.micro_batch_min:g} up to the normalized mini batch",
+        ]
+        + ([f"update stages {fmt_pct(train[0])} of step, {view.steps_text()}"] if train else []),
+        f"Set {A}use_dynamic_bsz=True with {A}ppo_max_token_len_per_gpu, or raise {A}ppo_micro_batch_size_per_gpu.",
+        {"per_gpu": per_gpu},
+    )
+
+
+def cfg_token_budget(view: View, th: Thresholds) -> RuleResult:
+    """ppo_max_token_len_per_gpu below token_budget_factor x (max prompt + max response)."""
+    if not view.has_config():
+        return no_data(STEP, "cfg.token_budget", NEED_CONFIG)
+    _, dyn, _ = _get(view, A + "use_dynamic_bsz")
+    if not view.flag(dyn):
+        return passed(STEP, "cfg.token_budget", "use_dynamic_bsz off: token budget unused")
+    key, budget, bdef = _get(view, A + "ppo_max_token_len_per_gpu")
+    pk, p, pdef = _get(view, "data.max_prompt_length")
+    rk, r, rdef = _get(view, "data.max_response_length")
+    b, pn, rn = view.num(budget), view.num(p), view.num(r)
+    if b is None or pn is None or rn is None:
+        return no_data(
+            STEP, "cfg.token_budget", "token budget or max lengths not numbers in the config"
+        )
+    need = th.token_budget_factor * (pn + rn)
+    if b >= need:
+        return passed(STEP, "cfg.token_budget", f"{key} = {b:g} >= {need:g}")
+    return Finding(
+        STEP,
+        "cfg.token_budget",
+        scale(b / need, 1.0, 0.25, 0.4, 0.6),
+        f"Token budget {b:g}/GPU is below {th.token_budget_factor:g}x (prompt + response) = {need:g}",
+        [
+            _show(key, budget, bdef),
+            _show(pk, p, pdef),
+            _show(rk, r, rdef),
+            f"recommendation: >= {need:g}",
+        ],
+        f"Raise {A}ppo_max_token_len_per_gpu to at least {need:g} (verl perf tuning guide).",
+        {"budget": b, "need": need},
+    )
+
+
+def cfg_enforce_eager(view: View, th: Thresholds) -> RuleResult:
+    """Rollout enforce_eager: true (CUDA graphs off, slow decode)."""
+    if not view.has_config():
+        return no_data(STEP, "cfg.enforce_eager", NEED_CONFIG)
+    key, value, is_def = _get(view, R + "enforce_eager")
+    if not view.flag(value):
+        return passed(STEP, "cfg.enforce_eager", _show(key, value, is_def))
+    gen = view.median_share("gen")
+    sev = 0.6 if gen and gen[0] > 0.5 else 0.5
+    return Finding(
+        STEP,
+        "cfg.enforce_eager",
+        sev,
+        "Rollout runs eagerly (CUDA graphs off): decode is CPU-launch bound",
+        [_show(key, value, is_def), "recommendation: false (use true only to work around an OOM)"]
+        + ([f"gen {fmt_pct(gen[0])} of step, {view.steps_text()}"] if gen else []),
+        f"Set {R}enforce_eager=False; if it was set for memory, lower {R}gpu_memory_utilization instead.",
+        {"value": value},
+    )
+
+
+def cfg_offload(view: View, th: Thresholds) -> RuleResult:
+    """Actor param/optimizer offload on while memory headroom exceeds offload_headroom."""
+    if not view.has_config():
+        return no_data(STEP, "cfg.offload", NEED_CONFIG)
+    keys = [
+        A + "fsdp_config.param_offload",
+        A + "fsdp_config.optimizer_offload",
+        A + "megatron.param_offload",
+        A + "megatron.optimizer_offload",
+    ]
+    on = [k for k in keys if (hit := view.config(k)) and view.flag(hit[1])]
+    if not on:
+        return passed(STEP, "cfg.offload", "actor param/optimizer offload off")
+    mem = _reserved_frac(view)
+    ev = [f"{k} = True (verl default False)" for k in on]
+    if mem is None:
+        return Finding(
+            STEP,
+            "cfg.offload",
+            0.25,
+            "Actor offload is on; memory headroom unknown",
+            ev + ["perf/max_memory_reserved_gb or device memory not known yet"],
+            "If memory allows, turn offload off: each update pays host<->device copies.",
+            {"on": on},
+        )
+    reserved, dev, frac = mem
+    headroom = 1 - frac
+    if headroom <= th.offload_headroom:
+        return passed(STEP, "cfg.offload", f"offload on, headroom {fmt_pct(headroom)}: needed")
+    return Finding(
+        STEP,
+        "cfg.offload",
+        scale(headroom, th.offload_headroom, 0.7, 0.4, 0.6),
+        f"Offload on with {fmt_pct(headroom)} of GPU memory free: update_actor pays needless copies",
+        ev
+        + [
+            f"perf/max_memory_reserved_gb {reserved:.0f} GiB of {dev:.0f} GiB ({fmt_pct(frac)}), {view.steps_text()}",
+            f"recommendation: offload off while headroom > {fmt_pct(th.offload_headroom)}",
+        ],
+        "Set " + ", ".join(f"{k}=False" for k in on) + ".",
+        {"on": on, "headroom": headroom},
+    )
+
+
+def cfg_kv_cache(view: View, th: Thresholds) -> RuleResult:
+    """gpu_memory_utilization low with preemptions, or high with OOM risk."""
+    if not view.has_config():
+        return no_data(STEP, "cfg.kv_cache", NEED_CONFIG)
+    key, value, is_def = _get(view, R + "gpu_memory_utilization")
+    util = view.num(value)
+    if util is None:
+        return no_data(STEP, "cfg.kv_cache", f"{key} not a number")
+    pre = view.median_metric(
+        "timing_s/agent_loop/num_preempted/mean", "timing_s/agent_loop/num_preempted/max"
+    )
+    mem = _reserved_frac(view)
+    ooms = [e for e in view.store.events if "out of memory" in e.text.lower()]
+    if util < th.kv_low:
+        if pre is None:
+            return no_data(
+                STEP,
+                "cfg.kv_cache",
+                f"{key} = {util:g} is low; needs timing_s/agent_loop/num_preempted to judge",
+            )
+        if pre[1] <= 0:
+            return passed(STEP, "cfg.kv_cache", f"{key} = {util:g}, no preemptions")
+        return Finding(
+            STEP,
+            "cfg.kv_cache",
+            0.55,
+            f"Small KV cache ({key.split('.')[-1]} {util:g}) and requests get preempted",
+            [
+                _show(key, value, is_def),
+                f"{pre[0]} = {pre[1]:.2f} (median), {view.steps_text()}",
+                "recommendation: 0.5-0.7 (0.8-0.9 with offload)",
+            ],
+            f"Raise {R}gpu_memory_utilization (or lower rollout.n / max_num_seqs) so the KV cache holds the batch.",
+            {"value": util, "preempted": pre[1]},
+        )
+    if util > th.kv_high:
+        risk = [f"{len(ooms)} out-of-memory line(s)"] if ooms else []
+        if mem is not None and mem[2] > 0.9:
+            risk.append(f"perf/max_memory_reserved_gb {mem[0]:.0f} of {mem[1]:.0f} GiB")
+        if not risk:
+            return passed(STEP, "cfg.kv_cache", f"{key} = {util:g}, no sign of OOM risk")
+        return Finding(
+            STEP,
+            "cfg.kv_cache",
+            0.55,
+            f"{key.split('.')[-1]} {util:g} leaves no room for the trainer: OOM risk at wake-up",
+            [_show(key, value, is_def), *risk, "recommendation: <= 0.9"],
+            f"Lower {R}gpu_memory_utilization or enable actor offload.",
+            {"value": util},
+        )
+    return passed(STEP, "cfg.kv_cache", _show(key, value, is_def))
+
+
+def cfg_batched_tokens(view: View, th: Thresholds) -> RuleResult:
+    """max_num_batched_tokens below max(batched_tokens_min, prompt + response)."""
+    if not view.has_config():
+        return no_data(STEP, "cfg.batched_tokens", NEED_CONFIG)
+    key, value, is_def = _get(view, R + "max_num_batched_tokens")
+    _, p, _ = _get(view, "data.max_prompt_length")
+    _, r, _ = _get(view, "data.max_response_length")
+    v, pn, rn = view.num(value), view.num(p) or 0, view.num(r) or 0
+    if v is None:
+        return no_data(STEP, "cfg.batched_tokens", f"{key} not a number")
+    need = max(th.batched_tokens_min, pn + rn)
+    if v >= need:
+        return passed(STEP, "cfg.batched_tokens", f"{key} = {v:g} >= {need:g}")
+    return Finding(
+        STEP,
+        "cfg.batched_tokens",
+        scale(v / need, 1.0, 0.25, 0.35, 0.55),
+        f"max_num_batched_tokens {v:g} < {need:g}: small prefill batches slow rollout",
+        [
+            _show(key, value, is_def),
+            f"recommendation: >= max({th.batched_tokens_min:g}, prompt + response) = {need:g}",
+        ],
+        f"Raise {R}max_num_batched_tokens to {need:g} or more.",
+        {"value": v, "need": need},
+    )
+
+
+def cfg_memory_headroom(view: View, th: Thresholds) -> RuleResult:
+    """perf/max_memory_reserved_gb above mem_reserved_frac of device memory."""
+    mem = _reserved_frac(view)
+    if mem is None:
+        return no_data(
+            STEP,
+            "cfg.memory_headroom",
+            "needs perf/max_memory_reserved_gb (--verl-log) and GPU memory size (agent hello)",
+        )
+    reserved, dev, frac = mem
+    if frac <= th.mem_reserved_frac:
+        return passed(
+            STEP,
+            "cfg.memory_headroom",
+            f"reserved {reserved:.0f} of {dev:.0f} GiB ({fmt_pct(frac)})",
+        )
+    key, value, is_def = _get(view, R + "gpu_memory_utilization")
+    return Finding(
+        STEP,
+        "cfg.memory_headroom",
+        scale(frac, th.mem_reserved_frac, 1.0, 0.6, 0.8),
+        f"Trainer peak reserves {fmt_pct(frac)} of GPU memory: OOM risk at rollout wake-up",
+        [
+            f"perf/max_memory_reserved_gb {reserved:.1f} GiB of {dev:.1f} GiB device, {view.steps_text()}",
+            _show(key, value, is_def) if view.has_config() else "config not known",
+        ],
+        f"Lower {R}gpu_memory_utilization, shrink {A}ppo_max_token_len_per_gpu / micro batch, or enable "
+        "entropy_checkpointing / offload.",
+        {"reserved_gb": reserved, "device_gb": dev, "frac": frac},
+    )
+
+
+RULES: list[Rule] = [
+    cfg_micro_batch_small,
+    cfg_token_budget,
+    cfg_enforce_eager,
+    cfg_offload,
+    cfg_kv_cache,
+    cfg_batched_tokens,
+    cfg_memory_headroom,
+]

@@ -1,0 +1,107 @@
+"""The one table of diagnosis thresholds, with units and the reason for each default.
+
+Defaults come from ``docs/diagnosis.md`` (which cites /design/diagnosis.md, NVIDIA's DCGM
+guidance and verl users' issues). ``Thresholds.from_mapping`` builds a table from a config
+file's mapping and names the bad key when one is wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _t(default: float, unit: str, why: str) -> Any:
+    """A threshold field: its default plus the unit and reason kept as metadata."""
+    return field(default=default, metadata={"unit": unit, "why": why})
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Tunable limits used by the diagnosis rules (see THRESHOLD_DOCS for each one's reason)."""
+
+    # -- engine ---------------------------------------------------------------------------
+    window_s: float = _t(120.0, "s", "data-time window the GPU/host rules average over")
+    recent_steps: float = _t(5, "steps", "verl steps (outliers excluded) the stage rules use")
+    floor: float = _t(0.3, "severity", "below this no finding can be the bottleneck")
+    hysteresis_margin: float = _t(0.1, "severity", "a challenger must beat the bottleneck by this")
+    hysteresis_evals: float = _t(3, "evaluations", "…for this many consecutive evaluations")
+    hysteresis_s: float = _t(30.0, "s", "…or for this much data time, whichever comes first")
+    # -- step 1 ---------------------------------------------------------------------------
+    idle_pct: float = _t(50.0, "%", "DCGM: SM active < 0.5 likely indicates ineffective use")
+    idle_severe_pct: float = _t(20.0, "%", "diagnosis.md: severe below 20 %")
+    misleading_util_pct: float = _t(90.0, "%", "NVML util this high looks 'busy' to users")
+    misleading_sm_pct: float = _t(50.0, "%", "…but GPM SM util below this is ineffective work")
+    misleading_tensor_pct: float = _t(
+        15.0,
+        "%",
+        "…or tensor util below this; 15 not 10 so the real H200 decode capture (13 %) is caught",
+    )
+    throttle_frac: float = _t(0.2, "fraction", "clock-event reasons set for > 20 % of the window")
+    tput_drop_ratio: float = _t(0.7, "ratio", "last steps' tokens/s below 70 % of the run median")
+    tput_last_steps: float = _t(3, "steps", "how many latest steps make 'the last steps'")
+    tput_min_steps: float = _t(6, "steps", "steps needed before a run median means anything")
+    stall_factor: float = _t(3.0, "x median step", "no new step for 3x the median step time")
+    stall_max_s: float = _t(600.0, "s", "…or for 10 minutes")
+    stall_idle_pct: float = _t(5.0, "%", "GPUs at ~0 % while stalled (hang)")
+    stall_spin_pct: float = _t(95.0, "%", "GPUs pinned at ~100 % while stalled (NCCL spin)")
+    # -- step 2 ---------------------------------------------------------------------------
+    busbw_min_bytes: float = _t(1 << 30, "B", "use busbw at >= 1 GiB messages only")
+    busbw_ratio: float = _t(0.6, "ratio", "busbw below 60 % of the link's expected value")
+    nvlink_allreduce_gbs: float = _t(480.0, "GB/s", "8xH100/H200 NVLS all_reduce busbw")
+    ib_nic_gbs: float = _t(46.0, "GB/s", "one 400 Gb/s NDR NIC (46-48 GB/s measured)")
+    weight_update_frac: float = _t(0.1, "fraction of step", "weight sync > 10 % of the step")
+    sync_wait_idle_pct: float = _t(
+        10.0, "%", "a node counts as waiting when all its GPUs are below"
+    )
+    sync_wait_busy_pct: float = _t(50.0, "%", "…while another node's mean is above this")
+    sync_wait_frac: float = _t(0.15, "fraction", "share of the window a node spends waiting")
+    sync_wait_episodes: float = _t(2, "episodes", "'repeatedly': separate waiting episodes")
+    # -- step 3 ---------------------------------------------------------------------------
+    rollout_frac: float = _t(0.6, "fraction of step", "gen > 60 % of the step")
+    long_tail_ratio: float = _t(2.0, "x mean", "agent_loop generate_sequences max > 2x mean")
+    clip_ratio: float = _t(0.1, "fraction", "response_length/clip_ratio > 0.1 (truncation)")
+    train_frac: float = _t(0.5, "fraction of step", "update_actor (+critic) > 50 % of step")
+    mfu_low: float = _t(0.15, "MFU", "perf/mfu/actor below 0.15 on a supported model")
+    driver_frac: float = _t(0.05, "fraction of step", "adv or reward > 5 % of the step")
+    logprob_frac: float = _t(0.3, "fraction of step", "old_log_prob + ref > 30 % of the step")
+    host_cpu_pct: float = _t(90.0, "%", "host CPU saturated")
+    host_iowait_pct: float = _t(20.0, "%", "host waiting on storage")
+    periodic_frac: float = _t(0.1, "fraction of step", "testing/save_checkpoint amortized > 10 %")
+    # -- step 4 ---------------------------------------------------------------------------
+    imbalance_points: float = _t(30.0, "points", "activity spread (max-min) across one role")
+    node_ratio: float = _t(0.6, "x cluster mean", "a node's mean below 0.6x the cluster mean")
+    busy_pct: float = _t(50.0, "%", "a GPU counts as busy above this activity")
+    replicas_ratio: float = _t(0.5, "ratio", "busy GPUs during gen below half the expected")
+    seqlen_ratio: float = _t(0.1, "ratio", "global_seqlen/minmax_diff / mean > 0.1")
+    # -- step 5 ---------------------------------------------------------------------------
+    micro_batch_min: float = _t(2, "samples", "ppo_micro_batch_size_per_gpu <= 2 is tiny GEMMs")
+    token_budget_factor: float = _t(2.0, "x (prompt+response)", "verl perf tuning: >= 2x")
+    offload_headroom: float = _t(0.3, "fraction", "offload needless when > 30 % memory is free")
+    kv_low: float = _t(0.4, "fraction", "gpu_memory_utilization below this with preemptions")
+    kv_high: float = _t(0.9, "fraction", "gpu_memory_utilization above this risks OOM")
+    batched_tokens_min: float = _t(8192, "tokens", "verl best practice: >= max(8192, p+r)")
+    mem_reserved_frac: float = _t(0.95, "fraction", "reserved memory > 95 % of device: OOM risk")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> Thresholds:
+        """A table with ``values`` overriding the defaults; ValueError names a bad key."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        clean: dict[str, float] = {}
+        for key, value in values.items():
+            if key not in known:
+                raise ValueError(f"unknown threshold {key!r}")
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"threshold {key!r} must be a number, got {value!r}")
+            if value < 0:
+                raise ValueError(f"threshold {key!r} must not be negative, got {value!r}")
+            clean[key] = float(value)
+        return cls(**clean)
+
+
+THRESHOLD_DOCS: dict[str, tuple[float, str, str]] = {
+    f.name: (f.default, f.metadata["unit"], f.metadata["why"])
+    for f in dataclasses.fields(Thresholds)
+}
