@@ -1,0 +1,595 @@
+"""Parsers for NCCL text: nccl-tests stdout and NCCL_DEBUG=INFO logs.
+
+Formats and the transport classifier follow /work/shared/reference/gpu_comm.md §1-§2
+(nccl-tests ``src/util.cu``; NCCL ``src/debug.cc``, ``src/transport/*``, ``src/init.cc``;
+PyTorch ``ProcessGroupNCCL.cpp``). Everything here is pure text processing: no I/O.
+
+``NcclStreamParser`` is the contract with ``verl_top.sources.pipeline``: it turns the lines of a
+followed NCCL log (or a file where nccl-tests writes its output) into ``NcclInfo``, ``LogEvent``
+and ``ProbeResult`` records.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from verl_top.model import LogEvent, NcclInfo, ProbeResult, ProbeRow, Record
+from verl_top.nccl.expected import fill_expectation
+
+MIB = 1 << 20
+# sjeaugey (NVIDIA), nccl-tests#212: "256M is too small" to reach NVLink peak; sizes below this
+# are latency-bound and must not count for health.
+LARGE_SIZE_BYTES = 256 * MIB
+
+# Transport names NcclInfo.transport can take (plugin names are reported verbatim besides these).
+TRANSPORTS = (
+    "IB+GDRDMA",
+    "IB",
+    "RoCE+GDRDMA",
+    "RoCE",
+    "Socket",
+    "MNNVL",
+    "NVLS",
+    "P2P",
+    "SHM",
+)
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+# ---------------------------------------------------------------------------------------------
+# nccl-tests stdout
+# ---------------------------------------------------------------------------------------------
+
+_COLLECTIVE_NAMES = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "alltoall",
+    "broadcast",
+    "reduce",
+    "sendrecv",
+    "gather",
+    "scatter",
+    "hypercube",
+)
+_BINARY = re.compile(r"\b(" + "|".join(_COLLECTIVE_NAMES) + r")_perf(?:_mpi)?\b")
+_STARTING = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
+_TESTS_VERSION = re.compile(
+    r"^#\s*nccl-tests version\s+(\S+)(?:.*?nccl-library=(\d+))?", re.IGNORECASE
+)
+_NTHREAD = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
+# "#  Rank  0 Group  0 Pid   1347 on  vm device  0 [0000:00:06] NVIDIA H200"; very old builds
+# have no "Group".
+_DEVICE = re.compile(
+    r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+"
+    r"\[([^\]]*)\]\s*(.*?)\s*$"
+)
+_NCCL_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+\S*)")
+_AVG_BUSBW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
+_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(\S*)")
+_INT = re.compile(r"^-?\d+$")
+
+
+@dataclass
+class NcclTestsDevice:
+    """One ``# Rank ... device ...`` line of the nccl-tests header."""
+
+    rank: int
+    pid: int
+    host: str
+    device: int
+    bus_id: str
+    name: str
+
+
+@dataclass
+class NcclTestsResult:
+    """Everything read from one nccl-tests run's stdout."""
+
+    collective: str = ""
+    nranks: int = 0
+    devices: list[NcclTestsDevice] = field(default_factory=list)
+    rows: list[ProbeRow] = field(default_factory=list)
+    # nccl-tests' footer: the mean over ALL rows (small sizes too). Shown, never used for health.
+    avg_busbw: float | None = None
+    # Max busbw (out-of-place or in-place) over sizes >= 256 MiB; the health number.
+    busbw_max_large: float | None = None
+    busbw_max_size: int | None = None
+    # True when no size reached 256 MiB and busbw_max_large is the max over all sizes.
+    large_fallback: bool = False
+    nccl_version: str = ""
+    tests_version: str = ""
+    errors: list[str] = field(default_factory=list)  # rows with #wrong > 0, OOB failures
+    complete: bool = False  # the footer was seen
+    log: NcclLogState | None = None  # NCCL INFO lines interleaved in the output
+
+    @property
+    def hosts(self) -> list[str]:
+        """Distinct hosts of the ranks, in rank order."""
+        seen: dict[str, None] = {}
+        for dev in self.devices:
+            seen.setdefault(dev.host, None)
+        return list(seen)
+
+    @property
+    def gpu_name(self) -> str:
+        """The GPU name of rank 0 ("" when the header has no device lines)."""
+        return self.devices[0].name if self.devices else ""
+
+    def to_probe(self, host: str = "", t: float = 0.0) -> ProbeResult:
+        """This run as a ``ProbeResult`` (expected bandwidth is left for the caller to fill)."""
+        hosts = self.hosts
+        transport = self.log.transport() if self.log is not None else ""
+        return ProbeResult(
+            host=host,
+            t=t,
+            tool="nccl-tests",
+            collective=self.collective or "all_reduce",
+            scope="inter" if len(hosts) > 1 else "intra",
+            hosts=hosts,
+            nranks=self.nranks,
+            rows=list(self.rows),
+            busbw_max_gbs=self.busbw_max_large,
+            transport=transport,
+            ok=not self.errors and bool(self.rows),
+            error="; ".join(self.errors) if self.errors else ("" if self.rows else "no data rows"),
+        )
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without ANSI escape sequences."""
+    return _ANSI.sub("", text)
+
+
+def _float(token: str) -> float | None:
+    try:
+        return float(token)
+    except ValueError:
+        return None
+
+
+def _wrong(token: str) -> int | None:
+    """The #wrong column: an int, or None for ``N/A`` (run with ``-c 0``)."""
+    try:
+        return int(float(token))
+    except ValueError:
+        return None
+
+
+def _library_code_to_version(code: str) -> str:
+    """NCCL_VERSION_CODE (e.g. 22809) to "2.28.9" (codes >= 2.9 are X*10000 + Y*100 + Z)."""
+    n = int(code)
+    if n >= 10000:
+        return f"{n // 10000}.{n % 10000 // 100}.{n % 100}"
+    return f"{n // 1000}.{n % 1000 // 100}.{n % 100}"
+
+
+@dataclass
+class _Layout:
+    """Where the numbers sit in a data row, from the column header (or the default)."""
+
+    preamble: int | None = None  # number of tokens before the first "time"
+    half: int = 4  # tokens per out-of-place/in-place half
+    total: int | None = None  # tokens in a row per the header
+
+
+def _layout_from_header(line: str) -> _Layout | None:
+    """Read the ``# size count type redop root time algbw busbw #wrong ...`` header."""
+    names = [n.lstrip("#").lower() for n in line.lstrip("#").split()]
+    names = [n for n in names if n]
+    if "time" not in names or "busbw" not in names or "size" not in names:
+        return None
+    first = names.index("time")
+    try:
+        second = names.index("time", first + 1)
+    except ValueError:
+        return _Layout(preamble=first, half=len(names) - first, total=len(names))
+    return _Layout(preamble=first, half=second - first, total=len(names))
+
+
+def _parse_row(tokens: list[str], layout: _Layout) -> tuple[ProbeRow, int, int] | None:
+    """A data row to (ProbeRow, wrong out-of-place, wrong in-place); None if not a data row."""
+    if len(tokens) < 10 or not _INT.match(tokens[0]) or not _INT.match(tokens[1]):
+        return None
+    if layout.total is not None and len(tokens) == layout.total and layout.preamble is not None:
+        start = layout.preamble
+        half = layout.half
+    else:
+        # Header missing or not matching: count from the right (last 8 = t/alg/bus/wrong x2).
+        start = len(tokens) - 8
+        half = 4
+    oop = tokens[start : start + 4]
+    inp = tokens[start + half : start + half + 4]
+    if len(oop) < 4:
+        return None
+    t_us, alg, bus = (_float(x) for x in oop[:3])
+    if t_us is None or alg is None or bus is None:
+        return None
+    in_bus = _float(inp[2]) if len(inp) >= 3 else None
+    w1 = _wrong(oop[3]) or 0
+    w2 = (_wrong(inp[3]) or 0) if len(inp) >= 4 else 0
+    row = ProbeRow(
+        size_bytes=int(tokens[0]),
+        time_us=t_us,
+        algbw_gbs=alg,
+        busbw_gbs=bus,
+        in_place_busbw_gbs=in_bus,
+    )
+    return row, w1, w2
+
+
+def parse_nccl_tests(text: str, collective: str | None = None) -> NcclTestsResult:
+    """Parse one nccl-tests run's stdout (any collective, old and new column layouts).
+
+    ``collective`` is used only when the text names none (no ``# Collective test starting:``
+    line and no ``*_perf`` binary name). NCCL INFO lines mixed into the output are classified
+    too (``result.log``).
+    """
+    res = NcclTestsResult()
+    log = NcclLogState()
+    layout = _Layout()
+    nthread_gpus: int | None = None
+    named = ""
+    for raw in text.splitlines():
+        line = strip_ansi(raw).rstrip()
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("#"):
+            if m := _STARTING.match(stripped):
+                named = m.group(1)
+            elif m := _TESTS_VERSION.match(stripped):
+                res.tests_version = m.group(1)
+                if m.group(2) and not res.nccl_version:
+                    res.nccl_version = _library_code_to_version(m.group(2))
+            elif m := _NTHREAD.match(stripped):
+                nthread_gpus = int(m.group(1)) * int(m.group(2))
+            elif m := _DEVICE.match(stripped):
+                res.devices.append(
+                    NcclTestsDevice(
+                        rank=int(m.group(1)),
+                        pid=int(m.group(2)),
+                        host=m.group(3),
+                        device=int(m.group(4)),
+                        bus_id=m.group(5),
+                        name=m.group(6),
+                    )
+                )
+            elif m := _AVG_BUSBW.match(stripped):
+                res.avg_busbw = _float(m.group(1))
+                res.complete = True
+            elif m := _OOB.match(stripped):
+                if int(m.group(1)) > 0 or m.group(2).upper() == "FAILED":
+                    res.errors.append(f"out of bounds values: {m.group(1)} {m.group(2)}".strip())
+            elif (hdr := _layout_from_header(stripped)) is not None:
+                layout = hdr
+            elif not named and (m := _BINARY.search(stripped)):
+                named = m.group(0)
+            continue
+        parsed = _parse_row(stripped.split(), layout)
+        if parsed is not None:
+            row, w1, w2 = parsed
+            res.rows.append(row)
+            if w1 > 0 or w2 > 0:
+                res.errors.append(f"{w1 + w2} wrong values at size {row.size_bytes}")
+            continue
+        log.feed_line(stripped)
+        if not named and (m := _BINARY.search(stripped)):
+            named = m.group(0)
+        if not res.nccl_version and (m := _NCCL_VERSION.search(stripped)):
+            res.nccl_version = m.group(1)
+    res.log = log if log.seen else None
+    if log.version and not res.nccl_version:
+        res.nccl_version = log.version
+    res.collective = _collective_name(named) or (collective or "")
+    res.nranks = len(res.devices) or (nthread_gpus or 0)
+    _fill_peak(res)
+    return res
+
+
+def _collective_name(name: str) -> str:
+    """``all_reduce_perf`` / ``all_reduce_perf_mpi`` -> ``all_reduce``."""
+    m = _BINARY.search(name)
+    return m.group(1) if m else ""
+
+
+def _fill_peak(res: NcclTestsResult) -> None:
+    """Max busbw over sizes >= 256 MiB (both halves), or over all sizes, flagged."""
+
+    def best(rows: list[ProbeRow]) -> tuple[float, int] | None:
+        out: tuple[float, int] | None = None
+        for r in rows:
+            for bw in (r.busbw_gbs, r.in_place_busbw_gbs):
+                if bw is not None and (out is None or bw > out[0]):
+                    out = (bw, r.size_bytes)
+        return out
+
+    large = best([r for r in res.rows if r.size_bytes >= LARGE_SIZE_BYTES])
+    if large is None:
+        large = best(res.rows)
+        res.large_fallback = large is not None
+    if large is not None:
+        res.busbw_max_large, res.busbw_max_size = large
+
+
+# ---------------------------------------------------------------------------------------------
+# NCCL_DEBUG=INFO logs and PyTorch watchdog lines
+# ---------------------------------------------------------------------------------------------
+
+_VIA_NET = re.compile(r"via NET/([^/\s][^/]*?)/(\d+)(?:\(\d+\))?((?:/GDRDMA|/Shared|\(PCI\))*)")
+_IB_USING = re.compile(r"NET/(IB\w*) : Using (.*?)(?:;|$)")
+_IB_DEV = re.compile(r"\[\d+\]([\w.:-]+?):\d+/(IB|RoCE)\b")
+_USING_NETWORK = re.compile(r"Using network (.+?)\s*$")
+_GDR_HCA = re.compile(r"GPU Direct RDMA Enabled for HCA")
+_COMM_SUMMARY = re.compile(r"\bcomm 0x[0-9a-f]+ rank \d+ nRanks (\d+) nNodes (\d+)")
+_INIT_COMPLETE = re.compile(r"\bnranks (\d+)\b.*- Init COMPLETE")
+_WATCHDOG = re.compile(
+    r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+)"
+    r".*?Timeout\(ms\)=(\d+)\) ran for (\d+) milliseconds"
+)
+_RANK = re.compile(r"\[(?:PG [^\]]*?)?Rank (\d+)\]")
+_NCCL_WARN = re.compile(r"\bNCCL WARN (.*)$")
+_BENIGN_WARN = ("Address already in use",)
+
+SEVERITY_WATCHDOG = 1.0
+SEVERITY_WARN = 0.6
+SEVERITY_BENIGN = 0.1
+_MAX_EVENT_TEXT = 500
+
+
+@dataclass
+class WatchdogTimeout:
+    """One PyTorch ProcessGroupNCCL watchdog timeout line."""
+
+    rank: int | None
+    seq: int
+    op_type: str
+    timeout_ms: int
+    ran_for_ms: int
+
+
+def parse_watchdog(line: str) -> WatchdogTimeout | None:
+    """The fields of a ``Watchdog caught collective operation timeout`` line, or None."""
+    m = _WATCHDOG.search(line)
+    if m is None:
+        return None
+    head = line[: m.start()]
+    ranks = _RANK.findall(head)
+    return WatchdogTimeout(
+        rank=int(ranks[-1]) if ranks else None,
+        seq=int(m.group(1)),
+        op_type=m.group(2),
+        timeout_ms=int(m.group(3)),
+        ran_for_ms=int(m.group(4)),
+    )
+
+
+def classify_event(line: str) -> LogEvent | None:
+    """A ``LogEvent`` for a watchdog timeout or NCCL WARN line (no host/time/path set)."""
+    text = strip_ansi(line).strip()
+    if _WATCHDOG.search(text):
+        return LogEvent(kind="watchdog", text=text[:_MAX_EVENT_TEXT], severity=SEVERITY_WATCHDOG)
+    m = _NCCL_WARN.search(text)
+    if m is not None:
+        benign = any(b in m.group(1) for b in _BENIGN_WARN)
+        return LogEvent(
+            kind="nccl_warn",
+            text=text[:_MAX_EVENT_TEXT],
+            severity=SEVERITY_BENIGN if benign else SEVERITY_WARN,
+        )
+    return None
+
+
+@dataclass
+class NcclLogState:
+    """What the NCCL INFO lines seen so far say; ``transport()`` applies gpu_comm.md §2.3."""
+
+    version: str = ""
+    nranks: int | None = None
+    nnodes: int | None = None
+    init_complete: int = 0
+    using_network: str = ""  # "Using network X"
+    net_via: dict[str, bool] = field(default_factory=dict)  # net name -> any /GDRDMA channel
+    link_layers: set[str] = field(default_factory=set)  # IB / RoCE from "NET/IB : Using"
+    ib_devices: list[str] = field(default_factory=list)
+    no_ib_device: bool = False
+    gdr_hca: bool = False
+    p2p: bool = False
+    mnnvl: bool = False
+    nvls: bool = False
+    shm: bool = False
+    seen: bool = False  # any NCCL line at all
+
+    def feed_line(self, line: str) -> None:
+        """Update the state from one line (prefixes such as ``(WorkerDict pid=..)`` are fine)."""
+        if "NCCL" not in line and "via " not in line:
+            return
+        if "NCCL INFO" in line or "NCCL WARN" in line or "NCCL version" in line:
+            self.seen = True
+        if not self.version and (m := _NCCL_VERSION.search(line)):
+            self.version = m.group(1)
+        if "via " in line:
+            self._via(line)
+        if m := _COMM_SUMMARY.search(line):
+            self.nranks = max(self.nranks or 0, int(m.group(1)))
+            self.nnodes = max(self.nnodes or 0, int(m.group(2)))
+        if "Init COMPLETE" in line:
+            self.init_complete += 1
+            if m := _INIT_COMPLETE.search(line):
+                self.nranks = max(self.nranks or 0, int(m.group(1)))
+        if m := _USING_NETWORK.search(line):
+            self.using_network = m.group(1)
+        if "NET/IB : No device found" in line:
+            self.no_ib_device = True
+        if m := _IB_USING.search(line):
+            for dev, layer in _IB_DEV.findall(m.group(2)):
+                self.link_layers.add(layer)
+                if dev not in self.ib_devices:
+                    self.ib_devices.append(dev)
+        if _GDR_HCA.search(line):
+            self.gdr_hca = True
+        if "Connected NVLS" in line or re.search(r"NVLS multicast support is available", line):
+            self.nvls = True
+
+    def _via(self, line: str) -> None:
+        if m := _VIA_NET.search(line):
+            name = m.group(1)
+            gdr = "/GDRDMA" in m.group(3)
+            self.net_via[name] = self.net_via.get(name, False) or gdr
+        elif "via P2P/MNNVL" in line:
+            self.mnnvl = True
+        elif "via P2P/" in line:
+            self.p2p = True
+        elif "via SHM/" in line:
+            self.shm = True
+
+    def network(self) -> str:
+        """The inter-node transport (rules 1-4 of §2.3), "" when no network line was seen."""
+        roce = "RoCE" in self.link_layers and "IB" not in self.link_layers
+        fabric = "RoCE" if roce else "IB"
+        ib_gdr = [gdr for name, gdr in self.net_via.items() if name.startswith("IB")]
+        if any(ib_gdr):
+            return f"{fabric}+GDRDMA"
+        if ib_gdr:
+            return fabric
+        if "Socket" in self.net_via or self.using_network == "Socket":
+            return "Socket"
+        others = [name for name in self.net_via if not name.startswith("IB")]
+        if others:
+            return others[0]
+        if self.using_network.startswith("IB"):
+            return fabric
+        return self.using_network
+
+    def intra(self) -> str:
+        """The intra-node transport (rules 5-6 of §2.3), "" when none was seen."""
+        if self.mnnvl:
+            return "MNNVL"
+        if self.nvls:
+            return "NVLS"
+        if self.p2p:
+            return "P2P"
+        if self.shm:
+            return "SHM"
+        return ""
+
+    def transport(self) -> str:
+        """One word for the job: the network when multi-node (or unknown), else intra-node."""
+        net = self.network()
+        intra = self.intra()
+        if (self.nnodes or 0) <= 1 and intra:
+            return intra
+        return net or intra
+
+    def info(self, host: str, t: float, path: str) -> NcclInfo:
+        """The summary as a record."""
+        return NcclInfo(
+            host=host,
+            t=t,
+            transport=self.transport(),
+            version=self.version,
+            nranks=self.nranks,
+            nnodes=self.nnodes,
+            init_complete=self.init_complete,
+            path=path,
+        )
+
+
+def parse_nccl_log(text: str) -> tuple[NcclLogState, list[LogEvent]]:
+    """Classify a whole NCCL_DEBUG=INFO log; returns the summary and its events."""
+    state = NcclLogState()
+    events: list[LogEvent] = []
+    for line in text.splitlines():
+        clean = strip_ansi(line)
+        state.feed_line(clean)
+        if (ev := classify_event(clean)) is not None:
+            events.append(ev)
+    return state, events
+
+
+# ---------------------------------------------------------------------------------------------
+# Stream parser used by the pipeline
+# ---------------------------------------------------------------------------------------------
+
+_RUN_START = re.compile(r"^#\s*(nccl-tests version|Collective test starting|nThread\s+\d+)")
+_MAX_RUN_LINES = 20_000  # a nccl-tests run is < 100 table lines; the rest is INFO chatter
+
+
+class NcclStreamParser:
+    """Turns a followed NCCL log (or nccl-tests output file) into records, chunk by chunk."""
+
+    def __init__(self, host: str, path: str) -> None:
+        self.host = host
+        self.path = path
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything (the file was truncated or rotated)."""
+        self.state = NcclLogState()
+        self._last: tuple[object, ...] | None = None
+        self._run: list[str] | None = None
+        self._watchdogs: set[tuple[int | None, int, str]] = set()
+
+    def feed(self, lines: list[str], t: float) -> list[Record]:
+        """Records for these lines: events as they come, then NcclInfo if the summary changed."""
+        out: list[Record] = []
+        for raw in lines:
+            line = strip_ansi(raw).rstrip("\r\n")
+            self.state.feed_line(line)
+            ev = self._event(line)
+            if ev is not None:
+                out.append(ev)
+            probe = self._tests_line(line, t)
+            if probe is not None:
+                out.append(probe)
+        key = (
+            self.state.transport(),
+            self.state.version,
+            self.state.nranks,
+            self.state.nnodes,
+            self.state.init_complete,
+        )
+        if self.state.seen and any(key) and key != self._last:
+            self._last = key
+            out.append(self.state.info(self.host, t, self.path))
+        return out
+
+    def _event(self, line: str) -> LogEvent | None:
+        ev = classify_event(line)
+        if ev is None:
+            return None
+        if ev.kind == "watchdog":
+            wd = parse_watchdog(line)
+            if wd is not None:
+                # The same timeout is printed again in the abort message ("what(): ...").
+                key = (wd.rank, wd.seq, wd.op_type)
+                if key in self._watchdogs:
+                    return None
+                self._watchdogs.add(key)
+        ev.host, ev.path = self.host, self.path
+        return ev
+
+    def _tests_line(self, line: str, t: float) -> ProbeResult | None:
+        stripped = line.strip()
+        if _RUN_START.match(stripped):
+            # "# nccl-tests version" then "# Collective test starting" then "# nThread": one run.
+            if self._run is None or any(r.strip().startswith("#  Rank") for r in self._run):
+                self._run = []
+            self._run.append(line)
+            return None
+        if self._run is None:
+            return None
+        self._run.append(line)
+        if len(self._run) > _MAX_RUN_LINES:
+            self._run = None
+            return None
+        if _AVG_BUSBW.match(stripped):
+            res = parse_nccl_tests("\n".join(self._run))
+            self._run = None
+            if res.log is None and self.state.transport():
+                res.log = self.state
+            probe = res.to_probe(self.host, t)
+            fill_expectation(probe, gpu_name=res.gpu_name)
+            return probe
+        return None

@@ -1,0 +1,131 @@
+"""Parser for ``nvidia-smi topo -m`` (the GPU/NIC connection matrix).
+
+Real output puts an ANSI underline around the header, separates cells with tabs and pads link
+cells (`` X ``); NIC columns are named ``NIC0..`` with a ``NIC Legend`` (newer drivers) or
+``mlx5_0..`` (older ones). Rows are parsed by whitespace split, so the padding does not matter.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+
+from verl_top.nccl.parse import strip_ansi
+
+# Best to worst; the order used to call one link "worse" than another.
+LINK_ORDER = ("X", "NV", "PIX", "PXB", "PHB", "NODE", "SYS")
+_DEVICE_NAME = re.compile(r"^(GPU\d+|NIC\d+|mlx\d+_\d+|mlx5_\w+)$")
+_LINK = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
+_TRAILING = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+_NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+
+
+@dataclass
+class Topology:
+    """The matrix: ``links[(a, b)]`` for device names such as ``GPU0`` or ``NIC1``."""
+
+    devices: list[str] = field(default_factory=list)
+    links: dict[tuple[str, str], str] = field(default_factory=dict)
+    cpu_affinity: dict[str, str] = field(default_factory=dict)
+    numa_affinity: dict[str, str | None] = field(default_factory=dict)
+    gpu_numa_id: dict[str, str | None] = field(default_factory=dict)
+    nic_names: dict[str, str] = field(default_factory=dict)  # NIC0 -> mlx5_0
+
+    @property
+    def gpus(self) -> list[int]:
+        """GPU indices in matrix order."""
+        return [int(d[3:]) for d in self.devices if d.startswith("GPU")]
+
+    @property
+    def nics(self) -> list[str]:
+        """NIC names (``mlx5_0``...), resolved through the NIC legend when there is one."""
+        return [self.nic_names.get(d, d) for d in self.devices if not d.startswith("GPU")]
+
+    def link(self, a: int | str, b: int | str) -> str | None:
+        """The link between two devices (ints are GPU indices); None when unknown."""
+        return self.links.get((_name(a), _name(b)))
+
+
+def _name(dev: int | str) -> str:
+    return f"GPU{dev}" if isinstance(dev, int) else dev
+
+
+def parse_topo(text: str) -> Topology:
+    """Parse ``nvidia-smi topo -m`` output; an empty ``Topology`` when there is no matrix."""
+    topo = Topology()
+    header_seen = False
+    trailing: list[str] = []
+    for raw in text.splitlines():
+        line = strip_ansi(raw)
+        if m := _NIC_LEGEND.match(line):
+            topo.nic_names[m.group(1)] = m.group(2)
+            continue
+        tokens = line.split()
+        if not tokens:
+            continue
+        if not header_seen:
+            names = list(itertools.takewhile(lambda t: _DEVICE_NAME.match(t), tokens))
+            if names and names[0].startswith("GPU"):
+                topo.devices = names
+                rest = " ".join(tokens[len(names) :])
+                trailing = [col for col in _TRAILING if col in rest]
+                trailing.sort(key=rest.index)
+                header_seen = True
+            continue
+        label = tokens[0]
+        if label not in topo.devices:
+            continue
+        cells = tokens[1 : 1 + len(topo.devices)]
+        if len(cells) < len(topo.devices) or not all(_LINK.match(c) for c in cells):
+            continue
+        for other, cell in zip(topo.devices, cells, strict=True):
+            topo.links[(label, other)] = cell
+        extra = tokens[1 + len(topo.devices) :]
+        for col, value in zip(trailing, extra, strict=False):
+            val = None if value == "N/A" else value
+            if col == "CPU Affinity" and val is not None:
+                topo.cpu_affinity[label] = val
+            elif col == "NUMA Affinity":
+                topo.numa_affinity[label] = val
+            elif col == "GPU NUMA ID":
+                topo.gpu_numa_id[label] = val
+    return topo
+
+
+def nvlink_count(link: str | None) -> int:
+    """Number of bonded NVLinks in a cell (``NV18`` -> 18), 0 for anything else."""
+    if link and link.startswith("NV") and link[2:].isdigit():
+        return int(link[2:])
+    return 0
+
+
+def nvlink_connected(topo: Topology, gpus: list[int] | None = None) -> bool:
+    """True when every pair of ``gpus`` (default: all) is joined by NVLink.
+
+    Fewer than two GPUs gives False: there is no GPU-to-GPU link to speak of.
+    """
+    gpus = topo.gpus if gpus is None else gpus
+    if len(gpus) < 2:
+        return False
+    return all(nvlink_count(topo.link(a, b)) > 0 for a, b in itertools.combinations(gpus, 2))
+
+
+def worst_link(topo: Topology, gpus: list[int] | None = None) -> str | None:
+    """The slowest link class among pairs of ``gpus`` (``NV18``, ``PIX``, ``SYS``...)."""
+    gpus = topo.gpus if gpus is None else gpus
+    worst: str | None = None
+    for a, b in itertools.combinations(gpus, 2):
+        link = topo.link(a, b)
+        if link is None:
+            return None
+        if worst is None or _rank(link) > _rank(worst):
+            worst = link
+        elif _rank(link) == _rank(worst) and nvlink_count(link) < nvlink_count(worst):
+            worst = link
+    return worst
+
+
+def _rank(link: str) -> int:
+    key = "NV" if nvlink_count(link) else ("SYS" if link == "SOC" else link)
+    return LINK_ORDER.index(key) if key in LINK_ORDER else len(LINK_ORDER)
