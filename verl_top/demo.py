@@ -133,9 +133,7 @@ def _gpu_sample(
         temp_c=float(row["temp_c"] + rng.randint(-1, 2)),
         sm_mhz=float(row["sm_mhz"]),
         mem_mhz=3201.0,
-        clock_reasons=0x1
-        if phase in ("idle", "idle_after")
-        else (0x4 if row["power_w"] > 600 else 0x0),
+        clock_reasons=None,  # the trace did not record clock-event reasons: do not invent them
         sm_util=pct(gpm.get("SM_UTIL")),
         sm_occupancy=pct(gpm.get("SM_OCCUPANCY")),
         tensor_util=pct(gpm.get("ANY_TENSOR_UTIL")),

@@ -179,18 +179,19 @@ def _add_local_logs(inputs: Inputs, logs: list[LogSpec], finite: bool) -> None:
     if local:
         from verl_top.sources.local import LocalFollowSource
 
+        # Logs are read from their start: the steps before verl-top started matter too.
         inputs.sources.append(
-            LocalFollowSource([(log.kind, log.path) for log in local], from_start=True, once=finite)
+            LocalFollowSource([(log.kind, log.path, True) for log in local], until_eof=finite)
         )
 
 
 def _add_live(inputs: Inputs, args: argparse.Namespace, logs: list[LogSpec]) -> None:
-    from verl_top.sources.hosts import HostsError, is_local, parse_hosts_arg, slurm_hosts
+    from verl_top.sources.hosts import HostsError, hosts_from_slurm, is_local, parse_hosts_arg
     from verl_top.sources.local import LocalSource
     from verl_top.sources.ssh import build_ssh_sources
 
     try:
-        specs = slurm_hosts() if args.slurm else (parse_hosts_arg(args.hosts) if args.hosts else [])
+        specs = hosts_from_slurm() if args.slurm else (parse_hosts_arg(args.hosts) if args.hosts else [])
     except HostsError as exc:
         raise InputError(str(exc)) from exc
     local_specs = [s for s in specs if is_local(s)]

@@ -1382,6 +1382,15 @@ class Follower:
             records.append(_record("log", host, t, fields))
             self._reset = False
 
+    def flush(self, host, t):
+        """Log records for a last line that has no newline yet (the file is known finished)."""
+        lines = []
+        self._flush_partial(lines)
+        records = []
+        if lines:
+            self._emit(records, host, t, lines)
+        return records
+
     def close(self):
         self._close()
 

@@ -222,6 +222,9 @@ def job_stalled(view: View, th: Thresholds) -> RuleResult:
     )
     if not med:
         return no_data(STEP, "job.stalled", "no step time in the verl steps")
+    if not steps[-1].t:
+        # Steps read from a finished log given with a replay carry no arrival time.
+        return no_data(STEP, "job.stalled", "the verl steps have no arrival times (finished log)")
     gap = view.now - steps[-1].t
     limit = min(th.stall_factor * med, th.stall_max_s)
     if gap <= limit:

@@ -231,7 +231,7 @@ class View:
         if self._bands is None:
             bands: list[tuple[float, float, str]] = []
             for s in self.steps():
-                if not s.step_time:
+                if not s.step_time or not s.t:  # untimed steps (finished log) have no place in time
                     continue
                 cursor = s.t - s.step_time
                 for name in STEP_STAGES:
@@ -256,7 +256,7 @@ class View:
     def phase_since(self) -> float:
         """Start of phase-aware queries: the window, extended back over the last recent step."""
         rec = self.recent_steps(1)
-        if rec and rec[-1].step_time:
+        if rec and rec[-1].step_time and rec[-1].t:
             return min(self.since, rec[-1].t - rec[-1].step_time)
         return self.since
 

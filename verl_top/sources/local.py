@@ -154,8 +154,10 @@ class LocalFollowSource:
         interval: float = 1.0,
         host: str | None = None,
         count: int = 0,
+        until_eof: bool = False,
     ) -> None:
         self.follows = _follow_args(follows)
+        self.until_eof = until_eof  # read finished files to their end, then stop
         self.interval = interval
         self.host = host or socket.gethostname()
         self.name = f"files:{self.host}"
@@ -167,6 +169,9 @@ class LocalFollowSource:
         followers = [node_agent.Follower(k, p, s) for k, p, s in self.follows]
         polls = 0
         try:
+            if self.until_eof:
+                await self._read_to_end(followers, emit)
+                return
             while not self.count or polls < self.count:
                 now = round(time.time(), 3)
                 for follower in followers:
@@ -178,3 +183,20 @@ class LocalFollowSource:
         finally:
             for follower in followers:
                 follower.close()
+
+    async def _read_to_end(self, followers: list[node_agent.Follower], emit: Emit) -> None:
+        """Read each file completely (a finished log given with a replay or to diagnose).
+
+        The lines get time 0 ("no arrival time"): stamping them with today's clock would pull
+        the store's data clock away from the replay they accompany.
+        """
+        now = 0.0
+        for follower in followers:
+            while True:
+                dicts = follower.poll(self.host, now)
+                if not dicts:
+                    break
+                self.malformed += _decode(dicts, emit)
+                await asyncio.sleep(0)  # let the UI breathe between chunks of a big log
+            # A last line without a newline is complete once the file is finished.
+            self.malformed += _decode(follower.flush(self.host, now), emit)
