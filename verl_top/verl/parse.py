@@ -1,0 +1,424 @@
+"""Parsers for everything verl prints: console metric lines, the ``file`` logger's JSONL, the
+pprinted resolved config, and config files.
+
+Console lines (``LocalLogger``) look like ``step:12 - timing_s/gen:299.46 - perf/throughput:843.0``,
+possibly behind a Ray prefix (``(TaskRunner pid=1) ``, ``(main_task pid=1, ip=10.0.0.1) ``) and
+ANSI colour codes. Values are Python reprs (full precision since v0.5, ``.3f`` before), numpy ≥ 2
+wraps them (``np.float64(0.19)``, ``np.int32(2)``), bools print ``True``/``False``.
+
+Malformed input policy (all counted in ``malformed``, never raised):
+
+* A line that starts ``step:N - `` but has a pair that is not ``key:number`` before its last
+  pair is garbled: it is skipped whole.
+* A line whose *last* pair is incomplete (no colon, not a number, an unclosed ``np.float64(``) was
+  cut: the last pair is dropped, the rest is kept (also counted in ``truncated``). In the
+  3-decimal era (at least 8 earlier values, all with exactly 3 decimals) a last value without
+  them is treated as cut too. A cut that happens
+  to leave a complete full-precision number (``299.46`` of ``299.4644``) cannot be detected.
+* A line ending in a dangling separator (``... - key:1.0 -``) was cut after a complete pair: all
+  pairs are kept, the line counts as truncated.
+* ``step:N`` with no pair at all, a JSONL object that does not parse, and a fragment of metric
+  pairs with no ``step:`` head (a wrapped line) are malformed and yield nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from verl_top.model import Record, VerlConfig, VerlStep
+from verl_top.verl.config import (
+    CollectedConfig,
+    PprintConfigCollector,
+    flatten,
+    load_config_file,
+    load_config_text,
+)
+
+__all__ = [
+    "ParsedLog",
+    "VerlStreamParser",
+    "load_config_file",
+    "logical_lines",
+    "parse_console_line",
+    "parse_file",
+    "parse_jsonl_line",
+    "strip_ansi",
+]
+
+# CSI (colours, cursor), OSC (titles, links) and two-byte escapes.
+_ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+# Ray's log prefix: "(TaskRunner pid=1)", "(main_task pid=1, ip=10.0.0.1)",
+# "(VGNd5CWorkerDict_0:0 WorkerDict pid=65860)", "(pid=1)".
+_RAY_PREFIX_RE = re.compile(r"\((?:[^()\s]+ ){0,3}pid=\d+(?:, ip=[^()\s]+)?\) ?")
+_REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+_STEP_HEAD_RE = re.compile(r"step:(\d{1,18})(?= - | -$|$)")
+_NUM = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
+_VALUE_RE = re.compile(
+    rf"(?:np\.\w+\(\s*({_NUM})\s*\)|({_NUM})|np\.(True|False)_|np\.bool_?\((True|False)\))"
+)
+_BOOLS = {"True": 1.0, "False": 0.0}
+_THREE_DEC_RE = re.compile(r"[-+]?(?:\d+\.\d{3}|nan|inf)")
+# Three "group/key:number" pairs in a row without a "step:" head: a piece of a wrapped line.
+_PAIR = r"[\w@.()\-]+/[\w@./()\-]*:(?:np\.\w+\()?[-+\w.]+\)?"
+_FRAGMENT_RE = re.compile(rf"(?:^|\s){_PAIR} - {_PAIR} - {_PAIR}")
+
+NONE, OK, TRUNCATED, MALFORMED = "none", "ok", "truncated", "malformed"
+MAX_CONFIG_FILE_CHARS = 4_000_000
+# Pairs before the last that must all have exactly 3 decimals to call a line ".3f era".
+MIN_THREE_DEC_PAIRS = 8
+_CONFIG_FILE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def strip_ansi(text: str) -> str:
+    """Remove ANSI escape sequences (colour codes) wherever they are."""
+    return _ANSI_RE.sub("", text) if "\x1b" in text else text
+
+
+def logical_lines(raw: str) -> list[tuple[str, str]]:
+    """Split one physical line into ``(ray_prefix, body)`` pieces.
+
+    ANSI codes are removed; ``\\r`` (progress bars) and a Ray prefix in the middle of a line (two
+    actors' output glued together) start new pieces. ``ray_prefix`` is ``""`` when absent.
+    """
+    text = strip_ansi(raw.rstrip("\r\n"))
+    segments = text.split("\r") if "\r" in text else [text]
+    out: list[tuple[str, str]] = []
+    for segment in segments:
+        if "pid=" not in segment:
+            if segment or not out:
+                out.append(("", segment))
+            continue
+        pos, prefix = 0, ""
+        for match in _RAY_PREFIX_RE.finditer(segment):
+            if match.start() > pos:
+                out.append((prefix, segment[pos : match.start()]))
+            prefix, pos = match.group(0).rstrip(), match.end()
+        out.append((prefix, segment[pos:]))
+    return out
+
+
+def _parse_value(text: str) -> float | None:
+    """A printed metric value as float (bools 1.0/0.0), or ``None`` when it is not a number."""
+    value = _BOOLS.get(text)
+    if value is not None:
+        return value
+    if text[-1:].isdigit() and text.isascii() and "_" not in text and not text[0].isspace():
+        # Fast path for plain numbers (the vast majority); float() alone would accept "1_0".
+        try:
+            return float(text)
+        except ValueError:
+            pass
+    match = _VALUE_RE.fullmatch(text)
+    if match is None:
+        return None
+    num = match.group(1) or match.group(2)
+    if num is not None:
+        return float(num)
+    return _BOOLS[match.group(3) or match.group(4)]
+
+
+def _valid_key(key: str) -> bool:
+    return bool(key) and key == key.strip() and key.isprintable()
+
+
+def parse_console_body(body: str) -> tuple[str, int, dict[str, float]]:
+    """Classify and parse one prefix-free console line: ``(status, step, metrics)``.
+
+    ``status`` is ``none`` (not a metrics line), ``ok``, ``truncated`` (usable, last pair
+    dropped or dangling separator) or ``malformed`` (skipped). See the module docstring.
+    """
+    body = body.strip()
+    if not body.startswith("step:"):
+        return NONE, 0, {}
+    head = _STEP_HEAD_RE.match(body)
+    if head is None:
+        return NONE, 0, {}
+    step = int(head.group(1))
+    rest = _REPEATED_RE.sub("", body[head.end() :])
+    truncated = False
+    if rest.endswith(" -"):
+        rest, truncated = rest[:-2], True
+    if not rest.startswith(" - "):
+        return MALFORMED, step, {}
+    tokens = rest[3:].split(" - ")
+    metrics: dict[str, float] = {}
+    raw_values: list[str] = []
+    last = len(tokens) - 1
+    for i, token in enumerate(tokens):
+        key, sep, raw = token.partition(":")
+        value = _parse_value(raw) if sep and _valid_key(key) else None
+        if value is None:
+            if i < last:
+                return MALFORMED, step, {}
+            truncated = True
+            break
+        if i == last and not truncated and _cut_three_decimals(raw_values, raw):
+            truncated = True
+            break
+        metrics[key] = value
+        raw_values.append(raw)
+    if not metrics:
+        return MALFORMED, step, {}
+    return (TRUNCATED if truncated else OK), step, metrics
+
+
+def _cut_three_decimals(previous: list[str], last: str) -> bool:
+    """In a ``.3f``-era line (all other values with 3 decimals) a last value without them was cut."""
+    if len(previous) < MIN_THREE_DEC_PAIRS or _THREE_DEC_RE.fullmatch(last):
+        return False
+    return all(_THREE_DEC_RE.fullmatch(v) for v in previous)
+
+
+def parse_console_line(line: str) -> tuple[int, dict[str, float]] | None:
+    """Parse one console line (Ray prefix and ANSI codes allowed) into ``(step, metrics)``.
+
+    Returns ``None`` for lines that are not metrics and for garbled ones; a line with a cut last
+    pair yields the complete pairs. Never raises.
+    """
+    for _prefix, body in logical_lines(line):
+        status, step, metrics = parse_console_body(body)
+        if status in (OK, TRUNCATED):
+            return step, metrics
+    return None
+
+
+def parse_jsonl_body(body: str) -> tuple[str, int, dict[str, float]]:
+    """Classify one line of the ``file`` logger: ``{"step": N, "data": {...}}``."""
+    text = body.strip()
+    if not text.startswith('{"'):
+        return NONE, 0, {}
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        # Cut by a crash or still being written: only ours if it carries a step.
+        return (MALFORMED if '"step"' in text else NONE), 0, {}
+    if not isinstance(obj, dict) or "step" not in obj or "data" not in obj:
+        return NONE, 0, {}
+    step, data = obj["step"], obj["data"]
+    if isinstance(step, float) and step.is_integer():
+        step = int(step)
+    if not isinstance(step, int) or isinstance(step, bool) or not isinstance(data, dict):
+        return MALFORMED, 0, {}
+    metrics: dict[str, float] = {}
+    for key, value in data.items():
+        if isinstance(value, bool):
+            metrics[key] = 1.0 if value else 0.0
+        elif isinstance(value, (int, float)):
+            metrics[key] = float(value)
+    return OK, step, metrics
+
+
+def parse_jsonl_line(line: str) -> tuple[int, dict[str, float]] | None:
+    """Parse one JSONL line of verl's ``file`` logger into ``(step, metrics)``; never raises.
+
+    Non-numeric values (``null`` for NaN, strings, nested objects) are left out.
+    """
+    status, step, metrics = parse_jsonl_body(line)
+    return (step, metrics) if status == OK else None
+
+
+def _is_fragment(body: str) -> bool:
+    return " - " in body and ":" in body and _FRAGMENT_RE.search(body) is not None
+
+
+class VerlStreamParser:
+    """Turns successive chunks of one verl output file into ``VerlStep`` / ``VerlConfig`` records.
+
+    One instance per followed file (``host``, ``path``). The format is detected per line, so a
+    console log, a JSONL file and a mixed stream all work. Paths ending in ``.yaml``/``.yml``/
+    ``.json`` are config files: their lines are accumulated and re-parsed until they form a
+    mapping (JSONL step lines in them still count as steps). The pprinted config may span any
+    number of ``feed`` calls. Counters: ``lines``, ``steps``, ``configs``, ``malformed``,
+    ``truncated``.
+    """
+
+    def __init__(self, host: str, path: str) -> None:
+        self.host = host
+        self.path = path
+        self.config_file = path.lower().endswith(_CONFIG_FILE_SUFFIXES)
+        self._json_file = path.lower().endswith(".json")
+        self._collector = PprintConfigCollector()
+        self._text: list[str] = []
+        self._text_chars = 0
+        self._last_values: dict[str, Any] | None = None
+        self.lines = 0
+        self.steps = 0
+        self.configs = 0
+        self.malformed = 0
+        self.truncated = 0
+
+    def reset(self) -> None:
+        """The file was truncated or rotated: forget partial state (counters are kept)."""
+        self._collector.reset()
+        self._text = []
+        self._text_chars = 0
+        self._last_values = None
+
+    def feed(self, lines: list[str], t: float) -> list[Record]:
+        """Parse new lines that arrived at time ``t``; returns the records they complete."""
+        out: list[Record] = []
+        grew = False
+        for raw in lines:
+            self.lines += 1
+            for prefix, body in logical_lines(raw):
+                if self._line(prefix, body, t, out):
+                    continue
+                if self.config_file and self._text_chars < MAX_CONFIG_FILE_CHARS:
+                    self._text.append(raw.rstrip("\r\n"))
+                    self._text_chars += len(raw)
+                    grew = True
+                    break
+        if grew:
+            self._config_from_text(t, out)
+        return out
+
+    def flush(self, t: float) -> list[Record]:
+        """End of input: return a config still being collected (repaired), if any."""
+        out: list[Record] = []
+        self._emit_config(self._collector.abandon(), t, out)
+        return out
+
+    def _line(self, prefix: str, body: str, t: float, out: list[Record]) -> bool:
+        """Handle one logical line; True when it was recognised (metrics, JSONL, config)."""
+        if self._collector.active:
+            consumed, done = self._collector.add(prefix, body)
+            self._emit_config(done, t, out)
+            if consumed:
+                return True
+        if body.startswith("step:") or body.lstrip().startswith("step:"):
+            status, step, metrics = parse_console_body(body)
+            return self._step(status, step, metrics, "console", t, out)
+        stripped = body.lstrip()
+        if stripped.startswith('{"'):
+            status, step, metrics = parse_jsonl_body(stripped)
+            return self._step(status, step, metrics, "jsonl", t, out)
+        if not self.config_file and self._collector.starts(stripped):
+            self._emit_config(self._collector.begin(prefix, stripped), t, out)
+            return True
+        if _is_fragment(body):
+            self.malformed += 1
+            return not self.config_file
+        return False
+
+    def _step(
+        self,
+        status: str,
+        step: int,
+        metrics: dict[str, float],
+        source: str,
+        t: float,
+        out: list[Record],
+    ) -> bool:
+        if status == NONE:
+            return False
+        if status in (MALFORMED, TRUNCATED):
+            self.malformed += 1
+            self.truncated += status == TRUNCATED
+        if status in (OK, TRUNCATED):
+            self.steps += 1
+            out.append(VerlStep(host=self.host, t=t, step=step, metrics=metrics, source=source))
+        return True
+
+    def _emit_config(self, collected: CollectedConfig | None, t: float, out: list[Record]) -> None:
+        if collected is None:
+            return
+        source = "console_partial" if collected.partial else "console"
+        self._emit_values(flatten(collected.tree), source, t, out)
+
+    def _emit_values(
+        self, values: dict[str, Any], source: str, t: float, out: list[Record]
+    ) -> None:
+        if values == self._last_values:
+            return
+        self._last_values = values
+        self.configs += 1
+        out.append(VerlConfig(host=self.host, t=t, values=values, source=source))
+
+    def _config_from_text(self, t: float, out: list[Record]) -> None:
+        tree = load_config_text("\n".join(self._text), json_first=self._json_file)
+        if tree:
+            self._emit_values(flatten(tree), "json" if self._json_file else "yaml", t, out)
+
+
+@dataclass
+class ParsedLog:
+    """A whole verl output file, parsed."""
+
+    path: str
+    steps: list[VerlStep] = field(default_factory=list)
+    config: dict[str, Any] | None = None
+    config_source: str = ""  # console | console_partial | yaml | json
+    lines: int = 0
+    malformed: int = 0
+    truncated: int = 0
+
+    @property
+    def n_steps(self) -> int:
+        """Number of step records (a validation line and a training line may share a number)."""
+        return len(self.steps)
+
+    @property
+    def last_step(self) -> int | None:
+        """The highest step number seen."""
+        return max((s.step for s in self.steps), default=None)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Line, step and malformed counts, for reports."""
+        return {
+            "lines": self.lines,
+            "steps": self.n_steps,
+            "malformed": self.malformed,
+            "truncated": self.truncated,
+        }
+
+    def step(self, number: int) -> VerlStep | None:
+        """The last record with this step number (the training line wins over step-0 validation)."""
+        found = None
+        for rec in self.steps:
+            if rec.step == number:
+                found = rec
+        return found
+
+
+def _read_lines(path: Path) -> Iterable[str]:
+    # Split on "\n" only (like the agent's follower); "\r" is handled per line.
+    with path.open("rb") as handle:
+        for raw in handle:
+            yield raw.decode("utf-8", errors="replace")
+
+
+def parse_file(path: str | Path, host: str = "", t: float = 0.0, chunk: int = 2048) -> ParsedLog:
+    """Parse a verl console log, a ``file``-logger JSONL or a mix, line by line.
+
+    Every record gets time ``t`` (a file carries no arrival times). The config is the last one
+    printed (or the whole file's, for a YAML/JSON path).
+    """
+    path = Path(path)
+    parser = VerlStreamParser(host, str(path))
+    result = ParsedLog(path=str(path))
+    batch: list[str] = []
+
+    def take(records: list[Record]) -> None:
+        for rec in records:
+            if isinstance(rec, VerlStep):
+                result.steps.append(rec)
+            elif isinstance(rec, VerlConfig):
+                result.config, result.config_source = rec.values, rec.source
+
+    for line in _read_lines(path):
+        batch.append(line)
+        if len(batch) >= chunk:
+            take(parser.feed(batch, t))
+            batch = []
+    take(parser.feed(batch, t))
+    take(parser.flush(t))
+    result.lines = parser.lines
+    result.malformed = parser.malformed
+    result.truncated = parser.truncated
+    return result

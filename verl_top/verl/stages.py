@@ -1,0 +1,379 @@
+"""The stage catalogue of one verl training step, and what a step's metrics say about speed.
+
+verl times each stage of a PPO/GRPO step with ``marked_timer`` and logs ``timing_s/<stage>``
+(``timing/<stage>`` in the oldest versions). This module maps every name verl has used onto one
+catalogue of canonical stages, knows which timers are nested inside others, infers whether
+``step`` includes validation and checkpointing (it does before v0.6), and derives the numbers the
+panes and rules need (``StepView``). It also rebuilds when each stage ran (``stage_bands``) from
+the arrival time of the step line, which is printed when the step is over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl_top.model import VerlStep
+from verl_top.verl.config import n_gpus as config_n_gpus
+from verl_top.verl.config import samples_per_step
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One canonical stage of a verl step."""
+
+    name: str
+    label: str
+    description: str
+    extra: bool = False  # validation / checkpoint: periodic, not part of the steady-state step
+    overhead: bool = False  # profiler bookkeeping, ~0.1 ms
+
+
+# Execution order (= verl's timing dict order). ``step`` is the wall time of the stages before it
+# (and, before v0.6, of testing and save_checkpoint too); it is not a stage of its own in bands.
+STAGES: tuple[Stage, ...] = (
+    Stage("start_profile", "profile start", "profiler start for profiled steps", overhead=True),
+    Stage("gen", "generate", "rollout generation (includes the agent loop and, v0.5, reshard)"),
+    Stage("gen_max", "greedy baseline", "greedy rollout for the ReMax baseline"),
+    Stage("reward", "reward", "reward model / reward function"),
+    Stage("old_log_prob", "old log-prob", "actor forward for old log-probs and entropy"),
+    Stage("ref", "ref log-prob", "reference-model log-probs"),
+    Stage("values", "values", "critic forward"),
+    Stage("adv", "advantage", "advantage on the driver (includes waiting for async reward)"),
+    Stage("update_critic", "update critic", "critic PPO update"),
+    Stage("update_actor", "update actor", "actor PPO update (fwd+bwd+optimizer, offload)"),
+    Stage("update_weights", "weight sync", "trainer to rollout weight sync"),
+    Stage("dump_rollout_generations", "dump rollouts", "JSONL dump of samples"),
+    Stage("step", "step", "wall time of the step as verl measures it"),
+    Stage("testing", "validation", "validation run (every test_freq steps)", extra=True),
+    Stage("save_checkpoint", "checkpoint", "checkpoint save (every save_freq steps)", extra=True),
+    Stage("stop_profile", "profile stop", "profiler stop", overhead=True),
+)
+STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
+STAGE_BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
+# Stages that make up the step, in execution order (for sums and bands).
+WORK_STAGES: tuple[str, ...] = tuple(s.name for s in STAGES if s.name != "step")
+CORE_STAGES: tuple[str, ...] = tuple(s.name for s in STAGES if s.name != "step" and not s.extra)
+EXTRA_STAGES: tuple[str, ...] = tuple(s.name for s in STAGES if s.extra)
+
+# Other names verl used for a canonical stage, and the stage the alias runs inside of (if any).
+# ``reshard`` (v0.5 sync rollout, FSDP->vLLM) is the weight sync, timed inside ``gen``;
+# ``param_sync`` is the fully-async trainer's weight sync, a stage of its own.
+ALIASES: dict[str, tuple[str, str | None]] = {
+    "reshard": ("update_weights", "gen"),
+    "param_sync": ("update_weights", None),
+}
+
+TIMING_PREFIXES: tuple[str, ...] = ("timing_s/", "timing/")
+PER_TOKEN_PREFIX = "timing_per_token_ms/"
+
+# Tolerance when deciding whether ``step`` contains testing/save_checkpoint.
+STEP_TOLERANCE_S = 1.0
+STEP_TOLERANCE_FRAC = 0.02
+
+
+def timing_name(key: str) -> str | None:
+    """``timing_s/gen`` or ``timing/gen`` -> ``gen``; ``None`` for other keys."""
+    for prefix in TIMING_PREFIXES:
+        if key.startswith(prefix):
+            return key[len(prefix) :]
+    return None
+
+
+def stage_of(key: str) -> str | None:
+    """Canonical stage of a timing key (``timing_s/reshard`` -> ``update_weights``), else None."""
+    name = timing_name(key)
+    if name is None:
+        return None
+    if name in STAGE_BY_NAME:
+        return name
+    alias = ALIASES.get(name)
+    return alias[0] if alias else None
+
+
+@dataclass
+class StageTimes:
+    """Stage durations of one step, by canonical name, plus what is nested in what."""
+
+    times: dict[str, float] = field(default_factory=dict)
+    nested: dict[str, str] = field(default_factory=dict)  # stage -> the stage containing it
+    other: dict[str, float] = field(default_factory=dict)  # timing keys outside the catalogue
+    per_token_ms: dict[str, float] = field(default_factory=dict)
+
+
+def split_timings(metrics: Mapping[str, float]) -> StageTimes:
+    """Sort a step's timing keys into canonical stages, nested timers and the rest.
+
+    Rollout detail timers (``agent_loop/*``, ``generate_sequences``, ``generation_timing/*``)
+    stay in ``other``; ``StepView`` reads them for the long-tail ratio.
+    """
+    out = StageTimes()
+    for key, value in metrics.items():
+        name = timing_name(key)
+        if name is None:
+            if key.startswith(PER_TOKEN_PREFIX):
+                out.per_token_ms[key[len(PER_TOKEN_PREFIX) :]] = value
+            continue
+        if name in STAGE_BY_NAME:
+            out.times[name] = value
+            continue
+        alias = ALIASES.get(name)
+        if alias is not None and alias[0] not in out.times:
+            out.times[alias[0]] = value
+            if alias[1] is not None:
+                out.nested[alias[0]] = alias[1]
+            continue
+        out.other[name] = value
+    return out
+
+
+def _sum(times: Mapping[str, float], names: Iterable[str], nested: Mapping[str, str]) -> float:
+    return sum(times[n] for n in names if n in times and n not in nested)
+
+
+def step_includes_extras(
+    times: Mapping[str, float], nested: Mapping[str, str] | None = None
+) -> bool | None:
+    """Whether ``step`` contains ``testing`` + ``save_checkpoint`` (verl ≤ v0.5) or not (≥ v0.6).
+
+    Inferred from the numbers, not the version: it does if ``step`` is at least the sum of the
+    other stages plus testing and checkpoint, within a tolerance. ``None`` when it cannot be told
+    (no ``step`` key, or neither testing nor checkpoint ran this step).
+    """
+    nested = nested or {}
+    step = times.get("step")
+    extras = _sum(times, EXTRA_STAGES, nested)
+    if step is None or extras <= 0:
+        return None
+    core = _sum(times, CORE_STAGES, nested)
+    tolerance = max(STEP_TOLERANCE_S, STEP_TOLERANCE_FRAC * step)
+    return step + tolerance >= core + extras
+
+
+def core_step_time(
+    times: Mapping[str, float], nested: Mapping[str, str] | None = None
+) -> float | None:
+    """Step time without validation and checkpoint, comparable across verl versions.
+
+    ``step`` minus testing/save_checkpoint when ``step`` includes them, else ``step``; when no
+    ``step`` key was logged (earliest verl) the sum of the core stages.
+    """
+    nested = nested or {}
+    step = times.get("step")
+    if step is None:
+        core = _sum(times, CORE_STAGES, nested)
+        return core if any(n in times for n in CORE_STAGES) else None
+    if step_includes_extras(times, nested):
+        return max(0.0, step - _sum(times, EXTRA_STAGES, nested))
+    return step
+
+
+def _first(metrics: Mapping[str, float], *keys: str) -> float | None:
+    for key in keys:
+        value = metrics.get(key)
+        if value is not None:
+            return value
+    return None
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    if num is None or den is None or den <= 0:
+        return None
+    return num / den
+
+
+@dataclass
+class StepView:
+    """What one verl step says about speed, in canonical stage names.
+
+    Times in seconds. ``None`` means verl did not log it and it cannot be derived.
+    """
+
+    step: int
+    t: float
+    host: str = ""
+    metrics: dict[str, float] = field(default_factory=dict)  # the raw metrics of the line
+    stage_times: dict[str, float] = field(default_factory=dict)
+    nested: dict[str, str] = field(default_factory=dict)
+    other_timings: dict[str, float] = field(default_factory=dict)
+    per_token_ms: dict[str, float] = field(default_factory=dict)
+    step_time: float | None = None  # verl's ``step`` (or the sum of stages when not logged)
+    step_time_core: float | None = None  # without testing / save_checkpoint
+    wall_time: float | None = None  # core + testing + save_checkpoint: time the step occupied
+    step_time_source: str = ""  # timing_s/step | perf/time_per_step | sum of stage timings
+    includes_extras: bool | None = None
+    throughput: float | None = None  # tokens/s/GPU
+    throughput_source: str = ""  # verl | derived | estimated
+    total_tokens: float | None = None
+    total_tokens_per_s: float | None = None
+    samples_per_s: float | None = None
+    mfu: float | None = None  # actor MFU 0-1; None when verl logs 0 (unknown GPU/model)
+    mfu_critic: float | None = None
+    mem_reserved_gb: float | None = None
+    mem_allocated_gb: float | None = None
+    cpu_mem_used_gb: float | None = None
+    gen_seq_min: float | None = None
+    gen_seq_mean: float | None = None
+    gen_seq_max: float | None = None
+    long_tail_ratio: float | None = None  # slowest / mean generation time
+    num_preempted: float | None = None  # max preemptions of one request (agent loop)
+    num_preempted_mean: float | None = None
+    is_outlier: bool = False  # testing or save_checkpoint ran this step
+    has_training: bool = False  # False for a validation-only line (step 0)
+
+    @classmethod
+    def from_step(
+        cls,
+        rec: VerlStep,
+        config: Mapping[str, Any] | None = None,
+        n_gpus: int | None = None,
+    ) -> StepView:
+        """Build the view of one step; ``config`` (dotted keys) supplies GPUs and batch size."""
+        m = rec.metrics
+        config = config or {}
+        timings = split_timings(m)
+        times, nested = dict(timings.times), timings.nested
+        if "step" not in times and "perf/time_per_step" in m:
+            times["step"] = m["perf/time_per_step"]  # same number, present when timers are not
+        view = cls(
+            step=rec.step,
+            t=rec.t,
+            host=rec.host,
+            metrics=m,
+            stage_times=dict(times),
+            nested=dict(nested),
+            other_timings=timings.other,
+            per_token_ms=timings.per_token_ms,
+        )
+        extras = _sum(times, EXTRA_STAGES, nested)
+        view.is_outlier = extras > 0
+        view.has_training = any(n in times for n in ("gen", "update_actor", "update_critic"))
+        view.includes_extras = step_includes_extras(times, nested)
+        view.step_time_core = core_step_time(times, nested)
+        if "step" in times:
+            view.step_time = times["step"]
+            view.step_time_source = (
+                "timing_s/step" if "step" in timings.times else "perf/time_per_step"
+            )
+        elif view.step_time_core is not None:
+            # Earliest verl logged no ``step``; its step contained validation.
+            view.step_time = view.step_time_core + extras
+            view.step_time_source = "sum of stage timings"
+        if view.step_time_core is not None:
+            view.wall_time = view.step_time_core + extras
+        view._fill_rollout(timings.other)
+        view._fill_perf(m, config, n_gpus if n_gpus is not None else config_n_gpus(config))
+        return view
+
+    def _fill_rollout(self, other: Mapping[str, float]) -> None:
+        self.gen_seq_min = other.get("agent_loop/generate_sequences/min")
+        self.gen_seq_mean = other.get("agent_loop/generate_sequences/mean")
+        self.gen_seq_max = other.get("agent_loop/generate_sequences/max")
+        if self.gen_seq_mean is None and "generate_sequences" in other:
+            # v0.5/v0.6 sync rollout: mean over ranks, with max/min of the ranks.
+            self.gen_seq_mean = other["generate_sequences"]
+            self.gen_seq_max = other.get("generation_timing/max")
+            self.gen_seq_min = other.get("generation_timing/min")
+        self.long_tail_ratio = _ratio(self.gen_seq_max, self.gen_seq_mean)
+        preempted = other.get("agent_loop/num_preempted/max")
+        self.num_preempted = preempted if preempted is not None and preempted >= 0 else None
+        mean = other.get("agent_loop/num_preempted/mean")
+        self.num_preempted_mean = mean if mean is not None and mean >= 0 else None
+
+    def _fill_perf(
+        self, m: Mapping[str, float], config: Mapping[str, Any], gpus: int | None
+    ) -> None:
+        core = self.step_time_core
+        self.total_tokens = m.get("perf/total_num_tokens")
+        self.throughput = m.get("perf/throughput")
+        if self.throughput is not None:
+            self.throughput_source = "verl"
+        elif self.total_tokens is not None and gpus:
+            self.throughput = _ratio(self.total_tokens / gpus, core)
+            self.throughput_source = "derived" if self.throughput is not None else ""
+        else:
+            self._estimate_tokens(m, config, gpus)
+        if self.total_tokens is not None:
+            self.total_tokens_per_s = _ratio(self.total_tokens, core)
+        elif self.throughput is not None and gpus:
+            self.total_tokens_per_s = self.throughput * gpus
+        samples = samples_per_step(config)
+        self.samples_per_s = _ratio(float(samples), core) if samples else None
+        mfu = _first(m, "perf/mfu/actor", "mfu/actor", "actor/perf/mfu")
+        self.mfu = mfu if mfu is not None and mfu > 0 else None
+        mfu_critic = _first(m, "perf/mfu/critic", "mfu/critic")
+        self.mfu_critic = mfu_critic if mfu_critic is not None and mfu_critic > 0 else None
+        self.mem_reserved_gb = _first(
+            m, "perf/max_memory_reserved_gb", "actor/perf/max_memory_reserved_gb"
+        )
+        self.mem_allocated_gb = _first(
+            m, "perf/max_memory_allocated_gb", "actor/perf/max_memory_allocated_gb"
+        )
+        self.cpu_mem_used_gb = _first(m, "perf/cpu_memory_used_gb", "actor/perf/cpu_memory_used_gb")
+
+    def _estimate_tokens(
+        self, m: Mapping[str, float], config: Mapping[str, Any], gpus: int | None
+    ) -> None:
+        # Early verl logged no token counts: mean prompt + response length × samples per step.
+        samples = samples_per_step(config)
+        prompt, response = m.get("prompt_length/mean"), m.get("response_length/mean")
+        if not samples or prompt is None or response is None or not self.has_training:
+            return
+        self.total_tokens = (prompt + response) * samples
+        if gpus:
+            self.throughput = _ratio(self.total_tokens / gpus, self.step_time_core)
+            self.throughput_source = "estimated" if self.throughput is not None else ""
+
+    def share(self, *stages: str) -> float | None:
+        """Fraction of the step spent in ``stages`` together (canonical names).
+
+        Core stages are measured against ``step_time_core``; as soon as testing or
+        save_checkpoint is among them, against ``wall_time`` (the time the whole step occupied).
+        ``None`` when none of the stages ran or the step time is unknown.
+        """
+        present = [self.stage_times[s] for s in stages if s in self.stage_times]
+        if not present:
+            return None
+        extra = any(s in EXTRA_STAGES for s in stages)
+        return _ratio(sum(present), self.wall_time if extra else self.step_time_core)
+
+    def stage(self, name: str) -> float | None:
+        """Duration of a canonical stage, or ``None`` when it did not run / was not logged."""
+        return self.stage_times.get(name)
+
+
+def stage_bands(
+    steps: Iterable[VerlStep | StepView],
+) -> list[tuple[float, float, str]]:
+    """When each stage ran: ``(t_start, t_end, stage)`` for every step, oldest first.
+
+    verl prints a step's line when the step is over, so each step is walked backwards from its
+    arrival time ``t`` through its stages in reverse execution order, each lasting its logged
+    duration. Nested timers (v0.5 ``reshard`` inside ``gen``) and ``step`` itself get no band.
+    Bands are clipped so they do not reach back before the previous step's line; untimed gaps
+    (time verl did not attribute to a stage) fall before the first stage.
+    """
+    bands: list[tuple[float, float, str]] = []
+    prev_t: float | None = None
+    for item in steps:
+        if isinstance(item, VerlStep):
+            timings = split_timings(item.metrics)
+            times, nested, t = timings.times, timings.nested, item.t
+        else:
+            times, nested, t = item.stage_times, item.nested, item.t
+        step_bands: list[tuple[float, float, str]] = []
+        end = t
+        for name in reversed(WORK_STAGES):
+            duration = times.get(name)
+            if duration is None or name in nested or duration <= 0:
+                continue
+            start = end - duration
+            if prev_t is not None and start < prev_t:
+                start = prev_t
+            if start < end:
+                step_bands.append((start, end, name))
+            end = start
+        bands.extend(reversed(step_bands))
+        prev_t = t if prev_t is None else max(prev_t, t)
+    return bands
