@@ -1,0 +1,81 @@
+"""Shared pytest fixtures.
+
+SSH: real OpenSSH sshd daemons on 127.0.0.x (see tests/sshd.py). ``sshd_pool`` is one set of
+daemons for the whole session (tests that only stream); ``sshd_factory`` starts daemons for one
+test and stops them afterwards (fault tests that kill, stop or restart them).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from sshd import SSHD, SshdFactory, new_key  # noqa: E402
+
+FIXTURES = Path(__file__).parent / "fixtures"
+H200_TRACE = FIXTURES / "h200" / "h200_phased_trace.jsonl"
+
+
+def _sshd_missing() -> str:
+    if not os.path.exists(SSHD):
+        return f"{SSHD} is not installed (.ci/run installs openssh-server)"
+    if os.geteuid() != 0:
+        return "the test sshd logs in as root and must be started as root (CI runs as root)"
+    return ""
+
+
+@pytest.fixture(scope="session")
+def h200_trace() -> Path:
+    """The real H200 trace the agent's replay backend plays."""
+    return H200_TRACE
+
+
+@pytest.fixture(scope="session")
+def ssh_keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A client key allowed on every test sshd, and a second key that is not."""
+    why = _sshd_missing()
+    if why:
+        pytest.skip(why)
+    d = tmp_path_factory.mktemp("ssh-keys")
+    client, key = new_key(d / "client_ed25519")
+    wrong, _ = new_key(d / "wrong_ed25519")
+    auth = d / "authorized_keys"
+    auth.write_bytes(key.export_public_key("openssh"))
+    auth.chmod(0o600)
+    return {"client": client, "wrong": wrong, "authorized_keys": auth, "dir": d}
+
+
+@pytest.fixture(scope="session")
+def sshd_pool(
+    tmp_path_factory: pytest.TempPathFactory, ssh_keys: dict[str, Path]
+) -> Iterator[SshdFactory]:
+    """Session-wide daemons (127.0.0.2 upwards); call ``.start()`` for each one you need."""
+    factory = SshdFactory(tmp_path_factory.mktemp("sshd-pool"), ssh_keys["authorized_keys"], 2)
+    try:
+        yield factory
+    finally:
+        factory.stop_all()
+
+
+@pytest.fixture
+def sshd_factory(tmp_path: Path, ssh_keys: dict[str, Path]) -> Iterator[SshdFactory]:
+    """Daemons for one test (127.0.0.40 upwards), all stopped by pid at teardown."""
+    factory = SshdFactory(tmp_path / "sshd", ssh_keys["authorized_keys"], 40)
+    try:
+        yield factory
+    finally:
+        factory.stop_all()
+
+
+@pytest.fixture(scope="session")
+def remote_python() -> str:
+    """The python the test sshd finds for the agent (sshd's default PATH), else this one."""
+    found = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    return "python3" if found else sys.executable
