@@ -1,0 +1,526 @@
+"""Write a snapshot bundle: what verl-top saw and concluded, to attach to a bug report or chat.
+
+A bundle is a directory holding
+
+- ``snapshot.json`` — hosts, GPUs (latest values, window means and the window's series), GPU
+  processes with their verl role and rank, verl steps, the job config, probes, NCCL info, log
+  events and the diagnosis; schema ``verl-top.snapshot/1`` (``export/schema.py``);
+- ``report.md`` — the five-step verdict with evidence, advice and small tables (``report.py``);
+- ``recording.ndjson.gz`` — the records behind it, re-encoded from the store, so
+  ``verl-top --replay recording.ndjson.gz`` shows the same numbers;
+- ``screen.svg`` — the app's screen, when the snapshot was taken from the app.
+
+Everything is redacted (``redact.py``) before it is written. The bundle is written into a
+temporary directory next to the target and renamed into place only when complete, so a failure
+(permission denied, disk full) never leaves a partial bundle, and ``force`` replaces an old
+bundle only once the new one is whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import gzip
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from verl_top import __version__
+from verl_top.export.redact import REDACTED, redact_mapping, redact_text, redact_tree
+from verl_top.export.schema import SNAPSHOT_VERSION
+from verl_top.model import (
+    GpuSample,
+    Heartbeat,
+    HostSample,
+    HostState,
+    LogLines,
+    Record,
+    VerlConfig,
+    clock_reason_names,
+)
+from verl_top.protocol import encode, from_dict, to_dict
+from verl_top.roles import annotate, classify
+from verl_top.store import GPU_DERIVED, GPU_METRICS, HOST_METRICS, GpuEntry, HostEntry, Store
+
+SNAPSHOT_FILE = "snapshot.json"
+REPORT_FILE = "report.md"
+RECORDING_FILE = "recording.ndjson.gz"
+SCREEN_FILE = "screen.svg"
+
+MIN_STEPS = 20  # snapshot.json keeps at least this many last steps, even if older than the window
+# Stand-in reason bits for a replayed history sample that was throttled: the store's history
+# keeps only "throttled or not", not which reason (docs/snapshot.md, "What replay loses").
+THROTTLED_UNKNOWN_REASON = 0x4
+
+REDACTION_RULES = [
+    "names ending in token, secret, password, passwd, api_key, access_key, private_key, "
+    "credentials, auth, cookie (config keys, environment variables, --flags)",
+    "values like hf_…, sk-…, ghp_…/github_pat_…, xox?-…, AKIA…/ASIA…, JWTs, Bearer/Basic tokens",
+    "the password of scheme://user:password@host URLs",
+]
+
+
+class SnapshotError(Exception):
+    """The bundle could not be written; the message says where and why, in one sentence."""
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _num(x: float | None) -> float | None:
+    """JSON-safe number: NaN / inf -> None."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return None
+    return x
+
+
+def _clean(value: Any) -> Any:
+    """A JSON-safe copy of a tree: NaN/inf -> None, tuples -> lists."""
+    if isinstance(value, float):
+        return _num(value)
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _iso(t: float | None) -> str:
+    if not t:
+        return ""
+    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"
+
+
+def _fields(record: Any) -> dict[str, Any]:
+    """A record's wire fields without the ``v`` / ``type`` tags (None fields left out)."""
+    if not isinstance(record, Record):
+        return {k: v for k, v in dataclasses.asdict(record).items() if v is not None}
+    d = to_dict(record)
+    d.pop("v", None)
+    d.pop("type", None)
+    return d
+
+
+def redact_record(record: Record) -> Record:
+    """A copy of ``record`` with every secret it carries replaced (config keys by name too)."""
+    if isinstance(record, GpuSample | HostSample | Heartbeat):
+        # Numbers only (and a phase label): the common case, kept fast.
+        if isinstance(record, GpuSample) and record.label:
+            label = redact_text(record.label)
+            return record if label == record.label else dataclasses.replace(record, label=label)
+        return record
+    data = to_dict(record)
+    if isinstance(record, VerlConfig):
+        data["values"] = redact_mapping(record.values)
+    return from_dict(redact_tree(data))
+
+
+# -- the recording ----------------------------------------------------------------------------
+
+
+def _gpu_samples(store: Store, entry: GpuEntry, since: float) -> list[GpuSample]:
+    """GPU samples of the window rebuilt from the ring columns (the latest one verbatim)."""
+    ring = entry.history
+    latest = entry.latest
+    times, labels = ring.label_series(since)
+    cols = {c: ring.series(c, since)[1] for c in GPU_METRICS}
+    throttled = ring.series("throttled", since)[1]
+    reasons_when_throttled = (
+        latest.clock_reasons if latest is not None and latest.throttled else None
+    ) or THROTTLED_UNKNOWN_REASON
+    out: list[GpuSample] = []
+    for i, t in enumerate(times):
+        thr = throttled[i]
+        values = {c: (None if math.isnan(v := cols[c][i]) else v) for c in GPU_METRICS}
+        out.append(
+            GpuSample(
+                host=entry.host,
+                t=t,
+                index=entry.index,
+                mem_total_mib=latest.mem_total_mib if latest else None,
+                power_limit_w=latest.power_limit_w if latest else None,
+                clock_reasons=None if math.isnan(thr) else (reasons_when_throttled if thr else 0),
+                label=labels[i],
+                **values,
+            )
+        )
+    if latest is not None:
+        if out and out[-1].t == latest.t:
+            out[-1] = latest
+        elif not out or latest.t < out[0].t:
+            out.insert(0, latest)  # went silent before the window: keep its last word
+    return out
+
+
+def _host_samples(entry: HostEntry, since: float) -> list[HostSample]:
+    """Host samples of the window rebuilt from the ring columns (the latest one verbatim)."""
+    ring = entry.history
+    latest = entry.latest
+    times, _ = ring.series(HOST_METRICS[0], since)
+    cols = {c: ring.series(c, since)[1] for c in HOST_METRICS}
+    out: list[HostSample] = []
+    for i, t in enumerate(times):
+        values: dict[str, Any] = {
+            c: (None if math.isnan(v := cols[c][i]) else v) for c in HOST_METRICS
+        }
+        if values["mem_used_bytes"] is not None:
+            values["mem_used_bytes"] = int(values["mem_used_bytes"])
+        out.append(
+            HostSample(
+                host=entry.name,
+                t=t,
+                mem_total_bytes=latest.mem_total_bytes if latest else None,
+                **values,
+            )
+        )
+    if latest is not None:
+        if out and out[-1].t == latest.t:
+            out[-1] = latest
+        elif not out or latest.t < out[0].t:
+            out.insert(0, latest)
+    return out
+
+
+def recording_records(store: Store) -> list[Record]:
+    """Every record needed to replay what the store shows, oldest first, redacted.
+
+    Hellos and the config come first, then the window's GPU / host samples with the latest
+    process lists, heartbeats, all kept steps, probes, NCCL info and events in time order, then
+    each host's log tail at the data time and its final state.
+    """
+    since = store.window_start()
+    head: list[Record] = [h.hello for h in store.hosts.values() if h.hello is not None]
+    body: list[Record] = []
+    for h in store.hosts.values():
+        body.extend(_host_samples(h, since))
+        for index in sorted(h.gpus):
+            body.extend(_gpu_samples(store, h.gpus[index], since))
+        if h.procs is not None:
+            body.append(h.procs)
+        if h.heartbeat is not None:
+            body.append(h.heartbeat)
+    body.extend(store.steps)
+    body.extend(store.probes)
+    body.extend(store.nccl.values())
+    body.extend(store.events)
+    body.sort(key=lambda r: r.t)
+    if store.config:
+        first_t = min((r.t for r in head + body if r.t), default=store.now)
+        head.append(VerlConfig(t=first_t, values=dict(store.config), source=store.config_source))
+    tail: list[Record] = []
+    for h in store.hosts.values():
+        if h.log_tail:
+            tail.append(LogLines(host=h.name, t=store.now, kind="tail", lines=list(h.log_tail)))
+    last_t = max((r.t for r in head + body + tail), default=0.0)
+    if store.hosts and store.now and last_t < store.now:
+        # Some record we do not keep (a raw log chunk) set the data time: mark it.
+        tail.append(LogLines(host=next(iter(store.hosts)), t=store.now, kind="mark"))
+    for h in store.hosts.values():
+        tail.append(HostState(host=h.name, t=store.now, state=h.state, reason=h.reason))
+    return [redact_record(r) for r in head + body + tail]
+
+
+# -- snapshot.json ----------------------------------------------------------------------------
+
+
+def _series(ring: Any, columns: Iterable[str], since: float) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    times: list[float] = []
+    for c in columns:
+        times, vs = ring.series(c, since)
+        out[c] = [_num(v) for v in vs]
+    return {"t": times, **out}
+
+
+def _hello_json(entry: HostEntry) -> dict[str, Any] | None:
+    if entry.hello is None:
+        return None
+    d = _fields(entry.hello)
+    d.pop("host", None)
+    return d
+
+
+def _host_json(store: Store, entry: HostEntry, since: float) -> dict[str, Any]:
+    return {
+        "name": entry.name,
+        "state": entry.state,
+        "reason": entry.reason,
+        "last_t": entry.last_t,
+        "hello": _hello_json(entry),
+        "latest": _fields(entry.latest) if entry.latest is not None else None,
+        "series": _series(entry.history, HOST_METRICS, since),
+    }
+
+
+def _gpu_json(store: Store, entry: GpuEntry, since: float, names: dict[int, str]):
+    columns = GPU_METRICS + GPU_DERIVED
+    latest: dict[str, Any] | None = None
+    reasons: list[str] = []
+    if entry.latest is not None:
+        latest = _fields(entry.latest)
+        latest["activity"] = entry.latest.activity
+        latest["throttled"] = entry.latest.throttled
+        reasons = clock_reason_names(entry.latest.clock_reasons)
+    series = _series(entry.history, columns, since)
+    series["label"] = entry.history.label_series(since)[1]
+    return {
+        "host": entry.host,
+        "index": entry.index,
+        "name": names.get(entry.index, ""),
+        "latest": latest,
+        "throttle_reasons": reasons,
+        "means": {c: _num(store.gpu_mean(entry, c)) for c in columns},
+        "series": series,
+    }
+
+
+def _processes_json(store: Store) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for h in store.hosts.values():
+        if h.procs is None:
+            continue
+        for p in annotate(h.procs).procs:
+            d = _fields(p)
+            d.update(
+                host=h.name, t=h.procs.t, method=classify(p.cmd).method, rank=p.rank, role=p.role
+            )
+            out.append(d)
+    return out
+
+
+def snapshot_steps(store: Store) -> list[Any]:
+    """The window's steps, or the last ``MIN_STEPS`` when the window holds fewer."""
+    since = store.window_start()
+    steps = list(store.steps)
+    in_window = [s for s in steps if s.t >= since]
+    return in_window if len(in_window) >= MIN_STEPS else steps[-MIN_STEPS:]
+
+
+def diagnosis_json(verdict: Any) -> dict[str, Any] | None:
+    """The verdict as ``verl-top diagnose --json`` prints it (None when there is no verdict)."""
+    if verdict is None:
+        return None
+    from verl_top.diagnosis.report import to_json
+
+    return to_json(verdict)
+
+
+def build_snapshot(
+    store: Store, verdict: Any, now: float | None = None, screen: bool = False
+) -> dict[str, Any]:
+    """The ``snapshot.json`` document (redacted, JSON-safe)."""
+    created = time.time() if now is None else now
+    since = store.window_start()
+    hosts = list(store.hosts.values())
+    gpus = []
+    for h in hosts:
+        names = {g.index: g.name for g in h.hello.gpus} if h.hello else {}
+        gpus.extend(_gpu_json(store, h.gpus[i], since, names) for i in sorted(h.gpus))
+    doc = {
+        "schema": SNAPSHOT_VERSION,
+        "tool": {"name": "verl-top", "version": __version__},
+        "created": created,
+        "created_iso": _iso(created),
+        "data_time": store.now,
+        "data_time_iso": _iso(store.now),
+        "mode": "replay" if store.replay else "live",
+        "window": {
+            "seconds": store.limits.window_s,
+            "start": since,
+            "end": store.now,
+            "points": store.limits.points,
+        },
+        "hosts": [_host_json(store, h, since) for h in hosts],
+        "gpus": gpus,
+        "processes": _processes_json(store),
+        "steps": [_fields(s) for s in snapshot_steps(store)],
+        "config": {"source": store.config_source, "values": redact_mapping(store.config)},
+        "probes": [_fields(p) for p in store.probes],
+        "nccl": [_fields(n) for n in store.nccl.values()],
+        "events": [_fields(e) for e in store.events],
+        "diagnosis": diagnosis_json(verdict),
+        "files": {
+            "report": REPORT_FILE,
+            "recording": RECORDING_FILE,
+            "screen": SCREEN_FILE if screen else None,
+        },
+        "notes": list(store.notes),
+    }
+    doc = redact_tree(_clean(doc))
+    # Added after the pass: the rules' own wording would otherwise be "redacted".
+    doc["redaction"] = {"placeholder": REDACTED, "rules": list(REDACTION_RULES)}
+    return doc
+
+
+# -- writing ----------------------------------------------------------------------------------
+
+
+class _FdWriter:
+    """A minimal binary file object over an OS file descriptor (all writes via ``os.write``)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def write(self, data: bytes) -> int:
+        view = memoryview(data)
+        while view:
+            n = os.write(self.fd, view)
+            view = view[n:]
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+def _open_fd(path: Path) -> int:
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+
+
+def _write_file(path: Path, chunks: Iterable[bytes]) -> None:
+    """Write ``chunks`` to a new file and flush it to disk."""
+    fd = _open_fd(path)
+    try:
+        out = _FdWriter(fd)
+        for chunk in chunks:
+            out.write(chunk)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_gzip(path: Path, lines: Iterator[str]) -> None:
+    """Write text lines gzip-compressed (fixed mtime, so equal content gives equal bytes)."""
+    fd = _open_fd(path)
+    try:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=_FdWriter(fd), mtime=0) as gz:
+            batch: list[str] = []
+            for line in lines:
+                batch.append(line)
+                if len(batch) >= 1000:
+                    gz.write("".join(batch).encode())
+                    batch.clear()
+            gz.write("".join(batch).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _reason(exc: OSError) -> str:
+    """One plain phrase for an OS error."""
+    code = exc.errno
+    if code == errno.ENOSPC:
+        return "no space left on the device"
+    if code == errno.EDQUOT:
+        return "disk quota exceeded"
+    if code in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    if code == errno.EROFS:
+        return "the file system is read-only"
+    if code == errno.ENOTDIR:
+        return "a part of the path is a file, not a directory"
+    return exc.strerror or str(exc)
+
+
+def _check_target(target: Path, force: bool) -> bool:
+    """Whether ``target`` exists (as a directory); raise when it may not be written."""
+    try:
+        if not target.exists():
+            return False
+        if not target.is_dir():
+            raise SnapshotError(f"{target} exists and is not a directory")
+        non_empty = any(target.iterdir())
+    except OSError as exc:
+        raise SnapshotError(f"cannot use {target}: {_reason(exc)}") from exc
+    if non_empty and not force:
+        raise SnapshotError(f"{target} exists; use --force to overwrite")
+    return True
+
+
+def _fill(
+    tmp: Path,
+    store: Store,
+    verdict: Any,
+    screen_svg: str | None,
+    created: float,
+) -> None:
+    from verl_top.export.report import build_report
+
+    doc = build_snapshot(store, verdict, now=created, screen=screen_svg is not None)
+    # Compact: the series make up most of it; `jq .` pretty-prints when a person reads it.
+    text = json.dumps(doc, separators=(",", ":"), allow_nan=False, ensure_ascii=False) + "\n"
+    _write_file(tmp / SNAPSHOT_FILE, [text.encode()])
+    report = build_report(store, verdict, doc, screen=screen_svg is not None)
+    _write_file(tmp / REPORT_FILE, [report.encode()])
+    records = recording_records(store)
+    _write_gzip(tmp / RECORDING_FILE, (encode(r) + "\n" for r in records))
+    if screen_svg is not None:
+        _write_file(tmp / SCREEN_FILE, [redact_text(screen_svg).encode()])
+
+
+def _install(tmp: Path, target: Path, exists: bool) -> None:
+    """Rename the finished bundle into place; an old one is removed only after the swap."""
+    if not exists:
+        os.replace(tmp, target)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+    os.rmdir(old)  # only the unique name is wanted: rename needs a free slot
+    os.replace(target, old)
+    try:
+        os.replace(tmp, target)
+    except OSError:
+        os.replace(old, target)  # put the old bundle back
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def write_snapshot(
+    store: Store,
+    verdict: Any,
+    output_dir: str | os.PathLike[str],
+    force: bool = False,
+    screen_svg: str | None = None,
+    now: float | None = None,
+) -> Path:
+    """Write the bundle to ``output_dir`` and return its path; raise ``SnapshotError``.
+
+    ``verdict`` is the diagnosis ``Verdict`` (or None); ``screen_svg`` the app's screenshot
+    (``App.export_screenshot()``), written as ``screen.svg`` when given; ``now`` the creation
+    time (default: the wall clock). An existing non-empty directory is replaced only with
+    ``force``, and only after the new bundle is complete.
+    """
+    target = Path(output_dir).expanduser().absolute()
+    exists = _check_target(target, force)
+    created = time.time() if now is None else now
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    except OSError as exc:
+        raise SnapshotError(f"cannot write the snapshot to {target}: {_reason(exc)}") from exc
+    try:
+        os.chmod(tmp, 0o755)  # mkdtemp makes 0700; a bundle is meant to be read and shared
+        _fill(tmp, store, verdict, screen_svg, created)
+        _fsync_dir(tmp)
+        _install(tmp, target, exists)
+        _fsync_dir(target.parent)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SnapshotError(f"cannot write the snapshot to {target}: {_reason(exc)}") from exc
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
