@@ -1,0 +1,557 @@
+"""What one sample costs on a node: the verl-top agent next to the tools a user would poll.
+
+    python benchmarks/agent_cost.py                       # auto backend, 1 Hz and 10 Hz, 15 s each
+    python benchmarks/agent_cost.py --backend replay --gpus 8 --duration 5 --json-out agent.json
+
+Rows, measured in ONE run on the same machine, each paced at 1 Hz and then at 10 Hz:
+
+- ``verl-top agent tick``: ``Agent.tick()`` in this process plus the JSON encoding of its lines
+  (exactly what the agent writes per sample); CPU = ``time.process_time`` delta, wall =
+  ``perf_counter`` delta.
+- ``verl-top agent process``: the real agent started through the SSH bootstrap
+  (``python3 -u -c BOOTSTRAP``, source on stdin) as a subprocess: peak RSS (``wait4`` rusage),
+  bytes per sample on its stdout, and its steady CPU per sample from its own heartbeat records
+  (``agent_cpu_s`` deltas, so interpreter start-up is not counted).
+- ``nvidia-smi --query-gpu ...`` spawned per sample: wall = ``perf_counter``, CPU = the child's
+  rusage (``wait4``, the same as ``RUSAGE_CHILDREN`` deltas), RSS = the child's peak RSS.
+- nvitop (``Device.all()`` once, then ``[d.as_snapshot() for d in devices]`` per sample) and
+  gpustat (``gpustat.new_query()`` per sample), in this process, when importable; their RSS is
+  that of a fresh interpreter that imports the library and collects once.
+- ``raw pynvml (8 getters)``: the floor, when NVML works.
+
+No GPU here? ``--backend auto`` falls back to the replay backend (the recorded H200 trace fanned
+out to ``--gpus`` GPUs) and the comparator rows say "not available".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from _common import REPO, ensure_repo_on_path, fmt, median, percentile, table, write_json
+
+ensure_repo_on_path()
+
+from verl_top.agent import BOOTSTRAP, agent_payload  # noqa: E402
+from verl_top.agent import node_agent as na  # noqa: E402
+
+SMI_QUERY = (
+    "index,uuid,name,utilization.gpu,utilization.memory,memory.used,memory.total,"
+    "power.draw,temperature.gpu,clocks.sm"
+)
+SMI_ARGS = [f"--query-gpu={SMI_QUERY}", "--format=csv,noheader,nounits"]
+TRACE_CANDIDATES = (
+    REPO / "tests" / "fixtures" / "agent" / "h200_phased_trace.jsonl",
+    REPO / "verl_top" / "data" / "demo.ndjson.gz",
+)
+AGENT_ROW = "verl-top agent tick"
+TARGETS = {
+    "agent_cpu_ms_8gpu": 1.0,
+    "agent_rss_mb": 40.0,
+    "ratio_vs_nvidia_smi": 25.0,
+    "ratio_vs_nvitop": 10.0,
+    "agent_wall_ms": 5.0,
+}
+
+
+@dataclass
+class Row:
+    """One tool at one pacing rate."""
+
+    tool: str
+    rate_hz: float
+    gpus: int | None = None
+    wall_ms: list[float] = field(default_factory=list)
+    cpu_ms: list[float] = field(default_factory=list)
+    bytes_per_sample: float | None = None
+    rss_mb: float | None = None
+    cpu_ms_steady: float | None = None  # the agent process: from its heartbeats
+    note: str = ""
+
+    def cpu_median(self) -> float | None:
+        """CPU ms per sample (median); the process row uses its heartbeat figure."""
+        if self.cpu_ms_steady is not None:
+            return self.cpu_ms_steady
+        return median(self.cpu_ms)
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON form (lists summarised)."""
+        cpu = self.cpu_median()
+        return {
+            "tool": self.tool,
+            "rate_hz": self.rate_hz,
+            "gpus": self.gpus,
+            "samples": len(self.wall_ms) or len(self.cpu_ms) or None,
+            "wall_ms_median": median(self.wall_ms),
+            "wall_ms_p90": percentile(self.wall_ms, 90),
+            "wall_ms_max": max(self.wall_ms) if self.wall_ms else None,
+            "cpu_ms_median": cpu,
+            "cpu_ms_per_gpu": cpu / self.gpus if cpu is not None and self.gpus else None,
+            "rss_mb": self.rss_mb,
+            "bytes_per_sample": self.bytes_per_sample,
+            "note": self.note,
+        }
+
+
+def paced(fn: Callable[[], None], n: int, interval: float) -> None:
+    """Call ``fn`` ``n`` times, one call every ``interval`` seconds (no bursts when late)."""
+    nxt = time.perf_counter()
+    for _ in range(n):
+        now = time.perf_counter()
+        if now < nxt:
+            time.sleep(nxt - now)
+        fn()
+        nxt += interval
+        nxt = max(nxt, time.perf_counter())
+
+
+# ---------------------------------------------------------------------------------------------
+# The agent
+
+
+def default_trace() -> str:
+    """The recorded H200 trace the replay backend plays."""
+    for path in TRACE_CANDIDATES:
+        if path.exists():
+            return str(path)
+    raise SystemExit("no replay trace found (tests/fixtures/agent/h200_phased_trace.jsonl)")
+
+
+def agent_argv(backend: str, gpus: int, trace: str, rate: float, count: int = 0) -> list[str]:
+    """Agent command line for one backend and pacing."""
+    argv = ["--backend", backend, "--interval", f"{1.0 / rate:g}", "--host", "bench"]
+    if backend == "replay":
+        argv += ["--replay-trace", trace, "--replay-gpus", str(gpus)]
+    if count:
+        argv += ["--count", str(count)]
+    return argv
+
+
+def resolve_backend(requested: str, gpus: int, trace: str) -> tuple[str, str]:
+    """The backend to measure: ``auto`` means pynvml / nvidia-smi if they work, else replay."""
+    if requested != "auto":
+        return requested, ""
+    agent = na.Agent(na.parse_args(agent_argv("auto", gpus, trace, 1.0)))
+    try:
+        name = agent.backend.name
+        why = getattr(agent.backend, "error", "") or ""
+    finally:
+        agent.close()
+    if name in ("pynvml", "nvidia-smi"):
+        return name, ""
+    return "replay", f"no GPU backend ({why or name}); replaying the H200 trace on {gpus} GPUs"
+
+
+def measure_agent_tick(argv: list[str], rate: float, n: int) -> Row:
+    """The in-process tick + encoding cost."""
+    agent = na.Agent(na.parse_args(argv))
+    row = Row(AGENT_ROW, rate, gpus=len(agent.backend.gpus))
+    row.note = f"backend {agent.backend.name}, host sampler {agent.host_sampler.mode}"
+    nbytes: list[int] = []
+    agent.hello()
+
+    def one() -> None:
+        c0 = time.process_time()
+        w0 = time.perf_counter()
+        records = agent.tick(time.time())
+        data = ("\n".join(na.encode_line(r) for r in records) + "\n").encode("ascii")
+        w1 = time.perf_counter()
+        c1 = time.process_time()
+        row.wall_ms.append((w1 - w0) * 1000)
+        row.cpu_ms.append((c1 - c0) * 1000)
+        nbytes.append(len(data))
+
+    try:
+        paced(one, n, 1.0 / rate)
+    finally:
+        agent.close()
+    row.bytes_per_sample = sum(nbytes) / len(nbytes) if nbytes else None
+    return row
+
+
+@dataclass
+class AgentProcess:
+    """The real agent behind the bootstrap, writing to a temporary file."""
+
+    proc: subprocess.Popen[bytes]
+    out_path: Path
+    n: int
+    rate: float
+
+    @classmethod
+    def start(cls, argv: list[str], rate: float, n: int) -> AgentProcess:
+        """Start it the way the SSH source does: bootstrap on the command line, source on stdin."""
+        fd, name = tempfile.mkstemp(prefix="verl-top-agent-", suffix=".ndjson")
+        with os.fdopen(fd, "wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-u", "-c", BOOTSTRAP, *argv],
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=subprocess.DEVNULL,
+            )
+        assert proc.stdin is not None
+        proc.stdin.write(agent_payload().encode("utf-8"))
+        proc.stdin.flush()  # stdin stays open: it is the agent's control channel
+        self = cls(proc, Path(name), n, rate)
+        self.wait_started(timeout=20.0)
+        return self
+
+    def wait_started(self, timeout: float) -> None:
+        """Block until the hello line is out, so start-up does not overlap other timings."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if b"\n" in self.out_path.read_bytes()[:65536]:
+                return
+            time.sleep(0.02)
+
+    def finish(self, timeout: float) -> Row:
+        """Wait for ``--count`` ticks to be written, then summarise the output."""
+        row = Row("verl-top agent process", self.rate)
+        deadline = time.monotonic() + timeout
+        ru = None
+        while time.monotonic() < deadline:
+            pid, status, usage = os.wait4(self.proc.pid, os.WNOHANG)
+            if pid:
+                self.proc.returncode = os.waitstatus_to_exitcode(status)
+                ru = usage
+                break
+            time.sleep(0.05)
+        if ru is None:
+            self.proc.kill()
+            _, status, ru = os.wait4(self.proc.pid, 0)
+            self.proc.returncode = os.waitstatus_to_exitcode(status)
+            row.note = "did not finish in time; killed. "
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        data = self.out_path.read_bytes()
+        self.out_path.unlink(missing_ok=True)
+        lines = data.splitlines(keepends=True)
+        records = [json.loads(x) for x in lines if x.strip()]
+        hello = records[0] if records and records[0].get("type") == "hello" else {}
+        ticks = len({r["t"] for r in records if r.get("type") == "gpu"}) or self.n
+        row.gpus = len(hello.get("gpus") or []) or None
+        body = len(data) - (len(lines[0]) if hello else 0)
+        row.bytes_per_sample = body / ticks if ticks else None
+        row.rss_mb = ru.ru_maxrss / 1024.0  # KiB on Linux
+        hbs = [r for r in records if r.get("type") == "hb" and r.get("agent_cpu_s") is not None]
+        if len(hbs) >= 2:
+            gpu_t = sorted({r["t"] for r in records if r.get("type") == "gpu"})
+            between = sum(1 for t in gpu_t if hbs[0]["t"] < t <= hbs[-1]["t"])
+            if between:
+                cpu = hbs[-1]["agent_cpu_s"] - hbs[0]["agent_cpu_s"]
+                row.cpu_ms_steady = cpu * 1000 / between
+        total_cpu = ru.ru_utime + ru.ru_stime
+        how = "heartbeat deltas"
+        if row.cpu_ms_steady is None and hbs and ticks > 1:
+            # One heartbeat (short run): it came with tick 0 and counts start-up; the rest of
+            # the process CPU (rusage at exit) was spent on the other ticks.
+            row.cpu_ms_steady = (total_cpu - hbs[0]["agent_cpu_s"]) * 1000 / (ticks - 1)
+            how = "exit rusage minus the first heartbeat's CPU"
+        row.note += (
+            f"exit {self.proc.returncode}; {ticks} ticks; process CPU incl. start-up "
+            f"{total_cpu * 1000:.0f} ms; CPU/sample from {how}"
+        )
+        return row
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparators
+
+
+def measure_smi(rate: float, n: int) -> Row:
+    """``nvidia-smi --query-gpu`` spawned once per sample."""
+    row = Row("nvidia-smi --query-gpu (spawn)", rate)
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        row.note = "not available (no nvidia-smi on PATH)"
+        return row
+    peak = 0
+    nbytes: list[int] = []
+    errors: list[str] = []
+
+    def one() -> None:
+        nonlocal peak
+        w0 = time.perf_counter()
+        proc = subprocess.Popen([exe, *SMI_ARGS], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        proc.stdout.close()
+        _, status, ru = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        w1 = time.perf_counter()
+        if proc.returncode != 0:
+            errors.append(f"exit {proc.returncode}")
+            return
+        row.wall_ms.append((w1 - w0) * 1000)
+        row.cpu_ms.append((ru.ru_utime + ru.ru_stime) * 1000)
+        peak = max(peak, ru.ru_maxrss)
+        nbytes.append(len(out))
+        row.gpus = len([x for x in out.splitlines() if x.strip()])
+
+    paced(one, n, 1.0 / rate)
+    if not row.wall_ms:
+        row.note = f"not available ({errors[0] if errors else 'no output'})"
+        return row
+    row.rss_mb = peak / 1024.0
+    row.bytes_per_sample = sum(nbytes) / len(nbytes)
+    row.note = "CPU = child rusage (wait4)"
+    return row
+
+
+def child_rss_mb(code: str) -> float | None:
+    """Peak RSS of a fresh interpreter running ``code`` (what a polling tool's process weighs)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    _, status, ru = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return ru.ru_maxrss / 1024.0 if proc.returncode == 0 else None
+
+
+def measure_in_process(
+    tool: str,
+    rate: float,
+    n: int,
+    setup: Callable[[], tuple[Callable[[], Any], int]],
+    rss_code: str,
+) -> Row:
+    """A library call timed in this process (wall + process CPU)."""
+    row = Row(tool, rate)
+    try:
+        call, gpus = setup()
+    except ImportError:
+        row.note = "not installed"
+        return row
+    except Exception as exc:  # no GPU, NVML missing: the library raises its own errors
+        row.note = f"not available ({type(exc).__name__}: {exc})"
+        return row
+    row.gpus = gpus
+
+    def one() -> None:
+        c0 = time.process_time()
+        w0 = time.perf_counter()
+        call()
+        w1 = time.perf_counter()
+        c1 = time.process_time()
+        row.wall_ms.append((w1 - w0) * 1000)
+        row.cpu_ms.append((c1 - c0) * 1000)
+
+    try:
+        paced(one, n, 1.0 / rate)
+    except Exception as exc:
+        row.note = f"failed ({type(exc).__name__}: {exc})"
+        return row
+    row.rss_mb = child_rss_mb(rss_code)
+    row.note = "in-process; RSS of a fresh interpreter doing one collection"
+    return row
+
+
+def nvitop_setup() -> tuple[Callable[[], Any], int]:
+    """nvitop: devices once, snapshots per sample (what its UI loop does)."""
+    import nvitop  # noqa: PLC0415 - optional comparator
+
+    devices = nvitop.Device.all()
+    if not devices:
+        raise RuntimeError("no devices")
+    return (lambda: [d.as_snapshot() for d in devices]), len(devices)
+
+
+def gpustat_setup() -> tuple[Callable[[], Any], int]:
+    """gpustat: one new_query() per sample."""
+    import gpustat  # noqa: PLC0415 - optional comparator
+
+    first = gpustat.new_query()
+    return gpustat.new_query, len(first.gpus)
+
+
+def pynvml_floor_setup() -> tuple[Callable[[], Any], int]:
+    """Raw pynvml, 8 getters per GPU: the least any NVML-based tool can spend."""
+    import pynvml  # noqa: PLC0415 - optional
+
+    pynvml.nvmlInit()
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+    if not handles:
+        raise RuntimeError("no devices")
+
+    def call() -> None:
+        for h in handles:
+            pynvml.nvmlDeviceGetUtilizationRates(h)
+            pynvml.nvmlDeviceGetMemoryInfo(h)
+            pynvml.nvmlDeviceGetPowerUsage(h)
+            pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
+            pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
+            pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)
+            pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h)
+            pynvml.nvmlDeviceGetEnforcedPowerLimit(h)
+
+    return call, len(handles)
+
+
+NVITOP_RSS = "import nvitop; ds = nvitop.Device.all(); [d.as_snapshot() for d in ds]"
+GPUSTAT_RSS = "import gpustat; gpustat.new_query()"
+PYNVML_RSS = "import pynvml; pynvml.nvmlInit(); pynvml.nvmlDeviceGetCount()"
+
+
+# ---------------------------------------------------------------------------------------------
+# Run and report
+
+
+def run_rate(backend: str, gpus: int, trace: str, rate: float, n: int, floor: bool) -> list[Row]:
+    """All rows at one pacing rate."""
+    proc = AgentProcess.start(agent_argv(backend, gpus, trace, rate, count=n), rate, n)
+    rows = [measure_agent_tick(agent_argv(backend, gpus, trace, rate), rate, n)]
+    # The subprocess ran alongside the in-process loop; it is reaped before any spawned
+    # comparator, so nothing else is counted in its rusage.
+    rows.append(proc.finish(timeout=n / rate + 30))
+    rows.append(measure_smi(rate, n))
+    rows.append(
+        measure_in_process("nvitop Device.as_snapshot() all", rate, n, nvitop_setup, NVITOP_RSS)
+    )
+    rows.append(measure_in_process("gpustat.new_query()", rate, n, gpustat_setup, GPUSTAT_RSS))
+    if floor:
+        rows.append(
+            measure_in_process(
+                "raw pynvml, 8 getters (floor)", rate, n, pynvml_floor_setup, PYNVML_RSS
+            )
+        )
+    return rows
+
+
+def ratio(row: Row, agent: Row) -> tuple[float | None, str]:
+    """CPU of ``row`` over the agent's; per GPU when the GPU counts differ (replay fan-out)."""
+    a, c = agent.cpu_median(), row.cpu_median()
+    if a is None or c is None or a <= 0 or row.tool.startswith("verl-top"):
+        return None, ""
+    if row.gpus and agent.gpus and row.gpus != agent.gpus:
+        return (c / row.gpus) / (a / agent.gpus), " (per GPU)"
+    return c / a, ""
+
+
+HEADERS = [
+    "tool",
+    "Hz",
+    "GPUs",
+    "wall ms/sample p50",
+    "p90",
+    "CPU ms/sample p50",
+    "CPU ms/GPU",
+    "RSS MB",
+    "bytes/sample",
+    "CPU ratio vs agent",
+]
+
+
+def report(rows: list[Row]) -> str:
+    """The printed table (rows grouped by rate) and notes."""
+    out_rows = []
+    notes = []
+    by_rate: dict[float, list[Row]] = {}
+    for r in rows:
+        by_rate.setdefault(r.rate_hz, []).append(r)
+    for rate, group in by_rate.items():
+        agent = next(r for r in group if r.tool == AGENT_ROW)
+        for r in group:
+            s = r.summary()
+            rv, how = ratio(r, agent)
+            unavailable = not r.wall_ms and r.cpu_ms_steady is None and r.rss_mb is None
+            out_rows.append(
+                [
+                    r.tool,
+                    f"{rate:g}",
+                    r.gpus,
+                    s["wall_ms_median"],
+                    s["wall_ms_p90"],
+                    s["cpu_ms_median"],
+                    s["cpu_ms_per_gpu"],
+                    s["rss_mb"],
+                    None if s["bytes_per_sample"] is None else round(s["bytes_per_sample"]),
+                    "1.0 (reference)"
+                    if r is agent
+                    else (None if rv is None else f"{rv:.1f}x{how}"),
+                ]
+            )
+            if unavailable or r.note:
+                notes.append(f"[{rate:g} Hz] {r.tool}: {r.note}")
+    text = table(HEADERS, out_rows, digits=3)
+    return text + "\n\nnotes:\n" + "\n".join(f"  {n}" for n in notes)
+
+
+def targets(rows: list[Row]) -> list[dict[str, Any]]:
+    """Product targets (docs/performance.md) against this run, 1 Hz figures."""
+    one = [r for r in rows if r.rate_hz == min(r.rate_hz for r in rows)]
+    agent = next(r for r in one if r.tool == AGENT_ROW)
+    proc = next(r for r in one if r.tool == "verl-top agent process")
+    cpu = agent.cpu_median()
+    cpu8 = cpu * 8 / agent.gpus if cpu is not None and agent.gpus else None
+    out = [
+        {"target": "agent CPU per sample, 8 GPUs (ms)", "limit": "<= 1.0", "measured": cpu8},
+        {
+            "target": "agent wall per sample p90 (ms)",
+            "limit": "< 5",
+            "measured": percentile(agent.wall_ms, 90),
+        },
+        {"target": "agent process RSS (MB)", "limit": "< 40", "measured": proc.rss_mb},
+    ]
+    for name, limit in (("nvidia-smi", 25.0), ("nvitop", 10.0)):
+        comp = next((r for r in one if r.tool.startswith(name)), None)
+        rv = ratio(comp, agent)[0] if comp is not None else None
+        out.append({"target": f"CPU ratio vs {name}", "limit": f">= {limit:g}x", "measured": rv})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--backend", default="auto", choices=("auto", "pynvml", "nvidia-smi", "replay"))
+    p.add_argument("--gpus", type=int, default=8, help="replay fan-out (GPUs per node)")
+    p.add_argument("--trace", default=None, help="replay trace (default: the bundled H200 trace)")
+    p.add_argument("--rates", default="1,10", help="pacing rates in Hz, comma separated")
+    p.add_argument("--duration", type=float, default=15.0, help="seconds per tool and rate")
+    p.add_argument("--samples", type=int, default=0, help="samples per tool and rate (overrides)")
+    p.add_argument("--no-floor", action="store_true", help="skip the raw pynvml floor row")
+    p.add_argument("--json-out", default=None, metavar="FILE")
+    args = p.parse_args(argv)
+
+    trace = args.trace or default_trace()
+    backend, why = resolve_backend(args.backend, args.gpus, trace)
+    print(f"agent backend: {backend}" + (f" — {why}" if why else ""))
+    rows: list[Row] = []
+    for rate in (float(x) for x in args.rates.split(",") if x.strip()):
+        n = args.samples or max(3, int(round(args.duration * rate)))
+        print(f"measuring at {rate:g} Hz, {n} samples per tool ...", flush=True)
+        rows += run_rate(backend, args.gpus, trace, rate, n, floor=not args.no_floor)
+    print()
+    print(report(rows))
+    tgt = targets(rows)
+    print("\ntargets (lowest rate):")
+    for t in tgt:
+        print(f"  {t['target']}: {fmt(t['measured'], 3)} (target {t['limit']})")
+    write_json(
+        args.json_out,
+        {
+            "benchmark": "agent_cost",
+            "backend": backend,
+            "backend_note": why,
+            "argv": sys.argv[1:] if argv is None else argv,
+            "rows": [r.summary() for r in rows],
+            "targets": tgt,
+        },
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
