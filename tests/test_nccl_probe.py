@@ -94,7 +94,7 @@ def test_gloo_three_ranks_both_collectives() -> None:
         factor = 2 * 2 / 3 if r["collective"] == "all_reduce" else 2 / 3
         for row in r["rows"]:
             assert row["time_us"] > 0
-            assert row["busbw_gbs"] == pytest.approx(row["algbw_gbs"] * factor, rel=1e-3)
+            assert row["busbw_gbs"] == pytest.approx(row["algbw_gbs"] * factor, rel=1e-4)
         assert r["large_fallback"] and r["busbw_max_gbs"] == max(x["busbw_gbs"] for x in r["rows"])
 
 

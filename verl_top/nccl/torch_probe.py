@@ -68,6 +68,11 @@ def bus_factor(collective: str, nranks: int) -> float:
     return (nranks - 1) / nranks
 
 
+def _sig(x: float) -> float:
+    """``x`` to 6 significant digits (keeps small CPU bandwidths exact enough to check)."""
+    return float(f"{x:.6g}")
+
+
 def peak_busbw(rows: list) -> tuple:
     """(max busbw over sizes >= 256 MiB, fell back to all sizes) over row dicts."""
     large = [r["busbw_gbs"] for r in rows if r["size_bytes"] >= LARGE_SIZE_BYTES]
@@ -275,9 +280,9 @@ def worker(local_rank: int, cfg: dict, conn) -> None:
                 rows.append(
                     {
                         "size_bytes": nbytes,
-                        "time_us": round(per_call * 1e6, 3),
-                        "algbw_gbs": round(algbw, 4),
-                        "busbw_gbs": round(algbw * bus_factor(collective, n), 4),
+                        "time_us": _sig(per_call * 1e6),
+                        "algbw_gbs": _sig(algbw),
+                        "busbw_gbs": _sig(algbw * bus_factor(collective, n)),
                     }
                 )
             if rank == 0:
