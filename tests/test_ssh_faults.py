@@ -173,3 +173,29 @@ async def test_stalled_session_is_caught_by_keepalive(
     print(f"stalled session: keepalive timeout after {took:.2f} s")
     assert c.last_state(d.name)[1].startswith("keepalive timeout")
     assert took <= 5.5
+
+
+async def test_dead_bastion_fails_all_nodes_once_not_in_turn(
+    tmp_path: Path, ssh_keys, h200_trace: Path, remote_python: str
+) -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # accept, never speak SSH
+
+    server = await asyncio.start_server(silent, "127.0.0.32", 0)
+    port = server.sockets[0].getsockname()[1]
+    settings = make_settings(
+        tmp_path, ssh_keys, [], remote_python, connect_timeout=1.0, jump=f"127.0.0.32:{port}"
+    )
+    specs = [HostSpec("root", f"127.0.0.{n}", 22) for n in range(33, 39)]
+    c = Collector()
+    try:
+        async with running([SshSource(s, settings, agent_args(h200_trace)) for s in specs], c):
+            # Six nodes queue for one bastion attempt: all fail after ~1 timeout, not six.
+            waited = await c.wait(lambda: all(state_is(c, s.name, "down")() for s in specs), 4)
+            (bastion,) = settings.shared().bastions.values()
+            assert bastion.attempts == 1
+    finally:
+        server.close()
+    print(f"dead bastion: 6 nodes down after {waited:.2f} s")
+    for s in specs:
+        assert c.last_state(s.name)[1].startswith(f"bastion 127.0.0.32:{port}: timed out")

@@ -325,38 +325,58 @@ class Bastion:
         self.jump = jump
         self.shared = shared
         self.connects = 0
+        self.attempts = 0
         self._conn: asyncssh.SSHClientConnection | None = None
         self._client: _Client | None = None
         self._lock = asyncio.Lock()
+        self._failure: _HostFailure | None = None
+        self._failed_at = float("-inf")
 
     async def get(self) -> asyncssh.SSHClientConnection:
-        """The live bastion connection, connecting (once, for all waiting hosts) if needed."""
+        """The live bastion connection, connecting (once, for all waiting hosts) if needed.
+
+        Hosts that queued while an attempt failed get that attempt's failure instead of
+        each trying again in turn (a dead bastion must not cost N x the connect timeout).
+        """
+        asked = time.monotonic()
         async with self._lock:
             if self._conn is not None and self._client is not None and not self._client.closed:
                 return self._conn
+            if self._failure is not None and self._failed_at >= asked:
+                raise self._failure
             self._conn = None
-            conn: asyncssh.SSHClientConnection | None = None
-            for hop in self.jump.split(","):
-                spec = parse_entry(hop.strip())[0]
-                client = _Client(self.shared.known)
-                kwargs = self.shared.connect_kwargs(client)
-                if conn is not None:
-                    kwargs["tunnel"] = conn
-                user = spec.user or self.shared.settings.user
-                try:
-                    conn = await asyncssh.connect(
-                        spec.host, spec.port or (), username=user or (), **kwargs
-                    )
-                except Exception as exc:  # noqa: BLE001 - classified for the hosts behind it
-                    fail = classify(exc, client, spec, self.shared)
-                    raise _HostFailure(
-                        fail.state, f"bastion {spec.name}: {fail.reason}", fail.attention
-                    ) from None
-                self._client = client
-            self._conn = conn
-            self.connects += 1
-            assert conn is not None
-            return conn
+            try:
+                return await self._open()
+            except _HostFailure as exc:
+                self._failure, self._failed_at = exc, time.monotonic()
+                raise
+
+    async def _open(self) -> asyncssh.SSHClientConnection:
+        self.attempts += 1
+        conn: asyncssh.SSHClientConnection | None = None
+        for hop in self.jump.split(","):
+            spec = parse_entry(hop.strip())[0]
+            client = _Client(self.shared.known)
+            kwargs = self.shared.connect_kwargs(client)
+            if conn is not None:
+                kwargs["tunnel"] = conn  # the next hop goes through the previous one
+            user = spec.user or self.shared.settings.user
+            try:
+                conn = await asyncssh.connect(
+                    spec.host, spec.port or (), username=user or (), **kwargs
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - classified for the hosts behind it
+                fail = classify(exc, client, spec, self.shared)
+                raise _HostFailure(
+                    fail.state, f"bastion {spec.name}: {fail.reason}", fail.attention
+                ) from None
+            self._client = client
+        assert conn is not None
+        self._conn = conn
+        self.connects += 1
+        return conn
 
     async def close(self) -> None:
         """Close the bastion connection (hosts behind it go down and reconnect on demand)."""
