@@ -1,0 +1,485 @@
+"""Pilot tests of the Textual app on stores built from the real H200 trace (tests/ui_data.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from typing import Any
+
+from rich.console import Console
+from textual.widgets import DataTable, Static, TabbedContent
+from ui_data import T0, build_store, load_trace, trace_sample
+
+from verl_top.diagnosis.findings import Check, Finding, Verdict
+from verl_top.inputs import Inputs
+from verl_top.model import GpuSample
+from verl_top.sources.pipeline import Pipeline
+from verl_top.sources.replay import ReplayControl
+from verl_top.store import Ring, Store
+from verl_top.ui.app import VerlTopApp
+from verl_top.ui.findings_screen import FindingsScreen
+from verl_top.ui.widgets import DASH
+
+SIZE = (160, 48)
+
+
+class FakeEngine:
+    """Returns a fixed verdict and counts evaluations."""
+
+    def __init__(self, verdict: Verdict | None) -> None:
+        self.verdict = verdict
+        self.calls = 0
+
+    def evaluate(self, store: Store) -> Verdict | None:
+        self.calls += 1
+        return self.verdict
+
+
+def healthy() -> Verdict:
+    return Verdict(None, None, "Job looks healthy: 24 GPUs at 71 % activity")
+
+
+def dataflow_bottleneck() -> Verdict:
+    return Verdict(
+        bottleneck_step=3,
+        bottleneck_rule="flow.rollout_bound",
+        headline="Step 3 (Dataflow) is the bottleneck: rollout takes 60 % of the step",
+        findings=[
+            Finding(
+                3,
+                "flow.rollout_bound",
+                0.8,
+                "rollout takes 60 % of the step",
+                ["gen 307.7 s of 516.8 s (60 %), last 3 steps"],
+                "raise actor_rollout_ref.rollout.max_num_seqs",
+            ),
+            Finding(1, "gpu.idle", 0.5, "2 of 24 GPUs idle", ["node02:gpu6 0 %"], "see steps 2-4"),
+        ],
+        checks=[
+            Check(2, "nccl.transport_socket", "no_data", "give --nccl-log PATH"),
+            Check(1, "gpu.throttle", "passed", "no throttling"),
+        ],
+    )
+
+
+def make_app(
+    store: Store | None = None,
+    verdict: Verdict | None = None,
+    replay: ReplayControl | None = None,
+    mode: str = "LIVE",
+    engine: Any = None,
+    **kwargs: Any,
+) -> VerlTopApp:
+    store = store if store is not None else build_store()
+    inputs = Inputs(
+        store=store, pipeline=Pipeline(store, parsers={}), replay=replay, mode=mode, title="test"
+    )
+    return VerlTopApp(
+        inputs, engine=engine or FakeEngine(verdict), live=kwargs.pop("live", False), **kwargs
+    )
+
+
+def plain(widget: Static) -> str:
+    """The text a Static shows."""
+    console = Console(width=200, file=io.StringIO(), record=True)
+    console.print(widget.content)
+    return console.export_text()
+
+
+def cell(table: DataTable, row: str, col: str) -> str:
+    return str(table.get_cell(row, col)).strip()
+
+
+async def started(app: VerlTopApp, pilot: Any) -> None:
+    await pilot.pause()
+    app.refresh_now()
+    await pilot.pause()
+
+
+async def test_tabs_switch_with_number_keys() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        tabs = app.query_one(TabbedContent)
+        for key in "23451":
+            await pilot.press(key)
+            await pilot.pause()
+            assert tabs.active == f"pane-{key}"
+            assert app.visible_step() == int(key)
+
+
+async def test_pane1_has_a_row_per_gpu_and_per_host() -> None:
+    store = build_store()
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        gpus = app.query_one("#gpu-table", DataTable)
+        hosts = app.query_one("#host-table", DataTable)
+        assert gpus.row_count == store.gpu_count() == 24
+        assert hosts.row_count == 3
+        assert app.throughput.ordered_row_keys()[:3] == ["node01/0", "node01/1", "node01/2"]
+
+
+async def test_sort_key_orders_rows_by_activity_and_reverses() -> None:
+    store = build_store()
+    app = make_app(store)
+    means = {f"{g.host}/{g.index}": store.gpu_mean(g, "activity") for g in store.iter_gpus()}
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        await pilot.press("s")
+        await pilot.pause()
+        pane = app.throughput
+        assert pane.sort_key == "activity" and not pane.sort_reverse
+        order = pane.ordered_row_keys()
+        values = [means[k] for k in order]
+        assert values == sorted(values)
+        assert order[:2] == ["node02/6", "node02/7"]  # the two real-idle GPUs
+        status = plain(app.query_one("#gpu-status", Static))
+        assert "sort: activity ↑" in status
+        await pilot.press("S")
+        await pilot.pause()
+        values = [means[k] for k in pane.ordered_row_keys()]
+        assert values == sorted(values, reverse=True)
+        assert "sort: activity ↓" in plain(app.query_one("#gpu-status", Static))
+        await pilot.press("s")  # memory
+        await pilot.pause()
+        mem = {
+            k: store.hosts[k.split("/")[0]].gpus[int(k.split("/")[1])].latest.mem_used_mib
+            for k in means
+        }
+        got = [mem[k] for k in pane.ordered_row_keys()]
+        assert pane.sort_key == "memory" and got == sorted(got)
+
+
+async def test_clicking_a_header_sorts_by_it() -> None:
+    store = build_store()
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        table = app.query_one("#gpu-table", DataTable)
+        x = 0
+        for key, column in table.columns.items():
+            if key.value == "temp":
+                break
+            x += column.get_render_width(table)
+        await pilot.click(table, offset=(x + 1, 0))
+        await pilot.pause()
+        assert app.throughput.sort_key == "temp"
+        temps = [
+            store.hosts[k.split("/")[0]].gpus[int(k.split("/")[1])].latest.temp_c
+            for k in app.throughput.ordered_row_keys()
+        ]
+        assert temps == sorted(temps)
+
+
+async def test_idle_gpus_are_marked() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        table = app.query_one("#gpu-table", DataTable)
+        assert cell(table, "node02/6", "act").startswith("IDLE")
+        assert cell(table, "node02/7", "act").startswith("IDLE")
+        assert not cell(table, "node01/0", "act").startswith("IDLE")
+        assert app.throughput.gpu_rows["node02/6"].idle
+        idle_style = str(table.get_cell("node02/6", "act").style)
+        assert app.palette()["error"] in idle_style  # 0 % is below 20 %: error colour
+        assert "10 idle" in plain(app.query_one("#gpu-status", Static))
+        # The stalled node03 (NVML only, ~24 %) counts as idle too.
+        assert cell(table, "node03/0", "act").startswith("IDLE")
+
+
+async def test_absent_gpm_shows_dash_not_zero() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        table = app.query_one("#gpu-table", DataTable)
+        for col in ("sm", "tensor", "dram"):
+            assert cell(table, "node03/0", col) == DASH
+            assert cell(table, "node01/0", col) != DASH
+        assert cell(table, "node03/0", "nvml") not in (DASH, "0")
+        assert cell(table, "node02/6", "sm") == "0"  # a real 0 stays 0
+
+
+async def test_down_host_greys_out_and_says_why() -> None:
+    store = build_store(down={"node03": "connection refused"})
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        hosts = app.query_one("#host-table", DataTable)
+        assert cell(hosts, "node03", "state") == "down"
+        assert cell(hosts, "node03", "reason") == "connection refused"
+        assert cell(hosts, "node03", "seen") == "30s"
+        gpus = app.query_one("#gpu-table", DataTable)
+        act = gpus.get_cell("node03/0", "act")
+        assert str(act).startswith("down")
+        muted = app.palette()["muted"]
+        assert str(act.style) == muted
+        assert str(gpus.get_cell("node03/0", "temp").style) == muted
+        assert isinstance(gpus.get_cell("node01/0", "temp"), str)  # live: plain, unstyled
+        status = plain(app.query_one("#status-line", Static))
+        assert "2 up · 1 down" in status
+
+
+async def test_header_counts_mode_and_verl_summary() -> None:
+    app = make_app(build_store(steps=True), mode="REPLAY", replay=ReplayControl())
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        status = plain(app.query_one("#status-line", Static))
+        assert " REPLAY " in status
+        assert "GPUs 24" in status
+        assert "activity" in status and "steps/min 0.12" in status  # 2 intervals of 520 s
+        assert "playing x1" in status
+        summary = plain(app.query_one("#verl-summary", Static))
+        assert "step 12" in summary and "822" in summary and "MFU 0.29" in summary
+
+
+async def test_without_verl_log_the_summary_says_which_flag() -> None:
+    app = make_app(build_store())
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        assert "--verl-log PATH" in plain(app.query_one("#verl-summary", Static))
+
+
+async def test_replay_keys_drive_the_replay_control() -> None:
+    replay = ReplayControl()
+    app = make_app(replay=replay, mode="REPLAY")
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        await pilot.press("space")
+        await pilot.pause()
+        assert replay.paused
+        assert "paused" in plain(app.query_one("#status-line", Static))
+        await pilot.press("n")
+        assert replay._steps == 1
+        await pilot.press("plus", "plus", "minus")
+        assert replay.speed == 2.0
+        await pilot.press("space")
+        await pilot.pause()
+        assert not replay.paused
+
+
+async def test_q_quits() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        await pilot.press("q")
+        await pilot.pause()
+        assert app._exit  # noqa: SLF001 - the app has been told to exit
+
+
+async def test_bottleneck_tab_is_marked_and_pane_shows_findings() -> None:
+    app = make_app(verdict=dataflow_bottleneck())
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        tabs = app.query_one(TabbedContent)
+        tab3 = tabs.get_tab("pane-3")
+        assert str(tab3.label).startswith("● 3 Dataflow")
+        assert tab3.has_class("-bottleneck") and tab3.has_class("-bottleneck-error")
+        assert not str(tabs.get_tab("pane-1").label).startswith("●")
+        banner = app.query_one("#banner", Static)
+        assert "rollout takes 60 %" in plain(banner) and banner.has_class("-error")
+        await pilot.press("3")
+        await pilot.pause()
+        text = plain(app.pane(3).findings)
+        assert "rollout takes 60 % of the step" in text
+        assert "max_num_seqs" in text and "gen 307.7 s" in text
+
+
+async def test_banner_collecting_then_healthy() -> None:
+    empty = Store()
+    app = make_app(empty, verdict=healthy())
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        assert plain(app.query_one("#banner", Static)).strip() == "collecting…"
+        row = load_trace()[40]  # a real train_matmul_bf16 sample
+        empty.ingest(trace_sample(row, "h1", 0, T0, gpm=True))
+        app.refresh_now()
+        await pilot.pause()
+        banner = app.query_one("#banner", Static)
+        assert plain(banner).startswith("Job looks healthy") and banner.has_class("-ok")
+
+
+async def test_findings_screen_opens_with_d_and_closes_with_escape() -> None:
+    app = make_app(verdict=dataflow_bottleneck())
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        await pilot.press("d")
+        await pilot.pause()
+        assert isinstance(app.screen, FindingsScreen)
+        body = plain(app.screen.query_one("#findings-body", Static))
+        assert "● Step 3 — Dataflow  (bottleneck)" in body
+        assert "passed: gpu.throttle" in body
+        assert "nccl.transport_socket: give --nccl-log PATH" in body
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, FindingsScreen)
+
+
+async def test_only_the_visible_pane_is_refreshed() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        calls: list[int] = []
+        pane2 = app.pane(2)
+        original = pane2.update_content
+        pane2.update_content = lambda store, verdict: (calls.append(1), original(store, verdict))  # type: ignore[method-assign]
+        app.store.version += 1
+        app.refresh_now()
+        assert calls == []
+        await pilot.press("2")
+        await pilot.pause()
+        n = len(calls)
+        assert n >= 1
+        app.refresh_now()  # nothing changed: no redraw
+        assert len(calls) == n
+
+
+async def test_engine_runs_once_per_store_change() -> None:
+    engine = FakeEngine(healthy())
+    app = make_app(engine=engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        before = engine.calls
+        app.refresh_now()
+        app.refresh_now()
+        assert engine.calls == before
+        app.store.ingest(GpuSample(host="node01", t=T0 + 61, index=0, util_gpu=50.0))
+        app.refresh_now()
+        app.refresh_now()
+        assert engine.calls == before + 1
+
+
+async def test_gpu_table_is_updated_by_diffing_cells() -> None:
+    store = build_store()
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        sync = app.throughput.gpu_sync
+        assert sync is not None
+        base = sync.cell_updates
+        store.version += 1
+        app.refresh_now()
+        assert sync.cell_updates == base  # nothing moved: no cell written
+        latest = store.hosts["node01"].gpus[2].latest
+        assert latest is not None
+        store.ingest(
+            GpuSample(
+                host="node01",
+                t=T0 + 61,
+                index=2,
+                util_gpu=7.0,
+                sm_util=3.0,
+                temp_c=41.0,
+                mem_used_mib=latest.mem_used_mib,
+                mem_total_mib=latest.mem_total_mib,
+                power_w=latest.power_w,
+                power_limit_w=latest.power_limit_w,
+                sm_mhz=latest.sm_mhz,
+            )
+        )
+        app.refresh_now()
+        changed = sync.cell_updates - base
+        assert 1 <= changed <= 13  # only that GPU's row changed
+        table = app.query_one("#gpu-table", DataTable)
+        assert cell(table, "node01/2", "nvml") == "7"
+        assert cell(table, "node01/2", "temp") == "41"
+
+
+async def test_missing_inputs_are_named_in_panes_2_to_5() -> None:
+    app = make_app(build_store())
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        expected = {
+            2: ("--nccl-log PATH", "press p to run a probe"),
+            3: ("--verl-log PATH",),
+            4: ("--verl-config FILE",),
+            5: ("--verl-config FILE or a driver log that printed the config",),
+        }
+        bodies = {2: "#comm-body", 3: "#flow-body", 4: "#map-body", 5: "#cfg-body"}
+        for step, needles in expected.items():
+            await pilot.press(str(step))
+            await pilot.pause()
+            text = plain(app.query_one(bodies[step], Static))
+            for needle in needles:
+                assert needle in text, (step, needle)
+
+
+async def test_panes_3_to_5_show_steps_grid_and_config() -> None:
+    app = make_app(build_store(steps=True, config=True))
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        await pilot.press("3")
+        await pilot.pause()
+        flow = plain(app.query_one("#flow-body", Static))
+        assert "update_actor" in flow and "307.7 60%" in flow  # step 11's gen share
+        await pilot.press("4")
+        await pilot.pause()
+        grid = plain(app.query_one("#map-body", Static))
+        assert "node02" in grid and "rollout TP: 2" in grid
+        await pilot.press("5")
+        await pilot.pause()
+        cfg = plain(app.query_one("#cfg-body", Static))
+        assert "actor_rollout_ref.rollout.enforce_eager" in cfg and "True" in cfg
+
+
+class BrokenSource:
+    name = "broken"
+
+    async def run(self, emit: Any) -> None:
+        raise RuntimeError("agent exploded")
+
+
+class OneShotSource:
+    name = "oneshot"
+
+    async def run(self, emit: Any) -> None:
+        emit(GpuSample(host="live1", t=T0, index=0, util_gpu=42.0))
+
+
+async def test_live_sources_run_and_a_failing_one_does_not_crash() -> None:
+    store = Store()
+    inputs = Inputs(
+        store=store, pipeline=Pipeline(store, parsers={}), sources=[BrokenSource(), OneShotSource()]
+    )
+    app = VerlTopApp(inputs, refresh=0.1, engine=FakeEngine(healthy()), live=True)
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        for _ in range(20):
+            await asyncio.sleep(0.05)
+            if store.gpu_count() and store.notes:
+                break
+        await pilot.pause()
+        assert store.gpu_count() == 1
+        assert any("broken failed: RuntimeError: agent exploded" in n for n in store.notes)
+        assert app.is_running
+        assert app.refresh_count >= 1
+
+
+async def test_refresh_and_pane_keys_are_safe_on_the_findings_screen() -> None:
+    app = make_app(verdict=dataflow_bottleneck())
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        await pilot.press("d")
+        await pilot.pause()
+        app.store.version += 1
+        app.refresh_now()  # the timer keeps ticking under the findings screen
+        await pilot.press("s", "3")
+        await pilot.pause()
+        assert isinstance(app.screen, FindingsScreen)
+        assert app.throughput.sort_key == "host"
+        await pilot.press("escape", "2")
+        await pilot.pause()
+        assert app.visible_step() == 2
+
+
+def test_recent_values_matches_values_on_a_wrapped_ring() -> None:
+    store = build_store(samples=80)
+    store.limits.window_s = 30.0
+    for g in list(store.iter_gpus())[:4]:
+        since = store.window_start()
+        assert g.history.recent_values("activity", since) == g.history.values("activity", since)
+        assert g.history.recent_values("sm_util") == g.history.values("sm_util")
+    r = Ring(("x",), 4)
+    for i in range(7):
+        r.push(float(i), {"x": float(i) if i != 5 else None})
+    assert r.recent_values("x") == r.values("x") == [3.0, 4.0, 6.0]
+    assert r.recent_values("x", since=4.0) == r.values("x", since=4.0) == [4.0, 6.0]

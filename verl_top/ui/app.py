@@ -1,0 +1,308 @@
+"""The verl-top Textual app: header, five step panes, findings screen, replay keys.
+
+Data flow: sources (async workers) -> ``inputs.pipeline.emit`` -> store. A timer (``refresh``
+seconds) then evaluates the diagnosis engine at most once per tick and only when the store
+changed, redraws the header, and refreshes only the visible pane: hidden tabs cost nothing.
+Tests build the app with ``live=False`` (no sources, no timers) and call ``refresh_now()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.color import Color
+from textual.widgets import Footer, TabbedContent, TabPane
+
+from verl_top.inputs import Inputs
+from verl_top.ui.findings_screen import FindingsScreen
+from verl_top.ui.header import VerlTopHeader
+from verl_top.ui.panes import PANE_CLASSES, Pane, ThroughputPane
+from verl_top.ui.widgets import STEP_NAMES, severity_class, step_findings
+
+MIN_STALE_S = 5.0
+
+
+def tab_label(step: int, bottleneck: bool) -> str:
+    """Label of a step's tab; the bottleneck's tab carries a ● mark."""
+    return f"{'● ' if bottleneck else ''}{step} {STEP_NAMES[step]}"
+
+
+def default_engine() -> Any:
+    """The diagnosis engine, or None while the package does not provide one."""
+    try:
+        from verl_top.diagnosis.engine import Engine
+    except ImportError:
+        return None
+    return Engine()
+
+
+class VerlTopApp(App):
+    """Live monitor of a verl job: one tab per step of the five-step method."""
+
+    CSS_PATH = "verl_top.tcss"
+    TITLE = "verl-top"
+    BINDINGS = [
+        Binding("1", "show_tab(1)", "Throughput", show=False),
+        Binding("2", "show_tab(2)", "Comm", show=False),
+        Binding("3", "show_tab(3)", "Dataflow", show=False),
+        Binding("4", "show_tab(4)", "Mapping", show=False),
+        Binding("5", "show_tab(5)", "Config", show=False),
+        Binding("s", "sort", "Sort"),
+        Binding("S", "sort_reverse", "Reverse", key_display="S"),
+        Binding("d", "findings", "Diagnosis"),
+        Binding("space", "toggle_pause", "Pause"),
+        Binding("n", "step_replay", "Step", show=False),
+        Binding("plus", "speed(2.0)", "Faster", key_display="+"),
+        Binding("minus", "speed(0.5)", "Slower", key_display="-"),
+        Binding("q", "quit", "Quit"),
+        Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
+    ]
+
+    def __init__(
+        self,
+        inputs: Inputs,
+        refresh: float = 1.0,
+        theme_name: str | None = None,
+        engine: Any = None,
+        live: bool = True,
+    ) -> None:
+        super().__init__()
+        self.inputs = inputs
+        self.store = inputs.store
+        self.refresh_s = max(0.05, float(refresh))
+        self.live = live
+        self.engine = engine if engine is not None else default_engine()
+        self.verdict: Any = None
+        self._eval_version = -1
+        self._marked_step: int | None = -1
+        self._replay_t0: float | None = None
+        self._notes_seen = 0
+        self._engine_failed = False
+        self._palette: dict[str, str] | None = None
+        self._header: VerlTopHeader | None = None
+        self._tabs: TabbedContent | None = None
+        self._panes: dict[int, Pane] = {}
+        self._theme_name = theme_name
+        self.refresh_count = 0
+        self.title = inputs.title
+
+    # -- layout ----------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield VerlTopHeader(id="header")
+        with TabbedContent(id="tabs", initial="pane-1"):
+            for step, cls in enumerate(PANE_CLASSES, start=1):
+                with TabPane(tab_label(step, False), id=f"pane-{step}"):
+                    yield cls(id=f"step{step}")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        if self._theme_name:
+            if self._theme_name in self.available_themes:
+                self.theme = self._theme_name
+            else:
+                self.notify(
+                    f"unknown theme {self._theme_name!r}; try one of: "
+                    + ", ".join(sorted(self.available_themes)[:8])
+                    + " …",
+                    severity="warning",
+                )
+        # Keep direct references: the timer keeps ticking while another screen (d) is on top,
+        # and app-level queries would search that screen instead of the main one.
+        self._header = self.query_one(VerlTopHeader)
+        self._tabs = self.query_one(TabbedContent)
+        self._panes = {step: self.query_one(f"#step{step}", Pane) for step in range(1, 6)}
+        self.theme_changed_signal.subscribe(self, self._on_theme_changed)
+        self.throughput.on_sort_change = self.refresh_now
+        if self.live:
+            for src in self.inputs.sources:
+                self.run_worker(
+                    self._run_source(src),
+                    name=getattr(src, "name", "source"),
+                    group="sources",
+                    exit_on_error=False,
+                )
+            self.set_interval(self.refresh_s, self.refresh_now, name="refresh")
+        self.call_after_refresh(self.refresh_now)
+
+    async def _run_source(self, src: Any) -> None:
+        """Run one source; a failure becomes a note and a notification, never a crash."""
+        name = getattr(src, "name", "source")
+        try:
+            await src.run(self.inputs.pipeline.emit)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any source bug must not take the UI down
+            message = f"source {name} failed: {type(exc).__name__}: {exc}"
+            self.store.notes.append(message)
+            self.notify(message, severity="error", timeout=10)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    @property
+    def throughput(self) -> ThroughputPane:
+        """Pane 1."""
+        pane = self._panes[1]
+        assert isinstance(pane, ThroughputPane)
+        return pane
+
+    def pane(self, step: int) -> Pane:
+        """The pane of ``step`` (1-5)."""
+        return self._panes[step]
+
+    def visible_step(self) -> int:
+        """The step whose tab is shown."""
+        active = (self._tabs.active if self._tabs is not None else "") or "pane-1"
+        return int(active.rsplit("-", 1)[1])
+
+    def palette(self) -> dict[str, str]:
+        """Theme colours as hex for Rich renderables: error, warning, success, accent, muted."""
+        if self._palette is None:
+            theme_vars = self.get_css_variables()
+
+            def pick(name: str, fallback: str) -> str:
+                try:
+                    return Color.parse(theme_vars.get(name, fallback)).hex
+                except Exception:  # noqa: BLE001 - odd theme values fall back to a safe colour
+                    return fallback
+
+            fg = Color.parse(pick("foreground", "#e0e0e0"))
+            bg = Color.parse(pick("background", "#000000"))
+            self._palette = {
+                "error": pick("error", "#ff4444"),
+                "warning": pick("warning", "#ffaa00"),
+                "success": pick("success", "#44bb44"),
+                "accent": pick("accent", "#4488ff"),
+                "muted": fg.blend(bg, 0.55).hex,
+            }
+        return self._palette
+
+    def _on_theme_changed(self, _theme: Any) -> None:
+        self._palette = None
+        for step in range(1, 6):
+            pane = self.pane(step)
+            pane.force_next()
+            pane.findings.show(None)  # drop the cached verdict rendering
+        self.refresh_now()
+
+    # -- refresh ---------------------------------------------------------------------------
+
+    def refresh_now(self) -> None:
+        """One tick: staleness (live), diagnosis when the store changed, header, visible pane."""
+        if self._header is None or self._tabs is None:
+            return  # not mounted yet
+        store = self.store
+        if self.live and self.inputs.mode == "LIVE":
+            store.mark_stale(stale_after=max(MIN_STALE_S, 3 * self.refresh_s))
+        if self.engine is not None and store.version != self._eval_version:
+            self._eval_version = store.version
+            try:
+                self.verdict = self.engine.evaluate(store)
+            except Exception as exc:  # noqa: BLE001 - keep the last verdict, say why once
+                if not self._engine_failed:
+                    self._engine_failed = True
+                    self.notify(f"diagnosis failed: {type(exc).__name__}: {exc}", severity="error")
+        replay = self.inputs.replay
+        if replay is not None and self._replay_t0 is None and replay.position:
+            self._replay_t0 = replay.position
+        with self.batch_update():
+            self._header.update_header(
+                store, self.verdict, self.inputs.mode, self.inputs.title, replay, self._replay_t0
+            )
+            self._mark_bottleneck()
+            self.pane(self.visible_step()).refresh_pane(store, self.verdict)
+        self._show_notes()
+        self.refresh_count += 1
+
+    def _mark_bottleneck(self) -> None:
+        step = None if self.verdict is None else getattr(self.verdict, "bottleneck_step", None)
+        if step == self._marked_step:
+            return
+        self._marked_step = step
+        tabs = self._tabs
+        assert tabs is not None
+        for s in range(1, 6):
+            tab = tabs.get_tab(f"pane-{s}")
+            tab.label = tab_label(s, s == step)
+            level = None
+            if s == step:
+                worst = max(
+                    (float(f.severity) for f in step_findings(self.verdict, s)), default=0.5
+                )
+                level = severity_class(worst)
+            for lv in ("error", "warning", "info"):
+                tab.set_class(level == lv, f"-bottleneck-{lv}")
+            tab.set_class(s == step, "-bottleneck")
+
+    def _show_notes(self) -> None:
+        notes = self.store.notes
+        if len(notes) < self._notes_seen:
+            self._notes_seen = 0
+        for note in list(notes)[self._notes_seen :]:
+            if not note.startswith("source "):  # _run_source already notified those
+                self.notify(note, severity="warning", timeout=8)
+        self._notes_seen = len(notes)
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        """A tab just became visible: draw it now rather than at the next tick."""
+        pane = self.pane(self.visible_step())
+        pane.force_next()
+        pane.refresh_pane(self.store, self.verdict)
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Pane keys do nothing (and leave the footer) while the findings screen is shown."""
+        if action in ("show_tab", "sort", "sort_reverse", "findings") and isinstance(
+            self.screen, FindingsScreen
+        ):
+            return False
+        return True
+
+    def action_show_tab(self, step: int) -> None:
+        """Keys 1-5: show a step's pane."""
+        if self._tabs is not None:
+            self._tabs.active = f"pane-{step}"
+
+    def action_sort(self) -> None:
+        """Key s: next sort column of the GPU table."""
+        self.action_show_tab(1)
+        self.throughput.cycle_sort()
+
+    def action_sort_reverse(self) -> None:
+        """Key S: reverse the GPU table's sort."""
+        self.action_show_tab(1)
+        self.throughput.reverse_sort()
+
+    def action_findings(self) -> None:
+        """Key d: the diagnosis of all five steps."""
+        self.push_screen(FindingsScreen(self.verdict, self.palette()))
+
+    def action_toggle_pause(self) -> None:
+        """Space: pause or resume a replay."""
+        replay = self.inputs.replay
+        if replay is None:
+            self.notify("pause works on replays (--replay / --demo); live data keeps flowing")
+            return
+        replay.toggle()
+        self.refresh_now()
+
+    def action_step_replay(self) -> None:
+        """Key n: while paused, play one more interval."""
+        replay = self.inputs.replay
+        if replay is None or not replay.paused:
+            self.notify("n steps a paused replay (space pauses)")
+            return
+        replay.step()
+
+    def action_speed(self, factor: float) -> None:
+        """Keys + and -: replay speed ×2 or ÷2 (1/16 to 64)."""
+        replay = self.inputs.replay
+        if replay is None:
+            self.notify("speed applies to replays (--replay / --demo)")
+            return
+        replay.speed = min(64.0, max(1 / 16, replay.speed * factor))
+        self.refresh_now()

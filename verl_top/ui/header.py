@@ -1,0 +1,122 @@
+"""The header: cluster counts, activity, step rate, mode badge, replay state and the bottleneck banner."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Static
+
+from verl_top.store import Store
+from verl_top.ui.widgets import STEP_NAMES, severity_class, step_findings
+
+DEAD = ("down", "stale", "auth_failed", "hostkey_changed", "no_python")
+RATE_STEPS = 20  # steps used for the step rate
+
+
+def cluster_activity(store: Store) -> float | None:
+    """Mean latest GPU activity (GPM SM util, else NVML util) over GPUs of live hosts."""
+    acts = []
+    for h in store.hosts.values():
+        if h.state in DEAD:
+            continue
+        for g in h.gpus.values():
+            if g.latest is not None and g.latest.activity is not None:
+                acts.append(g.latest.activity)
+    return sum(acts) / len(acts) if acts else None
+
+
+def step_rate(store: Store) -> float | None:
+    """Steps per minute from the arrival times of the recent verl steps."""
+    steps = list(store.steps)[-RATE_STEPS:]
+    if len(steps) < 2:
+        return None
+    span = steps[-1].t - steps[0].t
+    return (len(steps) - 1) / span * 60.0 if span > 0 else None
+
+
+def host_summary(store: Store) -> str:
+    """'3 up · 1 down · 1 connecting' (only states present)."""
+    counts = store.host_counts()
+    up = counts.get("up", 0) + counts.get("no_gpu", 0)
+    down = sum(counts.get(s, 0) for s in DEAD)
+    other = sum(n for s, n in counts.items() if s not in DEAD and s not in ("up", "no_gpu"))
+    parts = [f"{up} up", f"{down} down"]
+    if other:
+        parts.append(f"{other} connecting")
+    return " · ".join(parts)
+
+
+def has_data(store: Store) -> bool:
+    """True once any GPU or host sample, or a verl step, has arrived."""
+    if store.steps:
+        return True
+    return any(h.latest is not None or h.gpus for h in store.hosts.values())
+
+
+def banner(store: Store, verdict: Any) -> tuple[str, str]:
+    """Banner text and its level (error / warning / info / ok / wait)."""
+    if not has_data(store):
+        return "collecting…", "wait"
+    if verdict is None:
+        return "diagnosing…", "wait"
+    step = getattr(verdict, "bottleneck_step", None)
+    headline = str(getattr(verdict, "headline", "") or "")
+    if step is None:
+        if headline.lower().startswith("job looks healthy"):
+            return headline, "ok"
+        return "Job looks healthy" + (f" — {headline}" if headline else ""), "ok"
+    worst = max((float(f.severity) for f in step_findings(verdict, step)), default=0.5)
+    name = STEP_NAMES.get(step, f"step {step}")
+    text = headline or f"Step {step} ({name}) is the bottleneck"
+    return f"● {text}", severity_class(worst)
+
+
+class VerlTopHeader(Vertical):
+    """Two lines: the status line and the bottleneck banner."""
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="status-line")
+        yield Static("", id="banner")
+
+    def update_header(
+        self,
+        store: Store,
+        verdict: Any,
+        mode: str,
+        title: str,
+        replay: Any,
+        replay_t0: float | None,
+    ) -> None:
+        """Redraw from the store, the latest verdict and the replay control."""
+        line = Text()
+        line.append(f" {mode} ", style="reverse bold")
+        line.append(f" {title}  ", style="bold")
+        line.append(f"hosts {host_summary(store)}  ")
+        line.append(f"GPUs {store.gpu_count()}  ")
+        act = cluster_activity(store)
+        line.append("activity ")
+        line.append("—" if act is None else f"{act:.0f}%", style="bold")
+        rate = step_rate(store)
+        line.append("  steps/min ")
+        line.append("—" if rate is None else f"{rate:.2f}", style="bold")
+        if replay is not None:
+            pos = getattr(replay, "position", 0.0) or 0.0
+            rel = pos - replay_t0 if replay_t0 is not None and pos else 0.0
+            state = (
+                "finished"
+                if getattr(replay, "finished", False)
+                else "⏸ paused"
+                if replay.paused
+                else "▶ playing"
+            )
+            line.append(f"  {state} x{replay.speed:g} at +{rel:.0f}s")
+        self.query_one("#status-line", Static).update(line)
+        self.set_class(mode != "LIVE", "-replay")
+        text, level = banner(store, verdict)
+        b = self.query_one("#banner", Static)
+        for lv in ("error", "warning", "info", "ok", "wait"):
+            b.set_class(lv == level, f"-{lv}")
+        b.update(text)

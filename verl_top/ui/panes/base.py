@@ -1,0 +1,45 @@
+"""The common shape of a pane: its step's findings on top, then the pane's own content."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.containers import VerticalScroll
+
+from verl_top.store import Store
+from verl_top.ui.widgets import FindingsBox
+
+
+class Pane(VerticalScroll):
+    """A pane for one step. Subclasses add widgets in ``compose`` after ``self.findings``.
+
+    ``refresh_pane`` (not ``refresh``: that name is Textual's repaint request on every widget)
+    is called by the app only while the pane is visible; it must be cheap when nothing changed.
+    """
+
+    STEP = 0
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.findings = FindingsBox(self.STEP, classes="findings")
+        self._seen_version = -1  # store.version at the last content refresh
+
+    def palette(self) -> dict[str, str]:
+        """Theme colours for Rich renderables (CSS covers widgets, Rich text needs hex)."""
+        app = self.app
+        getter = getattr(app, "palette", None)
+        return getter() if callable(getter) else {}
+
+    def refresh_pane(self, store: Store, verdict: Any) -> None:
+        """Update the findings and, when the store changed, the content."""
+        self.findings.show(verdict, self.palette())
+        if store.version != self._seen_version:
+            self._seen_version = store.version
+            self.update_content(store, verdict)
+
+    def update_content(self, store: Store, verdict: Any) -> None:
+        """Redraw the pane's data from the store (subclasses)."""
+
+    def force_next(self) -> None:
+        """Make the next ``refresh_pane`` redraw the content even if the store is unchanged."""
+        self._seen_version = -1

@@ -1,0 +1,413 @@
+"""Pane 1 — Throughput & GPU: is there a problem, and how bad?
+
+A host table (state, reason, last seen, CPU, iowait, memory, network) and a GPU table with one
+row per GPU of every host: NVML util next to GPM SM / tensor / DRAM util (the NVML number alone
+overstates real work), memory, power, temperature, clocks, throttling and an activity sparkline
+over the window. GPUs whose mean activity over the window is below 50 % are marked idle.
+Both tables are updated by diffing cells (``TableSync``); a GPU whose history did not move since
+the last refresh reuses its row without touching the ring buffer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.widgets import DataTable, Static
+
+from verl_top.model import THROTTLE_MASK, clock_reason_names
+from verl_top.store import GpuEntry, HostEntry, Store, mean
+from verl_top.ui.panes.base import Pane
+from verl_top.ui.widgets import (
+    DASH,
+    IDLE_THRESHOLD,
+    TableSync,
+    activity_style,
+    fmt_age,
+    fmt_bytes_rate,
+    fmt_num,
+    missing,
+    sparkline,
+)
+
+GPU_COLUMNS: tuple[tuple[str, str, int], ...] = (
+    # key, label, width
+    ("host", "Host", 14),
+    ("gpu", "GPU", 3),
+    ("act", "Act(win)", 9),
+    ("spark", "History", 16),
+    ("nvml", "NVML%", 5),
+    ("sm", "SM%", 5),
+    ("tensor", "Tensor%", 7),
+    ("dram", "DRAM%", 5),
+    ("mem", "Mem GiB", 11),
+    ("power", "Power W", 9),
+    ("temp", "°C", 3),
+    ("clock", "SM MHz", 6),
+    ("throttle", "Throttle", 14),
+)
+W = {key: width for key, _, width in GPU_COLUMNS}
+HOST_COLUMNS: tuple[tuple[str, str, int], ...] = (
+    ("host", "Host", 14),
+    ("state", "State", 11),
+    ("seen", "Seen", 5),
+    ("gpus", "GPUs", 4),
+    ("act", "Act%", 5),
+    ("idle", "Idle", 4),
+    ("cpu", "CPU%", 5),
+    ("iowait", "iowait", 6),
+    ("mem", "Mem GiB", 11),
+    ("rx", "Net rx", 10),
+    ("tx", "Net tx", 10),
+    ("reason", "Reason", 40),
+)
+# Sort orders that `s` cycles through, and the columns whose header click selects one.
+SORT_CYCLE = ("host", "activity", "memory", "power", "temp")
+SORT_BY_COLUMN = {
+    "host": "host",
+    "gpu": "host",
+    "act": "activity",
+    "spark": "activity",
+    "nvml": "nvml",
+    "sm": "sm",
+    "tensor": "tensor",
+    "dram": "dram",
+    "mem": "memory",
+    "power": "power",
+    "temp": "temp",
+    "clock": "clock",
+    "throttle": "throttle",
+}
+SPARK_WIDTH = 16
+DEAD_STATES = ("down", "stale", "auth_failed", "hostkey_changed", "no_python")
+
+
+@dataclass
+class GpuRow:
+    """One GPU row: its cells and the numbers it can be sorted by."""
+
+    cells: tuple[Any, ...]
+    sort: dict[str, float]
+    idle: bool
+    throttled: bool
+    live: bool
+
+
+def _gib(mib: float | None) -> float | None:
+    return None if missing(mib) else mib / 1024.0  # type: ignore[operator]
+
+
+def _pair(a: float | None, b: float | None, fmt: str) -> str:
+    if missing(a):
+        return DASH
+    return fmt.format(a) + ("/" + fmt.format(b) if not missing(b) else "")
+
+
+def _mem_total(h: HostEntry, g: GpuEntry) -> float | None:
+    s = g.latest
+    if s is not None and s.mem_total_mib is not None:
+        return s.mem_total_mib
+    if h.hello is not None:
+        for info in h.hello.gpus:
+            if info.index == g.index:
+                return info.mem_total_mib
+    return None
+
+
+def _power_limit(h: HostEntry, g: GpuEntry) -> float | None:
+    s = g.latest
+    if s is not None and s.power_limit_w is not None:
+        return s.power_limit_w
+    if h.hello is not None:
+        for info in h.hello.gpus:
+            if info.index == g.index:
+                return info.power_limit_w
+    return None
+
+
+def build_gpu_row(store: Store, h: HostEntry, g: GpuEntry, palette: dict[str, str]) -> GpuRow:
+    """Cells of one GPU row from its latest sample and its window history."""
+    s = g.latest
+    live = h.state not in DEAD_STATES
+    acts = g.history.recent_values("activity", store.window_start())
+    act = mean(acts)
+    idle = act is not None and act < IDLE_THRESHOLD
+    grey = "dim" if live else palette.get("muted", "grey50")
+    colour = activity_style(act, palette) if live else grey
+
+    def cell(text: str, width: int) -> str | Text:
+        # Plain right-padded strings: a Rich Text per cell costs ~10 µs, ×13 cells ×1000 GPUs.
+        padded = text.rjust(width)
+        return padded if live else Text(padded, style=grey)
+
+    if not live:
+        act_cell = Text(f"{h.state} {fmt_num(act)}", style=grey)
+    elif act is None:
+        act_cell = Text(DASH, style="dim")
+    elif idle:
+        act_cell = Text(f"IDLE {act:.0f}%", style=f"bold {colour}")
+    else:
+        act_cell = Text(f"{act:.0f}%", style=colour, justify="right")
+    reasons = None if s is None else s.clock_reasons
+    throttled = bool(reasons and reasons & THROTTLE_MASK)
+    if reasons is None:
+        thr_cell = Text(DASH, style="dim")
+    elif throttled:
+        names = [n for n in clock_reason_names(reasons & THROTTLE_MASK)]
+        thr_cell = Text(
+            "⚠ " + ",".join(names), style=grey if not live else palette.get("warning", "yellow")
+        )
+    else:
+        thr_cell = Text("ok", style="dim")
+    cells = (
+        Text(h.name, style=grey if not live else ""),
+        g.index,
+        act_cell,
+        Text(sparkline(acts, SPARK_WIDTH), style=colour),
+        cell(fmt_num(None if s is None else s.util_gpu), W["nvml"]),
+        cell(fmt_num(None if s is None else s.sm_util), W["sm"]),
+        cell(fmt_num(None if s is None else s.tensor_util), W["tensor"]),
+        cell(fmt_num(None if s is None else s.dram_util), W["dram"]),
+        cell(
+            _pair(_gib(None if s is None else s.mem_used_mib), _gib(_mem_total(h, g)), "{:.1f}"),
+            W["mem"],
+        ),
+        cell(_pair(None if s is None else s.power_w, _power_limit(h, g), "{:.0f}"), W["power"]),
+        cell(fmt_num(None if s is None else s.temp_c), W["temp"]),
+        cell(fmt_num(None if s is None else s.sm_mhz), W["clock"]),
+        thr_cell,
+    )
+
+    def num(v: float | None) -> float:
+        return -1.0 if missing(v) else float(v)  # type: ignore[arg-type]
+
+    sort = {
+        "activity": num(act),
+        "nvml": num(None if s is None else s.util_gpu),
+        "sm": num(None if s is None else s.sm_util),
+        "tensor": num(None if s is None else s.tensor_util),
+        "dram": num(None if s is None else s.dram_util),
+        "memory": num(None if s is None else s.mem_used_mib),
+        "power": num(None if s is None else s.power_w),
+        "temp": num(None if s is None else s.temp_c),
+        "clock": num(None if s is None else s.sm_mhz),
+        "throttle": float(throttled),
+    }
+    return GpuRow(cells, sort, idle and live, throttled, live)
+
+
+def build_host_cells(
+    store: Store, h: HostEntry, gpu_rows: list[GpuRow], palette: dict[str, str]
+) -> tuple[Any, ...]:
+    """Cells of one host row."""
+    live = h.state not in DEAD_STATES
+    grey = palette.get("muted", "grey50")
+    state_style = (
+        palette.get("success", "green")
+        if h.state == "up"
+        else palette.get("error", "red")
+        if not live
+        else palette.get("warning", "yellow")
+    )
+    age = None if h.last_received is None else store.wall_clock() - h.last_received
+    hs = h.latest
+    acts = [r.sort["activity"] for r in gpu_rows if r.sort["activity"] >= 0]
+    idle = sum(1 for r in gpu_rows if r.idle)
+
+    def cell(text: str) -> Text:
+        return Text(text, style="" if live else grey, justify="right")
+
+    mem = None
+    if hs is not None and hs.mem_used_bytes is not None:
+        total = hs.mem_total_bytes or (h.hello.mem_total_bytes if h.hello else None)
+        mem = _pair(hs.mem_used_bytes / 2**30, None if total is None else total / 2**30, "{:.0f}")
+    return (
+        Text(h.name, style="" if live else grey),
+        Text(h.state, style=f"bold {state_style}"),
+        cell(fmt_age(age)),
+        cell(str(len(h.gpus))),
+        cell(fmt_num(mean(acts))),
+        Text(str(idle), style=palette.get("warning", "yellow") if idle else "dim", justify="right"),
+        cell(fmt_num(None if hs is None else hs.cpu_pct)),
+        cell(fmt_num(None if hs is None else hs.iowait_pct, "{:.1f}")),
+        cell(mem or DASH),
+        cell(fmt_bytes_rate(None if hs is None else hs.net_rx_bps)),
+        cell(fmt_bytes_rate(None if hs is None else hs.net_tx_bps)),
+        Text(h.reason or "", style=palette.get("error", "red") if not live else "dim"),
+    )
+
+
+def _metric(metrics: dict[str, float], *names: str) -> float | None:
+    for name in names:
+        value = metrics.get(name)
+        if value is not None:
+            return float(value)
+    return None
+
+
+def verl_summary(store: Store) -> Text:
+    """The verl throughput line: tokens/s per GPU and total, step time, MFU."""
+    if not store.steps:
+        return Text("verl: no verl log: give --verl-log PATH", style="dim")
+    last = store.steps[-1]
+    m = last.metrics
+    tput = _metric(m, "perf/throughput")
+    tokens = _metric(m, "perf/total_num_tokens")
+    step_s = _metric(m, "timing_s/step", "timing/step", "perf/time_per_step")
+    mfu = _metric(m, "perf/mfu/actor")
+    total = tokens / step_s if tokens is not None and step_s else None
+    text = Text("verl ", style="bold")
+    text.append(f"step {last.step}")
+    parts = [
+        ("tokens/s/GPU", fmt_num(tput, "{:,.0f}")),
+        ("tokens/s total", fmt_num(total, "{:,.0f}")),
+        ("step time", fmt_num(step_s, "{:.1f}", " s")),
+        ("MFU", fmt_num(mfu, "{:.2f}")),
+    ]
+    for label, value in parts:
+        text.append(f" · {label} ")
+        text.append(value, style="bold")
+    text.append(f" · {len(store.steps)} steps seen", style="dim")
+    return text
+
+
+class ThroughputPane(Pane):
+    """Pane 1: per-host and per-GPU activity, with sort and idle marks."""
+
+    STEP = 1
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sort_key = "host"
+        self.sort_reverse = False
+        self._row_cache: dict[str, tuple[tuple[Any, ...], GpuRow]] = {}
+        self.gpu_rows: dict[str, GpuRow] = {}
+        self.gpu_sync: TableSync | None = None
+        self.host_sync: TableSync | None = None
+        self._palette_key: tuple[str, ...] = ()
+        self.on_sort_change: Callable[[], None] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield self.findings
+        yield Static("", id="verl-summary", classes="summary")
+        yield DataTable(id="host-table", cursor_type="row", zebra_stripes=False, classes="hosts")
+        yield Static("", id="gpu-status", classes="status")
+        yield DataTable(id="gpu-table", cursor_type="row", zebra_stripes=True, classes="gpus")
+
+    def on_mount(self) -> None:
+        hosts = self.query_one("#host-table", DataTable)
+        for key, label, width in HOST_COLUMNS:
+            hosts.add_column(label, key=key, width=width)
+        gpus = self.query_one("#gpu-table", DataTable)
+        for key, label, width in GPU_COLUMNS:
+            gpus.add_column(label, key=key, width=width)
+        self.host_sync = TableSync(hosts, [c[0] for c in HOST_COLUMNS], id_columns=1)
+        self.gpu_sync = TableSync(gpus, [c[0] for c in GPU_COLUMNS], id_columns=2)
+
+    # -- sorting ---------------------------------------------------------------------------
+
+    def cycle_sort(self) -> None:
+        """Next sort column of the cycle (host → activity → memory → power → temp)."""
+        try:
+            i = SORT_CYCLE.index(self.sort_key)
+        except ValueError:
+            i = -1
+        self.set_sort(SORT_CYCLE[(i + 1) % len(SORT_CYCLE)], False)
+
+    def reverse_sort(self) -> None:
+        """Reverse the current sort order."""
+        self.set_sort(self.sort_key, not self.sort_reverse)
+
+    def set_sort(self, key: str, reverse: bool) -> None:
+        """Sort by ``key``; the next refresh redraws (no store change needed)."""
+        self.sort_key, self.sort_reverse = key, reverse
+        self.force_next()
+        if self.on_sort_change is not None:
+            self.on_sort_change()
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        """Clicking a GPU-table header sorts by it; clicking it again reverses."""
+        if event.data_table.id != "gpu-table":
+            return
+        key = SORT_BY_COLUMN.get(str(event.column_key.value))
+        if key is None:
+            return
+        self.set_sort(key, not self.sort_reverse if key == self.sort_key else False)
+        event.stop()
+
+    def sort_label(self) -> str:
+        """The sort in words, for the status line."""
+        arrow = "↓" if self.sort_reverse else "↑"
+        return f"sort: {self.sort_key} {arrow}"
+
+    # -- refresh ---------------------------------------------------------------------------
+
+    def update_content(self, store: Store, verdict: Any) -> None:
+        if self.gpu_sync is None or self.host_sync is None:
+            return
+        palette = self.palette()
+        pkey = tuple(sorted(palette.items()))
+        if pkey != self._palette_key:  # theme changed: rebuild every row's colours
+            self._palette_key = pkey
+            self._row_cache.clear()
+        self.query_one("#verl-summary", Static).update(verl_summary(store))
+        rows: dict[str, GpuRow] = {}
+        host_rows: list[tuple[str, tuple[Any, ...]]] = []
+        order: list[tuple[int, int, str]] = []
+        for hi, h in enumerate(store.hosts.values()):
+            mine: list[GpuRow] = []
+            for index in sorted(h.gpus):
+                g = h.gpus[index]
+                key = f"{h.name}/{index}"
+                stamp = (g.history.last_time(), len(g.history), h.state, id(g.latest))
+                cached = self._row_cache.get(key)
+                if cached is not None and cached[0] == stamp:
+                    row = cached[1]
+                else:
+                    row = build_gpu_row(store, h, g, palette)
+                    self._row_cache[key] = (stamp, row)
+                rows[key] = row
+                mine.append(row)
+                order.append((hi, index, key))
+            host_rows.append((h.name, build_host_cells(store, h, mine, palette)))
+        for key in [k for k in self._row_cache if k not in rows]:
+            del self._row_cache[key]
+        self.gpu_rows = rows
+        with self.app.batch_update():
+            self.host_sync.sync(host_rows)
+            self.gpu_sync.sync((k, rows[k].cells) for k in self._sorted_keys(order, rows))
+        self._update_status(rows)
+
+    def _sorted_keys(self, order: list[tuple[int, int, str]], rows: dict[str, GpuRow]) -> list[str]:
+        if self.sort_key == "host":
+            keyed = sorted(order, reverse=self.sort_reverse)
+            return [k for _, _, k in keyed]
+        # Stable: ties keep host order; reverse puts the largest first.
+        sign = -1.0 if self.sort_reverse else 1.0
+        keyed2 = sorted(order, key=lambda o: (sign * rows[o[2]].sort[self.sort_key], o[0], o[1]))
+        return [k for _, _, k in keyed2]
+
+    def _update_status(self, rows: dict[str, GpuRow]) -> None:
+        idle = sum(1 for r in rows.values() if r.idle)
+        throttled = sum(1 for r in rows.values() if r.throttled and r.live)
+        text = Text()
+        text.append(self.sort_label(), style="bold")
+        text.append(" (s: next column · S: reverse · click a header)", style="dim")
+        text.append(f" · {len(rows)} GPUs")
+        if idle:
+            text.append(
+                f" · {idle} idle (<{IDLE_THRESHOLD:.0f}% over the window)",
+                style=self.palette().get("warning", "yellow"),
+            )
+        else:
+            text.append(" · none idle", style="dim")
+        if throttled:
+            text.append(f" · {throttled} throttled", style=self.palette().get("warning", "yellow"))
+        self.query_one("#gpu-status", Static).update(text)
+
+    def ordered_row_keys(self) -> list[str]:
+        """GPU row keys (``host/index``) in displayed order (for tests)."""
+        return [] if self.gpu_sync is None else self.gpu_sync.keys_in_order()
