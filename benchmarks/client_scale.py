@@ -1,0 +1,539 @@
+"""Client cost at scale: N GPUs (N/8 hosts x 8) streaming at 1 Hz into the real app, headless.
+
+    python benchmarks/client_scale.py                          # 8, 64, 256, 1024 GPUs, 20 s each
+    python benchmarks/client_scale.py --gpus 1024 --duration 60 --json-out scale.json
+    python benchmarks/client_scale.py --transport ssh --gpus 8,64   # real sshd + real agents
+
+Each size runs in a fresh child process (clean RSS / CPU figures). In it:
+
+- ``--transport wire`` (default): one async source synthesises the NDJSON lines the agents would
+  send (templates taken from the real agent's replay backend on the H200 trace; ``t`` = wall time
+  at synthesis; hosts spread over the second in 10 groups, like unsynchronised agents), and every
+  line goes through ``protocol.Decoder`` -> ``Pipeline.emit`` -> ``Store``.
+  ``--transport ssh``: one real OpenSSH sshd per host on 127.0.0.x and the real agent (replay
+  backend, 8 GPUs, 1 Hz) behind each, read by ``SshSource`` (tests/sshd.py starts the daemons;
+  needs root and /usr/sbin/sshd). The agents and sshd are the "nodes" and are not counted.
+- The real ``VerlTopApp`` (live, its own 1 s refresh timer, the real diagnosis ``Engine``) runs
+  headless (``App.run_test``) with pane 1 (the GPU table) visible.
+- Before timing, the store is filled to its ring capacity (``StoreLimits.points`` samples per GPU,
+  back-dated) so memory is that of a client that has run for an hour (every buffer is bounded).
+
+Measured over the window after warm-up: client CPU % of one core (``process_time`` / wall), RSS
+(psutil, at the end) and peak RSS, sample-to-screen latency (a sample's synthesis time ``t`` to
+the moment the first refresh that includes it has been painted: ``call_after_refresh``),
+ingest latency (``Store.latencies``: received - t), the refresh (``refresh_now``: diagnosis +
+header + pane), the pane refresh alone, the engine alone, and refresh + paint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from _common import REPO, ensure_repo_on_path, median, percentile, table, write_json
+
+ensure_repo_on_path()
+
+from verl_top.agent import node_agent as na  # noqa: E402
+from verl_top.protocol import Decoder  # noqa: E402
+
+TRACE = REPO / "tests" / "fixtures" / "agent" / "h200_phased_trace.jsonl"
+GPUS_PER_HOST = 8
+TEMPLATE_TICKS = 30
+GROUPS = 10  # hosts are spread over the second in this many groups
+TARGETS = {
+    "cpu_pct": ("< 25 % of one core at 1024 GPUs", 25.0),
+    "rss_mb": ("< 300 MB after an hour at 1024 GPUs", 300.0),
+    "latency_p95_s": ("sample-to-screen p95 < 1.5 s", 1.5),
+    "redraw_ms": ("a pane redraw < 50 ms", 50.0),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Line templates from the real agent
+
+
+@dataclass
+class Templates:
+    """Per tick: encoded record bodies without host/t; the hello body."""
+
+    hello: tuple[str, str]  # (type, body after the t field)
+    ticks: list[list[tuple[str, str]]]
+    hb: tuple[str, str] | None
+
+
+def _split(rec: dict[str, Any]) -> tuple[str, str]:
+    body = {k: v for k, v in rec.items() if k not in ("v", "type", "host", "t")}
+    text = na.encode_line(body)
+    return rec["type"], ("," + text[1:]) if len(text) > 2 else "}"
+
+
+def make_templates() -> Templates:
+    """Run the real agent (replay backend, 8 GPUs) for a few ticks and keep its lines."""
+    argv = ["--backend", "replay", "--replay-trace", str(TRACE), "--replay-gpus", "8"]
+    agent = na.Agent(na.parse_args([*argv, "--host", "x", "--no-procs"]))
+    try:
+        hello = _split(agent.hello())
+        ticks, hb = [], None
+        for i in range(TEMPLATE_TICKS):
+            out = []
+            for rec in agent.tick(1000.0 + i):
+                if rec["type"] == "hb":
+                    hb = _split(rec)
+                elif rec["type"] in ("gpu", "host"):
+                    out.append(_split(rec))
+            ticks.append(out)
+    finally:
+        agent.close()
+    return Templates(hello, ticks, hb)
+
+
+def line(rtype: str, host: str, t: float, rest: str) -> str:
+    """One wire line, fields in the agent's order."""
+    return f'{{"v":1,"type":"{rtype}","host":"{host}","t":{t:.3f}{rest}'
+
+
+# ---------------------------------------------------------------------------------------------
+# The synthetic cluster source (wire level)
+
+
+@dataclass
+class Pending:
+    """Batches of GPU samples emitted and not yet on screen: (t at synthesis, count)."""
+
+    batches: list[tuple[float, int]] = field(default_factory=list)
+
+    def take(self) -> list[tuple[float, int]]:
+        out, self.batches = self.batches, []
+        return out
+
+
+class SyntheticCluster:
+    """Emits what ``hosts`` agents would send, through the real decoder."""
+
+    name = "synthetic-cluster"
+
+    def __init__(self, hosts: int, rate: float, templates: Templates, pending: Pending) -> None:
+        self.hosts = [f"node{i:04d}" for i in range(hosts)]
+        self.rate = rate
+        self.tpl = templates
+        self.pending = pending
+        self.decoders = {h: Decoder() for h in self.hosts}
+        self.tick = 0
+
+    def feed_host(self, emit: Callable[[Any], None], host: str, t: float, k: int) -> int:
+        """Decode and emit one host's lines of tick ``k``; returns the GPU samples emitted."""
+        dec = self.decoders[host]
+        n = 0
+        rows = self.tpl.ticks[k % len(self.tpl.ticks)]
+        if k % 5 == 0 and self.tpl.hb is not None:
+            rows = [*rows, self.tpl.hb]
+        for rtype, rest in rows:
+            rec = dec.decode(line(rtype, host, t, rest))
+            if rec is not None:
+                emit(rec)
+                n += rtype == "gpu"
+        return n
+
+    def hello(self, emit: Callable[[Any], None], t: float) -> None:
+        """Every host's hello line."""
+        rtype, rest = self.tpl.hello
+        for host in self.hosts:
+            rec = self.decoders[host].decode(line(rtype, host, t, rest))
+            if rec is not None:
+                emit(rec)
+
+    def prefill(self, emit: Callable[[Any], None], points: int, now: float) -> None:
+        """Fill every ring: ``points`` back-dated ticks (one per period) for every host."""
+        for i in range(points):
+            t = now - (points - i) / self.rate
+            for host in self.hosts:
+                self.feed_host(emit, host, t, i)
+        self.tick = points
+
+    async def run(self, emit: Callable[[Any], None]) -> None:
+        """1/rate ticks forever; the hosts of a tick in GROUPS slices spread over the period."""
+        loop = asyncio.get_running_loop()
+        period = 1.0 / self.rate
+        groups = [self.hosts[i::GROUPS] for i in range(min(GROUPS, len(self.hosts)))]
+        nxt = loop.time()
+        while True:
+            for g, hosts in enumerate(groups):
+                at = nxt + period * g / len(groups)
+                delay = at - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                t = time.time()
+                n = sum(self.feed_host(emit, h, t, self.tick) for h in hosts)
+                self.pending.batches.append((t, n))
+            self.tick += 1
+            nxt += period
+            nxt = max(nxt, loop.time())
+
+
+# ---------------------------------------------------------------------------------------------
+# SSH transport: real sshd daemons and agents
+
+
+class SshCluster:
+    """One sshd per host on 127.0.0.x, an ``SshSource`` per host running the real agent."""
+
+    def __init__(self, hosts: int, rate: float, pending: Pending) -> None:
+        sys.path.insert(0, str(REPO / "tests"))
+        from sshd import SshdFactory, make_settings, new_key, spec_for  # noqa: PLC0415
+
+        from verl_top.sources.ssh import SshSource  # noqa: PLC0415
+
+        self.tmp = Path(tempfile.mkdtemp(prefix="verl-top-bench-ssh-"))
+        client, key = new_key(self.tmp / "client_ed25519")
+        auth = self.tmp / "authorized_keys"
+        auth.write_bytes(key.export_public_key("openssh"))
+        auth.chmod(0o600)
+        self.factory = SshdFactory(self.tmp / "sshd", auth, 2)
+        self.daemons = [self.factory.start(log_level="ERROR") for _ in range(hosts)]
+        settings = make_settings(self.tmp, {"client": client}, self.daemons, remote_python())
+        agent_args = [
+            "--interval",
+            f"{1.0 / rate:g}",
+            "--backend",
+            "replay",
+            "--replay-trace",
+            str(TRACE),
+            "--replay-gpus",
+            str(GPUS_PER_HOST),
+        ]
+        self.sources = [SshSource(spec_for(d), settings, agent_args) for d in self.daemons]
+        self.pending = pending
+
+    def stop(self) -> None:
+        """Stop every daemon (by pid) and what runs under it."""
+        self.factory.stop_all()
+
+
+def remote_python() -> str:
+    """The python sshd's default PATH finds (as the tests do), else this one."""
+    import shutil  # noqa: PLC0415
+
+    return (
+        "python3"
+        if shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+        else sys.executable
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# One size, in this process
+
+
+@dataclass
+class Timings:
+    """What the instrumented app records."""
+
+    refresh_ms: list[float] = field(default_factory=list)
+    paint_ms: list[float] = field(default_factory=list)
+    pane_ms: list[float] = field(default_factory=list)
+    engine_ms: list[float] = field(default_factory=list)
+    latency: list[tuple[float, int]] = field(default_factory=list)  # (seconds, samples)
+    measuring: bool = False
+
+
+class TimedEngine:
+    """The real diagnosis engine, timed."""
+
+    def __init__(self, timings: Timings) -> None:
+        from verl_top.diagnosis.engine import Engine  # noqa: PLC0415
+
+        self.engine = Engine()
+        self.timings = timings
+
+    def evaluate(self, store: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return self.engine.evaluate(store)
+        finally:
+            if self.timings.measuring:
+                self.timings.engine_ms.append((time.perf_counter() - t0) * 1000)
+
+
+def weighted_percentile(pairs: list[tuple[float, int]], q: float) -> float | None:
+    """Percentile of values each counted ``weight`` times."""
+    pairs = sorted(p for p in pairs if p[1] > 0)
+    total = sum(w for _, w in pairs)
+    if not total:
+        return None
+    goal = total * q / 100.0
+    seen = 0
+    for v, w in pairs:
+        seen += w
+        if seen >= goal:
+            return v
+    return pairs[-1][0]
+
+
+def rss_mb() -> float | None:
+    """Current RSS of this process."""
+    try:
+        import psutil  # noqa: PLC0415
+
+        return psutil.Process().memory_info().rss / 2**20
+    except Exception:
+        return None
+
+
+async def run_one(gpus: int, duration: float, warmup: float, transport: str, prefill: bool) -> dict:
+    """Run the app against ``gpus`` GPUs for ``duration`` s; returns the figures."""
+    from verl_top.inputs import Inputs  # noqa: PLC0415
+    from verl_top.sources.pipeline import Pipeline  # noqa: PLC0415
+    from verl_top.store import Store, StoreLimits  # noqa: PLC0415
+    from verl_top.ui.app import VerlTopApp  # noqa: PLC0415
+
+    hosts = max(1, gpus // GPUS_PER_HOST)
+    store = Store(StoreLimits())
+    pipeline = Pipeline(store)
+    pending = Pending()
+    timings = Timings()
+    result: dict[str, Any] = {"gpus": hosts * GPUS_PER_HOST, "hosts": hosts, "transport": transport}
+    ssh: SshCluster | None = None
+    t_setup = time.perf_counter()
+    if transport == "ssh":
+        ssh = SshCluster(hosts, 1.0, pending)
+        sources: list[Any] = ssh.sources
+        result["sshd_start_s"] = time.perf_counter() - t_setup
+    else:
+        cluster = SyntheticCluster(hosts, 1.0, make_templates(), pending)
+        cluster.hello(pipeline.emit, time.time())
+        if prefill:
+            t0 = time.perf_counter()
+            cluster.prefill(pipeline.emit, store.limits.points, time.time())
+            result["prefill_s"] = time.perf_counter() - t0
+            result["prefill_points"] = store.limits.points
+        store.latencies.clear()
+        sources = [cluster]
+    inputs = Inputs(store=store, pipeline=pipeline, sources=sources, title="bench", mode="LIVE")
+    app = VerlTopApp(inputs, refresh=1.0, engine=TimedEngine(timings), live=True)
+
+    original_refresh = app.refresh_now
+
+    def timed_refresh() -> None:
+        shown = pending.take()
+        t0 = time.perf_counter()
+        original_refresh()
+        t1 = time.perf_counter()
+        if not timings.measuring:
+            return
+        timings.refresh_ms.append((t1 - t0) * 1000)
+
+        def painted() -> None:
+            now = time.time()
+            timings.paint_ms.append((time.perf_counter() - t0) * 1000)
+            timings.latency.extend((now - t, n) for t, n in shown)
+
+        app.call_after_refresh(painted)
+
+    app.refresh_now = timed_refresh  # type: ignore[method-assign]
+    first_data: float | None = None
+    connected: float | None = None
+    try:
+        async with app.run_test(headless=True, size=(200, 60)) as pilot:
+            await pilot.pause()
+            pane = app.pane(1)
+            original_pane = pane.refresh_pane
+
+            def timed_pane(st: Any, verdict: Any) -> None:
+                t0 = time.perf_counter()
+                original_pane(st, verdict)
+                if timings.measuring:
+                    timings.pane_ms.append((time.perf_counter() - t0) * 1000)
+
+            pane.refresh_pane = timed_pane  # type: ignore[method-assign]
+            start = time.perf_counter()
+            while time.perf_counter() - start < 60:
+                live = sum(1 for h in store.hosts.values() if h.latest is not None or h.gpus)
+                if connected is None and live >= hosts and store.gpu_count() >= hosts * 8:
+                    connected = time.perf_counter() - start
+                if connected is not None:
+                    break
+                await asyncio.sleep(0.05)
+            first_data = time.perf_counter() - start
+            await asyncio.sleep(warmup)
+            pending.take()
+            store.latencies.clear()
+            timings.measuring = True
+            w0, c0 = time.perf_counter(), time.process_time()
+            await asyncio.sleep(duration)
+            w1, c1 = time.perf_counter(), time.process_time()
+            timings.measuring = False
+            result["rss_mb"] = rss_mb()
+    finally:
+        if ssh is not None:
+            ssh.stop()
+    if transport == "ssh":
+        result["all_hosts_streaming_s"] = connected
+        result["connect_state"] = {
+            s: sum(1 for h in store.hosts.values() if h.state == s)
+            for s in {h.state for h in store.hosts.values()}
+        }
+    result["first_data_s"] = first_data
+    result["wall_s"] = w1 - w0
+    result["cpu_pct"] = 100.0 * (c1 - c0) / (w1 - w0)
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    lat = sorted(store.latencies)
+    result["ingest_latency_p50_s"] = percentile(lat, 50)
+    result["ingest_latency_p95_s"] = percentile(lat, 95)
+    result["latency_p50_s"] = weighted_percentile(timings.latency, 50)
+    result["latency_p95_s"] = weighted_percentile(timings.latency, 95)
+    result["latency_max_s"] = max((v for v, _ in timings.latency), default=None)
+    for key in ("refresh_ms", "paint_ms", "pane_ms", "engine_ms"):
+        vals = getattr(timings, key)
+        result[f"{key}_p50"] = median(vals)
+        result[f"{key}_p95"] = percentile(vals, 95)
+        result[f"{key}_max"] = max(vals) if vals else None
+    result["refreshes"] = len(timings.refresh_ms)
+    result["samples_on_screen"] = sum(n for _, n in timings.latency)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver
+
+
+HEADERS = [
+    "GPUs",
+    "hosts",
+    "via",
+    "CPU % core",
+    "RSS MB",
+    "lat p50 s",
+    "lat p95 s",
+    "ingest p95 s",
+    "refresh p50/p95 ms",
+    "pane p50/p95 ms",
+    "engine p50 ms",
+    "paint p95 ms",
+]
+
+
+def _pair(r: dict, key: str) -> str:
+    a, b = r.get(f"{key}_p50"), r.get(f"{key}_p95")
+    if a is None:
+        return "—"
+    return f"{a:.1f} / {b:.1f}"
+
+
+def report(results: list[dict]) -> str:
+    """The printed table and the targets."""
+    rows = []
+    for r in results:
+        if "error" in r:
+            rows.append([r.get("gpus"), r.get("hosts"), r.get("transport"), "error", *[None] * 8])
+            continue
+        rows.append(
+            [
+                r["gpus"],
+                r["hosts"],
+                r["transport"],
+                r["cpu_pct"],
+                r["rss_mb"],
+                r["latency_p50_s"],
+                r["latency_p95_s"],
+                r["ingest_latency_p95_s"],
+                _pair(r, "refresh_ms"),
+                _pair(r, "pane_ms"),
+                r["engine_ms_p50"],
+                r["paint_ms_p95"],
+            ]
+        )
+    text = table(HEADERS, rows)
+    text += "\n\ntargets (product.md, 128 hosts x 8 = 1024 GPUs at 1 Hz):\n"
+    for _, (words, _) in TARGETS.items():
+        text += f"  {words}\n"
+    for r in results:
+        if "error" in r:
+            text += f"  {r['gpus']} GPUs failed: {r['error']}\n"
+    return text
+
+
+def run_child(gpus: int, args: argparse.Namespace) -> dict:
+    """One size in a fresh interpreter; its JSON comes back through a temp file."""
+    fd, out = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--one",
+        str(gpus),
+        "--duration",
+        str(args.duration),
+        "--warmup",
+        str(args.warmup),
+        "--transport",
+        args.transport,
+        "--json-out",
+        out,
+    ]
+    if args.no_prefill:
+        cmd.append("--no-prefill")
+    timeout = args.duration + args.warmup + 300
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    try:
+        data = json.loads(Path(out).read_text() or "{}")
+    except ValueError:
+        data = {}
+    finally:
+        Path(out).unlink(missing_ok=True)
+    if proc.returncode != 0 or not data:
+        tail = (proc.stderr or proc.stdout)[-600:]
+        return {"gpus": gpus, "hosts": gpus // 8, "transport": args.transport, "error": tail}
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--gpus", default="8,64,256,1024", help="GPU counts (hosts = GPUs / 8)")
+    p.add_argument("--duration", type=float, default=20.0, help="measured seconds per size")
+    p.add_argument("--warmup", type=float, default=3.0, help="seconds before measuring")
+    p.add_argument("--transport", default="wire", choices=("wire", "ssh"))
+    p.add_argument("--no-prefill", action="store_true", help="start with empty rings")
+    p.add_argument("--one", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--json-out", default=None, metavar="FILE")
+    args = p.parse_args(argv)
+
+    if args.one:  # child: one size, raw JSON only
+        res = asyncio.run(
+            run_one(args.one, args.duration, args.warmup, args.transport, not args.no_prefill)
+        )
+        Path(args.json_out).write_text(json.dumps(res))
+        return 0
+
+    results = []
+    for gpus in (int(x) for x in args.gpus.split(",") if x.strip()):
+        print(f"{gpus} GPUs via {args.transport}: {args.duration:g} s ...", flush=True)
+        results.append(run_child(gpus, args))
+    print()
+    print(report(results))
+    write_json(
+        args.json_out,
+        {
+            "benchmark": "client_scale",
+            "argv": sys.argv[1:] if argv is None else argv,
+            "targets": {k: v[0] for k, v in TARGETS.items()},
+            "rows": results,
+        },
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
