@@ -26,13 +26,17 @@ SAMPLES = [
         host="gpu01",
         t=1.5,
         backend="pynvml",
-        gpus=[GpuInfo(index=0, name="NVIDIA H200", uuid="GPU-a7f6", mem_total_mib=143771, gpm=True)],
+        gpus=[
+            GpuInfo(index=0, name="NVIDIA H200", uuid="GPU-a7f6", mem_total_mib=143771, gpm=True)
+        ],
     ),
     GpuSample(host="gpu01", t=2.0, index=3, util_gpu=98.0, sm_util=13.2, tensor_util=0.4),
     ProcessList(host="gpu01", t=2.0, procs=[GpuProcess(pid=42, gpu_index=0, used_mib=1024.0)]),
     HostState(host="gpu02", t=2.0, state="down", reason="connection refused"),
     VerlStep(host="head", t=3.0, step=7, metrics={"timing_s/gen": 12.5, "perf/throughput": 1800.0}),
-    ProbeResult(host="gpu01", t=4.0, rows=[ProbeRow(1 << 30, 5000.0, 214.7, 375.8)], busbw_max_gbs=375.8),
+    ProbeResult(
+        host="gpu01", t=4.0, rows=[ProbeRow(1 << 30, 5000.0, 214.7, 375.8)], busbw_max_gbs=375.8
+    ),
 ]
 
 
@@ -93,15 +97,36 @@ def test_decoder_never_raises_on_text(text: str) -> None:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4)
+    ),
     max_leaves=12,
 )
 
 
 @settings(max_examples=300, deadline=None)
 @given(
-    st.sampled_from(["hello", "gpu", "host", "procs", "state", "hb", "log", "step", "config", "probe", "nccl", "event", "x"]),
-    st.dictionaries(st.sampled_from(["host", "t", "gpus", "procs", "rows", "index", "metrics", "lines", "v"]), json_values),
+    st.sampled_from(
+        [
+            "hello",
+            "gpu",
+            "host",
+            "procs",
+            "state",
+            "hb",
+            "log",
+            "step",
+            "config",
+            "probe",
+            "nccl",
+            "event",
+            "x",
+        ]
+    ),
+    st.dictionaries(
+        st.sampled_from(["host", "t", "gpus", "procs", "rows", "index", "metrics", "lines", "v"]),
+        json_values,
+    ),
 )
 def test_decoder_never_raises_on_json_objects(rtype: str, fields: dict) -> None:
     fields["type"] = rtype

@@ -67,6 +67,7 @@ HOST_METRICS: tuple[str, ...] = (
     "disk_read_bps",
     "disk_write_bps",
     "agent_cpu_pct",
+    "cpu_max_core",  # derived: the busiest core (a single-threaded host loop pins one)
 )
 
 
@@ -300,7 +301,9 @@ class Store:
     def _on_host(self, rec: HostSample, received: float | None) -> None:
         h = self._touch(rec, received)
         h.latest = rec
-        h.history.push(rec.t, {name: getattr(rec, name) for name in HOST_METRICS})
+        values = {name: getattr(rec, name, None) for name in HOST_METRICS}
+        values["cpu_max_core"] = max(rec.cpu_per_core) if rec.cpu_per_core else None
+        h.history.push(rec.t, values)
 
     def _on_procs(self, rec: ProcessList, received: float | None) -> None:
         self._touch(rec, received).procs = rec

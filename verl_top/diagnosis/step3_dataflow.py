@@ -180,46 +180,64 @@ def flow_logprob_slow(view: View, th: Thresholds) -> RuleResult:
     )
 
 
+def _host_state(view: View, h) -> tuple | None:
+    """(name, cpu %, iowait %, busiest core %, GPU activity %) means over the window."""
+    cpu = mean([v for _, v in view.host_values(h, "cpu_pct")])
+    io = mean([v for _, v in view.host_values(h, "iowait_pct")])
+    core = mean([v for _, v in view.host_values(h, "cpu_max_core")])
+    if cpu is None and io is None:
+        return None
+    act = mean([m for g in h.gpus.values() if (m := view.gpu_mean(g, "activity")) is not None])
+    return h.name, cpu, io, core, act
+
+
+def _host_cause(th: Thresholds, cpu, io, core) -> str | None:
+    if (cpu or 0) > th.host_cpu_pct:
+        return f"host CPU {cpu:.0f} %"
+    if (io or 0) > th.host_iowait_pct:
+        return f"iowait {io:.0f} %"
+    if (core or 0) >= th.host_core_pct:
+        return f"one CPU core pinned at {core:.0f} % (single-threaded host loop)"
+    return None
+
+
 def flow_host_stall(view: View, th: Thresholds) -> RuleResult:
-    """Host CPU saturated or iowait high while that host's GPUs are idle."""
-    rows = []
-    for h in view.hosts():
-        cpu = mean([v for _, v in view.host_values(h, "cpu_pct")])
-        io = mean([v for _, v in view.host_values(h, "iowait_pct")])
-        if cpu is None and io is None:
-            continue
-        act = mean([m for g in h.gpus.values() if (m := view.gpu_mean(g, "activity")) is not None])
-        rows.append((h.name, cpu, io, act))
+    """Host CPU saturated, iowait high or one core pinned while that host's GPUs are idle."""
+    rows = [r for h in view.hosts() if (r := _host_state(view, h)) is not None]
     if not rows:
         return no_data(STEP, "flow.host_stall", "needs host samples (CPU, iowait) from the nodes")
     bad = [
-        r
+        (r, cause)
         for r in rows
-        if r[3] is not None
-        and r[3] < th.idle_pct
-        and ((r[1] or 0) > th.host_cpu_pct or (r[2] or 0) > th.host_iowait_pct)
+        if r[4] is not None
+        and r[4] < th.idle_pct
+        and (cause := _host_cause(th, r[1], r[2], r[3])) is not None
     ]
     if not bad:
         return passed(
             STEP, "flow.host_stall", f"no host saturated while its GPUs idle ({len(rows)} hosts)"
         )
-    name, cpu, io, act = min(bad, key=lambda r: r[3] or 0)
+    (name, cpu, io, core, act), cause = min(bad, key=lambda b: b[0][4] or 0)
     return Finding(
         STEP,
         "flow.host_stall",
         scale(th.idle_pct - (act or 0), 0, th.idle_pct, 0.75, 0.92),
-        f"{name}: host {'CPU ' + format(cpu or 0, '.0f') + ' %' if (cpu or 0) > th.host_cpu_pct else 'iowait ' + format(io or 0, '.0f') + ' %'} while its GPUs run at {act or 0:.0f} %",
+        f"{name}: {cause} while its GPUs run at {act or 0:.0f} %",
         [
-            f"{name}: CPU {cpu or 0:.0f} %, iowait {io or 0:.0f} % (means), {view.window_text}",
+            f"{name}: CPU {cpu or 0:.0f} %, busiest core {core or 0:.0f} %, iowait {io or 0:.0f} % "
+            f"(means), {view.window_text}",
             f"{name}: GPU activity {act or 0:.0f} % mean, {view.window_text}",
             f"{len(bad)} of {len(rows)} hosts affected",
         ],
         "The host starves the GPUs: more dataloader workers (data.dataloader_num_workers), faster "
-        "storage/local cache for data and checkpoints, fewer CPU-heavy reward processes on GPU nodes.",
+        "storage/local cache for data and checkpoints, fewer CPU-heavy reward processes on GPU "
+        "nodes; a pinned core while GPUs wait points at driver-side work "
+        "(reward_model.launch_reward_fn_async, advantage computation).",
         {
             "host": name,
             "cpu_pct": cpu,
             "iowait_pct": io,
+            "busiest_core_pct": core,
             "gpu_activity_pct": act,
             "hosts": len(bad),
         },

@@ -69,6 +69,9 @@ class Thresholds:
     logprob_frac: float = _t(0.3, "fraction of step", "old_log_prob + ref > 30 % of the step")
     host_cpu_pct: float = _t(90.0, "%", "host CPU saturated")
     host_iowait_pct: float = _t(20.0, "%", "host waiting on storage")
+    host_core_pct: float = _t(
+        90.0, "%", "one CPU core pinned: a single-threaded host loop (driver, reward, dataloader)"
+    )
     periodic_frac: float = _t(0.1, "fraction of step", "testing/save_checkpoint amortized > 10 %")
     # -- step 4 ---------------------------------------------------------------------------
     imbalance_points: float = _t(30.0, "points", "activity spread (max-min) across one role")

@@ -11,7 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from verl_top.model import LogLines, Record
+from verl_top.model import LogLines, ProcessList, Record
+from verl_top.roles import annotate
 from verl_top.sources.recorder import Recorder
 from verl_top.store import Store
 
@@ -55,6 +56,8 @@ class Pipeline:
     def emit(self, record: Record) -> None:
         """Accept one record from any source."""
         received = self.wall_clock()
+        if isinstance(record, ProcessList):
+            record = annotate(record)  # verl role and rank of each GPU process, once, on arrival
         if isinstance(record, LogLines):
             self.store.ingest(record, received)
             for parsed in self._parse(record):

@@ -91,6 +91,9 @@ class VerlTopHeader(Vertical):
         replay_t0: float | None,
     ) -> None:
         """Redraw from the store, the latest verdict and the replay control."""
+        statics = self.query(Static)
+        if len(statics) < 2:
+            return  # children not composed yet (a timer can fire before the first layout)
         line = Text()
         line.append(f" {mode} ", style="reverse bold")
         line.append(f" {title}  ", style="bold")
