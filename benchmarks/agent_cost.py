@@ -7,13 +7,15 @@ Rows, measured in ONE run on the same machine, each paced at 1 Hz and then at 10
 
 - ``verl-top agent tick``: ``Agent.tick()`` in this process plus the JSON encoding of its lines
   (exactly what the agent writes per sample); CPU = ``time.process_time`` delta, wall =
-  ``perf_counter`` delta.
+  ``perf_counter`` delta; the notes split it into GPU sampling, host sampler, process listing
+  and encoding. The 8-GPU target figure scales only the GPU part (the rest is per node).
 - ``verl-top agent process``: the real agent started through the SSH bootstrap
-  (``python3 -u -c BOOTSTRAP``, source on stdin) as a subprocess: peak RSS (``wait4`` rusage),
+  (``python3 -u -c BOOTSTRAP``, source on stdin) as a subprocess: peak RSS (/proc VmHWM),
   bytes per sample on its stdout, and its steady CPU per sample from its own heartbeat records
   (``agent_cpu_s`` deltas, so interpreter start-up is not counted).
 - ``nvidia-smi --query-gpu ...`` spawned per sample: wall = ``perf_counter``, CPU = the child's
-  rusage (``wait4``, the same as ``RUSAGE_CHILDREN`` deltas), RSS = the child's peak RSS.
+  rusage (``wait4``, the same as ``RUSAGE_CHILDREN`` deltas); its RSS is not measured (a spawned
+  child's ru_maxrss includes the parent's pages from before exec).
 - nvitop (``Device.all()`` once, then ``[d.as_snapshot() for d in devices]`` per sample) and
   gpustat (``gpustat.new_query()`` per sample), in this process, when importable; their RSS is
   that of a fresh interpreter that imports the library and collects once.
@@ -76,6 +78,7 @@ class Row:
     bytes_per_sample: float | None = None
     rss_mb: float | None = None
     cpu_ms_steady: float | None = None  # the agent process: from its heartbeats
+    parts: dict[str, float | None] = field(default_factory=dict)  # the agent tick's parts
     note: str = ""
 
     def cpu_median(self) -> float | None:
@@ -99,6 +102,7 @@ class Row:
             "cpu_ms_per_gpu": cpu / self.gpus if cpu is not None and self.gpus else None,
             "rss_mb": self.rss_mb,
             "bytes_per_sample": self.bytes_per_sample,
+            "parts": self.parts,
             "note": self.note,
         }
 
@@ -127,9 +131,12 @@ def default_trace() -> str:
     raise SystemExit("no replay trace found (tests/fixtures/agent/h200_phased_trace.jsonl)")
 
 
-def agent_argv(backend: str, gpus: int, trace: str, rate: float, count: int = 0) -> list[str]:
+def agent_argv(
+    backend: str, gpus: int, trace: str, rate: float, count: int = 0, host_sampler: str = "auto"
+) -> list[str]:
     """Agent command line for one backend and pacing."""
     argv = ["--backend", backend, "--interval", f"{1.0 / rate:g}", "--host", "bench"]
+    argv += ["--host-sampler", host_sampler]
     if backend == "replay":
         argv += ["--replay-trace", trace, "--replay-gpus", str(gpus)]
     if count:
@@ -152,11 +159,28 @@ def resolve_backend(requested: str, gpus: int, trace: str) -> tuple[str, str]:
     return "replay", f"no GPU backend ({why or name}); replaying the H200 trace on {gpus} GPUs"
 
 
+def _timed(obj: Any, attr: str, sink: list[float]) -> None:
+    """Wrap ``obj.attr`` so each call's CPU ms goes to ``sink`` (instance attribute only)."""
+    fn = getattr(obj, attr)
+
+    def wrapper(*a: Any, **k: Any) -> Any:
+        c0 = time.process_time()
+        try:
+            return fn(*a, **k)
+        finally:
+            sink.append((time.process_time() - c0) * 1000)
+
+    setattr(obj, attr, wrapper)
+
+
 def measure_agent_tick(argv: list[str], rate: float, n: int) -> Row:
-    """The in-process tick + encoding cost."""
+    """The in-process tick + encoding cost, with its parts (GPU, host, procs, encoding)."""
     agent = na.Agent(na.parse_args(argv))
     row = Row(AGENT_ROW, rate, gpus=len(agent.backend.gpus))
-    row.note = f"backend {agent.backend.name}, host sampler {agent.host_sampler.mode}"
+    parts: dict[str, list[float]] = {"gpu": [], "host": [], "procs": [], "encode": []}
+    _timed(agent.backend, "sample", parts["gpu"])
+    _timed(agent.host_sampler, "sample", parts["host"])
+    _timed(agent.backend, "processes", parts["procs"])
     nbytes: list[int] = []
     agent.hello()
 
@@ -164,11 +188,13 @@ def measure_agent_tick(argv: list[str], rate: float, n: int) -> Row:
         c0 = time.process_time()
         w0 = time.perf_counter()
         records = agent.tick(time.time())
+        c_enc = time.process_time()
         data = ("\n".join(na.encode_line(r) for r in records) + "\n").encode("ascii")
         w1 = time.perf_counter()
         c1 = time.process_time()
         row.wall_ms.append((w1 - w0) * 1000)
         row.cpu_ms.append((c1 - c0) * 1000)
+        parts["encode"].append((c1 - c_enc) * 1000)
         nbytes.append(len(data))
 
     try:
@@ -176,7 +202,46 @@ def measure_agent_tick(argv: list[str], rate: float, n: int) -> Row:
     finally:
         agent.close()
     row.bytes_per_sample = sum(nbytes) / len(nbytes) if nbytes else None
+    # procs are listed every --procs-every ticks: their cost per tick is the mean, not median.
+    row.parts = {
+        "gpu_ms_p50": median(parts["gpu"]),
+        "host_ms_p50": median(parts["host"]),
+        "procs_ms_per_tick": sum(parts["procs"]) / max(1, len(row.cpu_ms)),
+        "encode_ms_p50": median(parts["encode"]),
+    }
+    row.note = (
+        f"backend {agent.backend.name}, host sampler {agent.host_sampler.mode}; CPU ms parts: "
+        + ", ".join(f"{k} {fmt(v, 3)}" for k, v in row.parts.items())
+    )
     return row
+
+
+def estimate_8gpu(row: Row) -> float | None:
+    """CPU ms per sample for 8 GPUs: the per-GPU part scaled, the per-node parts as measured."""
+    cpu = row.cpu_median()
+    if cpu is None or not row.gpus:
+        return None
+    gpu = row.parts.get("gpu_ms_p50")
+    if gpu is None:
+        return cpu * 8 / row.gpus
+    return cpu - gpu + gpu * 8 / row.gpus
+
+
+def vm_kib(pid: int | str, key: str) -> int | None:
+    """A ``VmHWM``/``VmRSS`` line of /proc/PID/status in KiB (peak/current RSS since exec)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for ln in fh:
+                if ln.startswith(key + ":"):
+                    return int(ln.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+# A spawned child's ru_maxrss (wait4, RUSAGE_CHILDREN) keeps the high-water mark of the forked
+# parent from before exec(), so it reads as the benchmark's own size; /proc VmHWM does not.
+RSS_NOTE = "RSS = VmHWM (peak since exec)"
 
 
 @dataclass
@@ -203,58 +268,65 @@ class AgentProcess:
         proc.stdin.write(agent_payload().encode("utf-8"))
         proc.stdin.flush()  # stdin stays open: it is the agent's control channel
         self = cls(proc, Path(name), n, rate)
-        self.wait_started(timeout=20.0)
+        self.wait_for(lambda data: b"\n" in data, timeout=20.0)
         return self
 
-    def wait_started(self, timeout: float) -> None:
-        """Block until the hello line is out, so start-up does not overlap other timings."""
+    def wait_for(self, done: Callable[[bytes], bool], timeout: float) -> bool:
+        """Poll the output file until ``done(data)`` or the process exits or time runs out."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.proc.poll() is None:
-            if b"\n" in self.out_path.read_bytes()[:65536]:
-                return
+            if done(self.out_path.read_bytes()):
+                return True
             time.sleep(0.02)
+        return False
 
     def finish(self, timeout: float) -> Row:
-        """Wait for ``--count`` ticks to be written, then summarise the output."""
+        """Wait for ``n`` ticks, read the peak RSS, close stdin (the agent exits), summarise."""
         row = Row("verl-top agent process", self.rate)
-        deadline = time.monotonic() + timeout
+        # n + 1 gpu timestamps seen = n complete ticks written
+        ok = self.wait_for(lambda data: data.count(b'"type":"host"') >= self.n, timeout=timeout)
+        hwm = vm_kib(self.proc.pid, "VmHWM")
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.close()  # EOF on the control channel: the agent exits
+        except OSError:
+            pass
         ru = None
-        while time.monotonic() < deadline:
+        deadline = time.monotonic() + 10
+        while ru is None and time.monotonic() < deadline:
             pid, status, usage = os.wait4(self.proc.pid, os.WNOHANG)
             if pid:
-                self.proc.returncode = os.waitstatus_to_exitcode(status)
                 ru = usage
-                break
-            time.sleep(0.05)
+                self.proc.returncode = os.waitstatus_to_exitcode(status)
+            else:
+                time.sleep(0.02)
         if ru is None:
             self.proc.kill()
             _, status, ru = os.wait4(self.proc.pid, 0)
             self.proc.returncode = os.waitstatus_to_exitcode(status)
-            row.note = "did not finish in time; killed. "
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
+            row.note = "did not exit on stdin EOF; killed. "
+        if not ok:
+            row.note += "fewer ticks than asked before the timeout. "
         data = self.out_path.read_bytes()
         self.out_path.unlink(missing_ok=True)
         lines = data.splitlines(keepends=True)
         records = [json.loads(x) for x in lines if x.strip()]
         hello = records[0] if records and records[0].get("type") == "hello" else {}
-        ticks = len({r["t"] for r in records if r.get("type") == "gpu"}) or self.n
+        gpu_t = sorted({r["t"] for r in records if r.get("type") == "host"})
+        ticks = len(gpu_t) or self.n
         row.gpus = len(hello.get("gpus") or []) or None
         body = len(data) - (len(lines[0]) if hello else 0)
         row.bytes_per_sample = body / ticks if ticks else None
-        row.rss_mb = ru.ru_maxrss / 1024.0  # KiB on Linux
         hbs = [r for r in records if r.get("type") == "hb" and r.get("agent_cpu_s") is not None]
+        hb_rss = max((r.get("agent_rss_bytes") or 0 for r in hbs), default=0) / 2**20
+        row.rss_mb = hwm / 1024.0 if hwm else (hb_rss or None)
+        how = "heartbeat deltas"
         if len(hbs) >= 2:
-            gpu_t = sorted({r["t"] for r in records if r.get("type") == "gpu"})
             between = sum(1 for t in gpu_t if hbs[0]["t"] < t <= hbs[-1]["t"])
             if between:
                 cpu = hbs[-1]["agent_cpu_s"] - hbs[0]["agent_cpu_s"]
                 row.cpu_ms_steady = cpu * 1000 / between
         total_cpu = ru.ru_utime + ru.ru_stime
-        how = "heartbeat deltas"
         if row.cpu_ms_steady is None and hbs and ticks > 1:
             # One heartbeat (short run): it came with tick 0 and counts start-up; the rest of
             # the process CPU (rusage at exit) was spent on the other ticks.
@@ -262,7 +334,8 @@ class AgentProcess:
             how = "exit rusage minus the first heartbeat's CPU"
         row.note += (
             f"exit {self.proc.returncode}; {ticks} ticks; process CPU incl. start-up "
-            f"{total_cpu * 1000:.0f} ms; CPU/sample from {how}"
+            f"{total_cpu * 1000:.0f} ms; CPU/sample from {how}; {RSS_NOTE}, "
+            f"own heartbeat RSS {hb_rss:.1f} MB"
         )
         return row
 
@@ -278,12 +351,10 @@ def measure_smi(rate: float, n: int) -> Row:
     if exe is None:
         row.note = "not available (no nvidia-smi on PATH)"
         return row
-    peak = 0
     nbytes: list[int] = []
     errors: list[str] = []
 
     def one() -> None:
-        nonlocal peak
         w0 = time.perf_counter()
         proc = subprocess.Popen([exe, *SMI_ARGS], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         assert proc.stdout is not None
@@ -297,7 +368,6 @@ def measure_smi(rate: float, n: int) -> Row:
             return
         row.wall_ms.append((w1 - w0) * 1000)
         row.cpu_ms.append((ru.ru_utime + ru.ru_stime) * 1000)
-        peak = max(peak, ru.ru_maxrss)
         nbytes.append(len(out))
         row.gpus = len([x for x in out.splitlines() if x.strip()])
 
@@ -305,20 +375,24 @@ def measure_smi(rate: float, n: int) -> Row:
     if not row.wall_ms:
         row.note = f"not available ({errors[0] if errors else 'no output'})"
         return row
-    row.rss_mb = peak / 1024.0
+    row.rss_mb = None  # ru_maxrss of a spawned child is the parent's pre-exec size; see RSS_NOTE
     row.bytes_per_sample = sum(nbytes) / len(nbytes)
-    row.note = "CPU = child rusage (wait4)"
+    row.note = "CPU = child rusage (wait4); RSS not measured (lives ~30 ms)"
     return row
 
 
 def child_rss_mb(code: str) -> float | None:
-    """Peak RSS of a fresh interpreter running ``code`` (what a polling tool's process weighs)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    """Peak RSS (VmHWM) of a fresh interpreter running ``code`` (what a polling tool weighs)."""
+    probe = code + "\nprint([l for l in open('/proc/self/status') if l.startswith('VmHWM')][0])"
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
     )
-    _, status, ru = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return ru.ru_maxrss / 1024.0 if proc.returncode == 0 else None
+    if proc.returncode != 0:
+        return None
+    try:
+        return int(proc.stdout.strip().splitlines()[-1].split()[1]) / 1024.0
+    except (IndexError, ValueError):
+        return None
 
 
 def measure_in_process(
@@ -409,10 +483,13 @@ PYNVML_RSS = "import pynvml; pynvml.nvmlInit(); pynvml.nvmlDeviceGetCount()"
 # Run and report
 
 
-def run_rate(backend: str, gpus: int, trace: str, rate: float, n: int, floor: bool) -> list[Row]:
+def run_rate(
+    backend: str, gpus: int, trace: str, rate: float, n: int, floor: bool, host_sampler: str
+) -> list[Row]:
     """All rows at one pacing rate."""
-    proc = AgentProcess.start(agent_argv(backend, gpus, trace, rate, count=n), rate, n)
-    rows = [measure_agent_tick(agent_argv(backend, gpus, trace, rate), rate, n)]
+    argv = agent_argv(backend, gpus, trace, rate, host_sampler=host_sampler)
+    proc = AgentProcess.start(argv, rate, n)
+    rows = [measure_agent_tick(argv, rate, n)]
     # The subprocess ran alongside the in-process loop; it is reaped before any spawned
     # comparator, so nothing else is counted in its rusage.
     rows.append(proc.finish(timeout=n / rate + 30))
@@ -494,8 +571,7 @@ def targets(rows: list[Row]) -> list[dict[str, Any]]:
     one = [r for r in rows if r.rate_hz == min(r.rate_hz for r in rows)]
     agent = next(r for r in one if r.tool == AGENT_ROW)
     proc = next(r for r in one if r.tool == "verl-top agent process")
-    cpu = agent.cpu_median()
-    cpu8 = cpu * 8 / agent.gpus if cpu is not None and agent.gpus else None
+    cpu8 = estimate_8gpu(agent)
     out = [
         {"target": "agent CPU per sample, 8 GPUs (ms)", "limit": "<= 1.0", "measured": cpu8},
         {
@@ -522,6 +598,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", type=float, default=15.0, help="seconds per tool and rate")
     p.add_argument("--samples", type=int, default=0, help="samples per tool and rate (overrides)")
     p.add_argument("--no-floor", action="store_true", help="skip the raw pynvml floor row")
+    p.add_argument(
+        "--host-sampler", default="auto", choices=("auto", "psutil", "proc"), help="agent option"
+    )
     p.add_argument("--json-out", default=None, metavar="FILE")
     args = p.parse_args(argv)
 
@@ -532,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
     for rate in (float(x) for x in args.rates.split(",") if x.strip()):
         n = args.samples or max(3, int(round(args.duration * rate)))
         print(f"measuring at {rate:g} Hz, {n} samples per tool ...", flush=True)
-        rows += run_rate(backend, args.gpus, trace, rate, n, floor=not args.no_floor)
+        rows += run_rate(backend, args.gpus, trace, rate, n, not args.no_floor, args.host_sampler)
     print()
     print(report(rows))
     tgt = targets(rows)
