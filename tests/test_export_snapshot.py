@@ -32,8 +32,9 @@ LIMITS = StoreLimits(window_s=300.0, points=600)
 
 def _demo_store() -> Store:
     store = Store(LIMITS)
+    pipeline = Pipeline(store, parsers={})  # as the app does: processes get their verl roles
     for rec in read_recording(demo_recording_path()):
-        store.ingest(rec)
+        pipeline.emit(rec)
     store.replay = True
     return store
 
