@@ -44,8 +44,12 @@ def host_summary(store: Store) -> str:
     down = sum(counts.get(s, 0) for s in DEAD)
     other = sum(n for s, n in counts.items() if s not in DEAD and s not in ("up", "no_gpu"))
     parts = [f"{up} up", f"{down} down"]
-    if other:
-        parts.append(f"{other} connecting")
+    connecting = counts.get("connecting", 0)
+    if connecting:  # progress while many hosts connect: hosts settled (up or failed) / all
+        total = sum(counts.values())
+        parts.append(f"connecting {total - connecting}/{total}")
+    if other - connecting:
+        parts.append(f"{other - connecting} other")
     return " · ".join(parts)
 
 
@@ -64,6 +68,11 @@ def banner(store: Store, verdict: Any) -> tuple[str, str]:
         return "diagnosing…", "wait"
     step = getattr(verdict, "bottleneck_step", None)
     headline = str(getattr(verdict, "headline", "") or "")
+    if step is None and not store.gpu_count() and not store.steps:
+        # Say plainly why there is nothing to judge (e.g. this machine has no NVIDIA driver).
+        reasons = sorted({h.reason for h in store.hosts.values() if h.state == "no_gpu" and h.reason})
+        if reasons:
+            return f"No GPU data: {'; '.join(reasons)} — showing host activity only", "warning"
     if step is None:
         if headline.lower().startswith("job looks healthy"):
             return headline, "ok"
