@@ -11,8 +11,8 @@ Rows, measured in ONE run on the same machine, each paced at 1 Hz and then at 10
   and encoding. The 8-GPU target figure scales only the GPU part (the rest is per node).
 - ``verl-top agent process``: the real agent started through the SSH bootstrap
   (``python3 -u -c BOOTSTRAP``, source on stdin) as a subprocess: peak RSS (/proc VmHWM),
-  bytes per sample on its stdout, and its steady CPU per sample from its own heartbeat records
-  (``agent_cpu_s`` deltas, so interpreter start-up is not counted).
+  bytes per sample on its stdout, and its steady CPU per sample from /proc/PID/task/*/schedstat
+  between its first and last tick (so interpreter start-up is not counted).
 - ``nvidia-smi --query-gpu ...`` spawned per sample: wall = ``perf_counter``, CPU = the child's
   rusage (``wait4``, the same as ``RUSAGE_CHILDREN`` deltas); its RSS is not measured (a spawned
   child's ru_maxrss includes the parent's pages from before exec).
@@ -239,6 +239,19 @@ def vm_kib(pid: int | str, key: str) -> int | None:
     return None
 
 
+def task_cpu_s(pid: int) -> float | None:
+    """CPU seconds of all threads of ``pid`` from /proc/PID/task/*/schedstat (ns resolution;
+    os.times() and rusage tick at 10 ms, too coarse for a ~1 ms tick over a few samples)."""
+    total = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as fh:
+                total += int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return total / 1e9
+
+
 # A spawned child's ru_maxrss (wait4, RUSAGE_CHILDREN) keeps the high-water mark of the forked
 # parent from before exec(), so it reads as the benchmark's own size; /proc VmHWM does not.
 RSS_NOTE = "RSS = VmHWM (peak since exec)"
@@ -252,6 +265,8 @@ class AgentProcess:
     out_path: Path
     n: int
     rate: float
+    cpu0: float | None = None
+    ticks0: int = 0
 
     @classmethod
     def start(cls, argv: list[str], rate: float, n: int) -> AgentProcess:
@@ -268,7 +283,10 @@ class AgentProcess:
         proc.stdin.write(agent_payload().encode("utf-8"))
         proc.stdin.flush()  # stdin stays open: it is the agent's control channel
         self = cls(proc, Path(name), n, rate)
-        self.wait_for(lambda data: b"\n" in data, timeout=20.0)
+        self.wait_for(lambda data: b'"type":"host"' in data, timeout=20.0)
+        # Start-up done and one tick out: from here on, CPU is steady-state sampling.
+        self.cpu0 = task_cpu_s(proc.pid)
+        self.ticks0 = self.out_path.read_bytes().count(b'"type":"host"')
         return self
 
     def wait_for(self, done: Callable[[bytes], bool], timeout: float) -> bool:
@@ -286,6 +304,8 @@ class AgentProcess:
         # n + 1 gpu timestamps seen = n complete ticks written
         ok = self.wait_for(lambda data: data.count(b'"type":"host"') >= self.n, timeout=timeout)
         hwm = vm_kib(self.proc.pid, "VmHWM")
+        cpu1 = task_cpu_s(self.proc.pid)
+        ticks1 = self.out_path.read_bytes().count(b'"type":"host"')
         assert self.proc.stdin is not None
         try:
             self.proc.stdin.close()  # EOF on the control channel: the agent exits
@@ -321,7 +341,10 @@ class AgentProcess:
         hb_rss = max((r.get("agent_rss_bytes") or 0 for r in hbs), default=0) / 2**20
         row.rss_mb = hwm / 1024.0 if hwm else (hb_rss or None)
         how = "heartbeat deltas"
-        if len(hbs) >= 2:
+        if self.cpu0 is not None and cpu1 is not None and ticks1 > self.ticks0:
+            row.cpu_ms_steady = (cpu1 - self.cpu0) * 1000 / (ticks1 - self.ticks0)
+            how = "/proc schedstat (ns) between the first and the last tick"
+        elif len(hbs) >= 2:
             between = sum(1 for t in gpu_t if hbs[0]["t"] < t <= hbs[-1]["t"])
             if between:
                 cpu = hbs[-1]["agent_cpu_s"] - hbs[0]["agent_cpu_s"]
