@@ -309,6 +309,12 @@ async def run_one(gpus: int, duration: float, warmup: float, transport: str, pre
     if transport == "ssh":
         ssh = SshCluster(hosts, 1.0, pending)
         sources: list[Any] = ssh.sources
+
+        def on_record(rec: Any) -> None:  # sample time t is the agent's wall clock
+            if rec.TYPE == "gpu" and timings.measuring:
+                pending.batches.append((rec.t, 1))
+
+        pipeline.listeners.append(on_record)
         result["sshd_start_s"] = time.perf_counter() - t_setup
     else:
         cluster = SyntheticCluster(hosts, 1.0, make_templates(), pending)

@@ -1,0 +1,103 @@
+"""CI-sized runs of every benchmark: each one runs and prints its table (no timing assertions).
+
+The numbers are the benchmarks' business (docs/performance.md); here we only check that each
+script still works against the current code and writes its JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "benchmarks"
+
+
+def _sshd_missing() -> str:
+    if not os.path.exists("/usr/sbin/sshd"):
+        return "/usr/sbin/sshd is not installed (.ci/run installs openssh-server)"
+    if os.geteuid() != 0:
+        return "the benchmark sshd logs in as root and must be started as root (CI runs as root)"
+    return ""
+
+
+def run_bench(
+    script: str, args: list[str], tmp_path: Path, timeout: float = 120
+) -> tuple[str, dict]:
+    """Run ``benchmarks/<script>`` with ``args`` + ``--json-out``; (stdout, parsed JSON)."""
+    out = tmp_path / f"{script}.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), *args, "--json-out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout, json.loads(out.read_text())
+
+
+def test_agent_cost_replay(tmp_path: Path) -> None:
+    stdout, data = run_bench(
+        "agent_cost.py",
+        ["--backend", "replay", "--gpus", "8", "--rates", "10", "--samples", "4", "--no-floor"],
+        tmp_path,
+    )
+    assert "tool" in stdout and "CPU ms/sample p50" in stdout and "bytes/sample" in stdout
+    rows = {r["tool"]: r for r in data["rows"]}
+    tick, proc = rows["verl-top agent tick"], rows["verl-top agent process"]
+    assert tick["gpus"] == 8 and tick["samples"] == 4 and tick["cpu_ms_median"] > 0
+    assert proc["gpus"] == 8 and proc["rss_mb"] > 0 and proc["bytes_per_sample"] > 1000
+    assert "nvidia-smi --query-gpu (spawn)" in rows  # a row even where there is no nvidia-smi
+
+
+def test_parsers(tmp_path: Path) -> None:
+    stdout, data = run_bench("parsers.py", ["--duration", "0.01"], tmp_path)
+    assert "lines/s" in stdout
+    by = {(r["parser"], r["input"]): r for r in data["rows"]}
+    qwen = by[("VerlStreamParser.feed", "real_Qwen2.5-0.5B-bsz256_2-prompt1024-resp512-0.567.log")]
+    assert qwen["records_per_pass"] > 400  # the real log's steps were found
+    assert by[("parse_smi_csv + smi_gpu_fields", "smi_query.csv x8 GPUs")]["records_per_pass"] == 8
+
+
+def test_client_scale_wire(tmp_path: Path) -> None:
+    stdout, data = run_bench(
+        "client_scale.py", ["--gpus", "8", "--duration", "2", "--warmup", "0.5"], tmp_path
+    )
+    assert "CPU % core" in stdout and "lat p95 s" in stdout
+    (row,) = data["rows"]
+    assert "error" not in row, row.get("error")
+    assert row["gpus"] == 8 and row["refreshes"] >= 1 and row["samples_on_screen"] > 0
+
+
+def test_startup_demo(tmp_path: Path) -> None:
+    stdout, data = run_bench("startup.py", ["--runs", "1", "--scenarios", "demo"], tmp_path)
+    assert "first frame p50 s" in stdout
+    (row,) = data["rows"]
+    assert row["ok"] == 1, row["errors"]
+
+
+@pytest.mark.sshd
+def test_ssh_benchmarks(tmp_path: Path) -> None:
+    why = _sshd_missing()
+    if why:
+        pytest.skip(why)
+    stdout, data = run_bench(
+        "client_scale.py",
+        ["--gpus", "16", "--duration", "2", "--warmup", "0.5", "--transport", "ssh"],
+        tmp_path,
+    )
+    (row,) = data["rows"]
+    assert "error" not in row, row.get("error")
+    assert row["hosts"] == 2 and row["samples_on_screen"] > 0
+    stdout, data = run_bench(
+        "startup.py", ["--runs", "1", "--scenarios", "", "--ssh", "2"], tmp_path
+    )
+    (row,) = data["rows"]
+    assert row["ok"] == 1, row["errors"]
+    assert "all hosts streaming p50 s" in stdout
