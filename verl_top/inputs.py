@@ -94,6 +94,9 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
         help="GPU backend of the agent (auto: pynvml, else nvidia-smi, else none)",
     )
     g.add_argument("--replay-trace", metavar="FILE", help=argparse.SUPPRESS)
+    from verl_top.sources.ray import add_ray_arguments
+
+    add_ray_arguments(g)
     from verl_top.sources.ssh import add_ssh_arguments
 
     add_ssh_arguments(parser)
@@ -186,6 +189,9 @@ def _add_local_logs(inputs: Inputs, logs: list[LogSpec], finite: bool) -> None:
 
 
 def _add_live(inputs: Inputs, args: argparse.Namespace, logs: list[LogSpec]) -> None:
+    if getattr(args, "ray", None) is not None:
+        _add_ray(inputs, args, logs)
+        return
     from verl_top.sources.hosts import HostsError, hosts_from_slurm, is_local, parse_hosts_arg
     from verl_top.sources.local import LocalSource
     from verl_top.sources.ssh import build_ssh_sources
@@ -225,3 +231,23 @@ def _add_live(inputs: Inputs, args: argparse.Namespace, logs: list[LogSpec]) -> 
         agent_args = ["--interval", str(args.interval)]
         inputs.sources.extend(build_ssh_sources(remote, args, agent_args, follows))
     inputs.title = f"verl-top — {len(specs) or 1} host{'s' if len(specs) > 1 else ''}"
+
+def _add_ray(inputs: Inputs, args: argparse.Namespace, logs: list[LogSpec]) -> None:
+    """--ray: the nodes come from the Ray cluster (and follow it); see docs/ray.md."""
+    from verl_top.sources.ray import RayError, build_ray_source
+
+    if args.hosts or args.slurm:
+        raise InputError("--ray finds the nodes itself: drop --hosts / --slurm")
+    follows: dict[str, list[tuple[str, str]]] = {}
+    for log in logs:
+        if log.host is not None and log.host not in ("localhost", "127.0.0.1"):
+            follows.setdefault(log.host, []).append((log.kind, log.path))
+        else:
+            log.host = None
+    try:
+        source = build_ray_source(args, follows, not any(log.kind == "verl" for log in logs))
+    except (RayError, ValueError) as exc:
+        raise InputError(str(exc)) from exc
+    inputs.sources.append(source)
+    _add_local_logs(inputs, logs, finite=False)
+    inputs.title = f"verl-top — ray {source.url}"

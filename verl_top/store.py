@@ -30,6 +30,9 @@ from verl_top.model import (
     NcclInfo,
     ProbeResult,
     ProcessList,
+    RayActor,
+    RayActors,
+    RayNode,
     Record,
     VerlConfig,
     VerlStep,
@@ -54,8 +57,9 @@ GPU_METRICS: tuple[str, ...] = (
     "pcie_tx_mibs",
     "pcie_rx_mibs",
 )
-# Derived columns stored next to the raw ones.
-GPU_DERIVED: tuple[str, ...] = ("activity", "throttled")
+# Derived columns stored next to the raw ones ("clock_reasons" is the NVML bitmask as a number,
+# so the window keeps which reason throttled the clocks, not only that they were).
+GPU_DERIVED: tuple[str, ...] = ("activity", "throttled", "clock_reasons")
 
 HOST_METRICS: tuple[str, ...] = (
     "cpu_pct",
@@ -227,6 +231,11 @@ class Store:
         self.version = 0  # bumps on every ingest; lets views skip work when nothing changed
         self.replay = False  # set by replay sources: the header says REPLAY
         self.notes: deque[str] = deque(maxlen=50)  # source-level messages for the UI
+        # Ray cluster (--ray): nodes, the job's live actors by (host, pid), the driver log.
+        self.ray_nodes: list[RayNode] = []
+        self.ray_actors: list[RayActor] = []
+        self.ray_by_pid: dict[tuple[str, int], RayActor] = {}
+        self.ray_driver_log = ""
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -294,6 +303,7 @@ class Store:
         values = {name: getattr(rec, name) for name in GPU_METRICS}
         values["activity"] = rec.activity
         values["throttled"] = None if rec.clock_reasons is None else float(rec.throttled)
+        values["clock_reasons"] = rec.clock_reasons
         g.history.push(rec.t, values, rec.label)
         if received is not None and rec.t:
             self.latencies.append(received - rec.t)
@@ -339,6 +349,14 @@ class Store:
     def _on_event(self, rec: LogEvent, received: float | None) -> None:
         self.events.append(rec)
 
+    def _on_ray(self, rec: RayActors, received: float | None) -> None:
+        self.ray_nodes = list(rec.nodes)
+        self.ray_actors = list(rec.actors)
+        self.ray_by_pid = {(a.host, a.pid): a for a in rec.actors if a.pid}
+        self.ray_driver_log = rec.driver_log
+        if rec.note and (not self.notes or self.notes[-1] != rec.note):
+            self.notes.append(rec.note)
+
     _HANDLERS: dict[type, Callable[[Store, Record, float | None], None]] = {
         Hello: _on_hello,
         GpuSample: _on_gpu,
@@ -352,6 +370,7 @@ class Store:
         ProbeResult: _on_probe,
         NcclInfo: _on_nccl,
         LogEvent: _on_event,
+        RayActors: _on_ray,
     }  # type: ignore[dict-item]
 
     def mark_stale(self, stale_after: float, now_wall: float | None = None) -> list[str]:
@@ -393,6 +412,10 @@ class Store:
     def gpu_mean(self, entry: GpuEntry, column: str, window_s: float | None = None) -> float | None:
         """Mean of a GPU column over the window (None when no data)."""
         return mean(entry.history.values(column, self.window_start(window_s)))
+
+    def ray_actor(self, host: str, pid: int) -> RayActor | None:
+        """The Ray actor running as ``pid`` on ``host`` (``--ray`` only), if any."""
+        return self.ray_by_pid.get((host, pid))
 
     def is_live(self, host: str) -> bool:
         """True when the host's data is current (up, not stale or down)."""

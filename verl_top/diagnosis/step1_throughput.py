@@ -141,12 +141,10 @@ def gpu_throttle(view: View, th: Thresholds) -> RuleResult:
         vals = g.history.values("throttled", view.since)
         if vals:
             fracs[view.gpu_name(g)] = sum(vals) / len(vals)
-            if g.latest is not None:
-                reasons.update(
-                    n
-                    for n in clock_reason_names(g.latest.clock_reasons)
-                    if n not in ("idle", "app_clocks")
-                )
+            mask = 0
+            for bits in g.history.values("clock_reasons", view.since):
+                mask |= int(bits)
+            reasons.update(n for n in clock_reason_names(mask) if n not in ("idle", "app_clocks"))
     if not fracs:
         return no_data(STEP, "gpu.throttle", "needs NVML clock-event reasons in the GPU samples")
     bad = {k: v for k, v in fracs.items() if v > th.throttle_frac}

@@ -55,10 +55,6 @@ RECORDING_FILE = "recording.ndjson.gz"
 SCREEN_FILE = "screen.svg"
 
 MIN_STEPS = 20  # snapshot.json keeps at least this many last steps, even if older than the window
-# Stand-in reason bits for a replayed history sample that was throttled: the store's history
-# keeps only "throttled or not", not which reason (docs/snapshot.md, "What replay loses").
-THROTTLED_UNKNOWN_REASON = 0x4
-
 REDACTION_RULES = [
     "names ending in token, secret, password, passwd, api_key, access_key, private_key, "
     "credentials, auth, cookie (config keys, environment variables, --flags)",
@@ -131,13 +127,10 @@ def _gpu_samples(store: Store, entry: GpuEntry, since: float) -> list[GpuSample]
     latest = entry.latest
     times, labels = ring.label_series(since)
     cols = {c: ring.series(c, since)[1] for c in GPU_METRICS}
-    throttled = ring.series("throttled", since)[1]
-    reasons_when_throttled = (
-        latest.clock_reasons if latest is not None and latest.throttled else None
-    ) or THROTTLED_UNKNOWN_REASON
+    reasons = ring.series("clock_reasons", since)[1]
     out: list[GpuSample] = []
     for i, t in enumerate(times):
-        thr = throttled[i]
+        bits = reasons[i]
         values = {c: (None if math.isnan(v := cols[c][i]) else v) for c in GPU_METRICS}
         out.append(
             GpuSample(
@@ -146,7 +139,7 @@ def _gpu_samples(store: Store, entry: GpuEntry, since: float) -> list[GpuSample]
                 index=entry.index,
                 mem_total_mib=latest.mem_total_mib if latest else None,
                 power_limit_w=latest.power_limit_w if latest else None,
-                clock_reasons=None if math.isnan(thr) else (reasons_when_throttled if thr else 0),
+                clock_reasons=None if math.isnan(bits) else int(bits),
                 label=labels[i],
                 **values,
             )
