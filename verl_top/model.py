@@ -278,6 +278,54 @@ class LogEvent(Record):
     severity: float = 0.5
 
 
+@dataclass
+class RayNode:
+    """One node of the Ray cluster, as the dashboard's state API lists it."""
+
+    node_id: str
+    ip: str
+    name: str = ""  # the host name verl-top shows (and keys the node's records by)
+    hostname: str = ""  # the node's own hostname when the dashboard tells it
+    gpus: float | None = None  # GPU resources of the node (Ray's "GPU" total)
+    is_head: bool = False
+    alive: bool = True
+    local: bool = False  # this machine: monitored in-process, not over SSH
+
+
+@dataclass
+class RayActor:
+    """One live Ray actor of the job, mapped to its node, pid and verl role."""
+
+    name: str  # Ray actor name ("" for unnamed actors such as TaskRunner)
+    class_name: str
+    actor_id: str = ""
+    node_id: str = ""
+    node_ip: str = ""
+    host: str = ""  # RayNode.name of its node: the host its pid lives on in the store
+    pid: int | None = None
+    role: str = ""  # roles.ROLES: trainer | rollout | driver | agent_loop | reward | other
+    rank: int | None = None  # global rank in its worker group (WorkerDict), or replica index
+    local_rank: int | None = None  # WorkerDict_<pg>:<local_rank>, or the server's node rank
+    group: str = ""  # worker-group prefix of a WorkerDict ("abc123"), else ""
+    gpus: float | None = None  # GPU resources the actor holds (needs the detail view)
+    job_id: str = ""
+
+
+@dataclass
+class RayActors(Record):
+    """The Ray cluster's nodes and the job's live actors (``host``: the dashboard address).
+
+    Emitted by the Ray source when anything in it changes. ``driver_log`` is ``host:path`` of
+    the driver log verl-top follows; ``note`` says what went wrong or where it looked.
+    """
+
+    TYPE: ClassVar[str] = "ray_actors"
+    nodes: list[RayNode] = field(default_factory=list)
+    actors: list[RayActor] = field(default_factory=list)
+    driver_log: str = ""
+    note: str = ""
+
+
 RECORD_TYPES: dict[str, type[Record]] = {
     cls.TYPE: cls
     for cls in (
@@ -293,6 +341,7 @@ RECORD_TYPES: dict[str, type[Record]] = {
         ProbeResult,
         NcclInfo,
         LogEvent,
+        RayActors,
     )
 }
 
@@ -301,4 +350,6 @@ NESTED: dict[tuple[str, str], type] = {
     ("hello", "gpus"): GpuInfo,
     ("procs", "procs"): GpuProcess,
     ("probe", "rows"): ProbeRow,
+    ("ray_actors", "nodes"): RayNode,
+    ("ray_actors", "actors"): RayActor,
 }
