@@ -59,6 +59,8 @@ def machine() -> dict[str, Any]:
         "cores": os.cpu_count(),
         "python": platform.python_version(),
         "platform": platform.platform(),
+        # Other work on the machine skews timings: say how busy it was when the run ended.
+        "loadavg_1_5_15": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
 
 
