@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from verl_top import __version__
 from verl_top.inputs import InputError, add_input_arguments, build_inputs
+from verl_top.settings import Settings, SettingsError, config_arg, load_settings, parse_args_with
 
 SUBCOMMANDS = ("diagnose", "snapshot", "probe")
 
@@ -26,6 +27,11 @@ SUBCOMMANDS = ("diagnose", "snapshot", "probe")
 def _base_parser(prog: str, description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--version", action="version", version=f"verl-top {__version__}")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="configuration file (default ~/.config/verl-top/config.toml; docs/configuration.md)",
+    )
     return parser
 
 
@@ -33,7 +39,12 @@ def app_parser() -> argparse.ArgumentParser:
     """Parser of the live app."""
     parser = _base_parser("verl-top", "Live monitor that tells why a verl training job is slow.")
     add_input_arguments(parser)
-    parser.add_argument("--theme", default=None, help="colour theme name or file")
+    parser.add_argument(
+        "--theme",
+        default=None,
+        help="colour theme: verl-dark (default), classic, light, high-contrast, a theme of "
+        "~/.config/verl-top/themes/, or a .toml theme file",
+    )
     parser.add_argument(
         "--refresh", type=float, default=1.0, metavar="S", help="screen refresh period (s)"
     )
@@ -74,14 +85,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     command = args_list[0] if args_list and args_list[0] in SUBCOMMANDS else None
     try:
-        if command == "diagnose":
-            return _run_diagnose(diagnose_parser().parse_args(args_list[1:]))
-        if command == "snapshot":
-            return _run_snapshot(snapshot_parser().parse_args(args_list[1:]))
         if command == "probe":
             return _run_probe(args_list[1:])
-        return _run_app(app_parser().parse_args(args_list))
-    except InputError as exc:
+        settings = _load_settings(args_list)
+        if command == "diagnose":
+            args = parse_args_with(diagnose_parser(), args_list[1:], settings)
+            return _run_diagnose(args, settings)
+        if command == "snapshot":
+            args = parse_args_with(snapshot_parser(), args_list[1:], settings)
+            return _run_snapshot(args, settings)
+        return _run_app(parse_args_with(app_parser(), args_list, settings), settings)
+    except (InputError, SettingsError) as exc:
         print(f"verl-top: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -94,11 +108,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
-def _run_app(args: argparse.Namespace) -> int:
-    from verl_top.ui.app import VerlTopApp
+def _load_settings(argv: Sequence[str]) -> Settings:
+    """The config file's settings; its warnings go to stderr (errors raise SettingsError)."""
+    settings = load_settings(config_arg(argv))
+    for warning in settings.warnings:
+        print(f"verl-top: {warning}", file=sys.stderr)
+    return settings
 
+
+def _engine(settings: Settings):  # noqa: ANN202 - imported lazily: the engine pulls in the rules
+    from verl_top.diagnosis.engine import Engine
+
+    return Engine(settings.thresholds)
+
+
+def _run_app(args: argparse.Namespace, settings: Settings | None = None) -> int:
+    from verl_top.ui.app import VerlTopApp
+    from verl_top.ui.themes import DEFAULT_THEME, ThemeError, check_theme_arg
+
+    settings = settings or Settings()
+    theme = args.theme or DEFAULT_THEME
+    try:
+        check_theme_arg(theme)  # a bad theme is an error now, not a notification later
+    except ThemeError as exc:
+        raise InputError(f"--theme: {exc}") from exc
     inputs = build_inputs(args)
-    app = VerlTopApp(inputs, refresh=args.refresh, theme_name=args.theme)
+    app = VerlTopApp(inputs, refresh=args.refresh, theme_name=theme, engine=_engine(settings))
     app.run()
     inputs.close()
     if app.return_code:
@@ -106,7 +141,7 @@ def _run_app(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_diagnose(args: argparse.Namespace) -> int:
+def _run_diagnose(args: argparse.Namespace, settings: Settings | None = None) -> int:
     import json
 
     from verl_top.diagnosis.report import format_text, to_json
@@ -114,7 +149,7 @@ def _run_diagnose(args: argparse.Namespace) -> int:
 
     inputs = build_inputs(args)
     try:
-        verdict = asyncio.run(collect(inputs, args.duration))
+        verdict = asyncio.run(collect(inputs, args.duration, _engine(settings or Settings())))
     finally:
         inputs.close()
     if args.json:
@@ -124,13 +159,13 @@ def _run_diagnose(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_snapshot(args: argparse.Namespace) -> int:
+def _run_snapshot(args: argparse.Namespace, settings: Settings | None = None) -> int:
     from verl_top.export.snapshot import SnapshotError, write_snapshot
     from verl_top.headless import collect
 
     inputs = build_inputs(args)
     try:
-        verdict = asyncio.run(collect(inputs, args.duration))
+        verdict = asyncio.run(collect(inputs, args.duration, _engine(settings or Settings())))
         try:
             path = write_snapshot(inputs.store, verdict, args.output, force=args.force)
         except SnapshotError as exc:

@@ -229,8 +229,13 @@ def _add_live(inputs: Inputs, args: argparse.Namespace, logs: list[LogSpec]) -> 
             if log.host is not None:
                 follows.setdefault(log.host, []).append((log.kind, log.path))
         agent_args = ["--interval", str(args.interval)]
+        if args.backend != "auto":  # the same GPU backend on every node (replay: tests, demos)
+            agent_args += ["--backend", args.backend]
+        if args.replay_trace:
+            agent_args += ["--replay-trace", os.path.abspath(args.replay_trace)]
         inputs.sources.extend(build_ssh_sources(remote, args, agent_args, follows))
     inputs.title = f"verl-top — {len(specs) or 1} host{'s' if len(specs) > 1 else ''}"
+
 
 def _add_ray(inputs: Inputs, args: argparse.Namespace, logs: list[LogSpec]) -> None:
     """--ray: the nodes come from the Ray cluster (and follow it); see docs/ray.md."""

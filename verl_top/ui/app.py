@@ -17,12 +17,18 @@ from textual.color import Color
 from textual.widgets import Footer, TabbedContent, TabPane
 
 from verl_top.inputs import Inputs
+from verl_top.ui.filter_bar import FilterBar
 from verl_top.ui.findings_screen import FindingsScreen
 from verl_top.ui.header import VerlTopHeader
 from verl_top.ui.panes import PANE_CLASSES, Pane, ThroughputPane
 from verl_top.ui.widgets import STEP_NAMES, severity_class, step_findings
 
 MIN_STALE_S = 5.0
+# History windows that + and - step through (seconds).
+WINDOW_STEPS = (30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
+# Footer groups: one label for a pair of keys ("> < Speed").
+SPEED_KEYS = Binding.Group("Speed", compact=True)
+WINDOW_KEYS = Binding.Group("Window", compact=True)
 
 
 def tab_label(step: int, bottleneck: bool) -> str:
@@ -55,8 +61,16 @@ class VerlTopApp(App):
         Binding("d", "findings", "Diagnosis"),
         Binding("space", "toggle_pause", "Pause"),
         Binding("n", "step_replay", "Step", show=False),
-        Binding("plus", "speed(2.0)", "Faster", key_display="+"),
-        Binding("minus", "speed(0.5)", "Slower", key_display="-"),
+        Binding(
+            "greater_than_sign", "speed(2.0)", "Faster replay", key_display=">", group=SPEED_KEYS
+        ),
+        Binding("less_than_sign", "speed(0.5)", "Slower replay", key_display="<", group=SPEED_KEYS),
+        Binding("plus", "window(1)", "Wider history window", key_display="+", group=WINDOW_KEYS),
+        Binding(
+            "minus", "window(-1)", "Narrower history window", key_display="-", group=WINDOW_KEYS
+        ),
+        Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
         Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
     ]
@@ -86,6 +100,7 @@ class VerlTopApp(App):
         self._tabs: TabbedContent | None = None
         self._panes: dict[int, Pane] = {}
         self._theme_name = theme_name
+        self.host_filter = ""  # key /: substring of host or host/GPU (panes 1 and 4)
         self.refresh_count = 0
         self.title = inputs.title
 
@@ -97,19 +112,15 @@ class VerlTopApp(App):
             for step, cls in enumerate(PANE_CLASSES, start=1):
                 with TabPane(tab_label(step, False), id=f"pane-{step}"):
                     yield cls(id=f"step{step}")
+        yield FilterBar(id="filter")
         yield Footer()
 
     def on_mount(self) -> None:
-        if self._theme_name:
-            if self._theme_name in self.available_themes:
-                self.theme = self._theme_name
-            else:
-                self.notify(
-                    f"unknown theme {self._theme_name!r}; try one of: "
-                    + ", ".join(sorted(self.available_themes)[:8])
-                    + " …",
-                    severity="warning",
-                )
+        from verl_top.ui.themes import install_themes
+
+        # Built-in and user themes (validated) join the palette's theme picker.
+        for error in install_themes(self, self._theme_name):
+            self.notify(error, severity="error", timeout=10)
         # Keep direct references: the timer keeps ticking while another screen (d) is on top,
         # and app-level queries would search that screen instead of the main one.
         self._header = self.query_one(VerlTopHeader)
@@ -260,6 +271,8 @@ class VerlTopApp(App):
             self.screen, FindingsScreen
         ):
             return False
+        if action == "filter" and len(self.screen_stack) > 1:
+            return False  # the / bar lives on the main screen
         return True
 
     def action_show_tab(self, step: int) -> None:
@@ -298,8 +311,46 @@ class VerlTopApp(App):
             return
         replay.step()
 
+    def action_help(self) -> None:
+        """Key ?: every key of every screen."""
+        from verl_top.ui.help_screen import HelpScreen
+
+        self.push_screen(HelpScreen())
+
+    def action_filter(self) -> None:
+        """Key /: type a host or GPU to narrow panes 1 and 4 (Esc clears)."""
+        self.query_one(FilterBar).open()
+
+    def set_host_filter(self, text: str) -> None:
+        """Apply a filter typed into the / bar: panes 1 and 4 redraw at once."""
+        if text == self.host_filter:
+            return
+        self.host_filter = text
+        for step in (1, 4):
+            self.pane(step).force_next()
+        self.refresh_now()
+
+    def action_window(self, direction: int) -> None:
+        """Keys + and -: widen or narrow the history window (30 s to 1 h)."""
+        limits = self.store.limits
+        now = limits.window_s
+        if direction > 0:
+            bigger = [w for w in WINDOW_STEPS if w > now + 1e-9]
+            new = bigger[0] if bigger else now
+        else:
+            smaller = [w for w in WINDOW_STEPS if w < now - 1e-9]
+            new = smaller[-1] if smaller else now
+        if new == now:
+            self.notify(f"history window stays {now:g} s (30 s to 1 h)")
+            return
+        limits.window_s = new
+        self.notify(f"history window {new:g} s")
+        for step in range(1, 6):
+            self.pane(step).force_next()
+        self.refresh_now()
+
     def action_speed(self, factor: float) -> None:
-        """Keys + and -: replay speed ×2 or ÷2 (1/16 to 64)."""
+        """Keys > and <: replay speed ×2 or ÷2 (1/16 to 64)."""
         replay = self.inputs.replay
         if replay is None:
             self.notify("speed applies to replays (--replay / --demo)")

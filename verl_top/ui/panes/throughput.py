@@ -20,6 +20,7 @@ from textual.widgets import DataTable, Static
 
 from verl_top.model import THROTTLE_MASK, clock_reason_names
 from verl_top.store import GpuEntry, HostEntry, Store, mean
+from verl_top.ui.filter_bar import host_matches, matches_filter
 from verl_top.ui.panes.base import Pane
 from verl_top.ui.widgets import (
     DASH,
@@ -357,23 +358,34 @@ class ThroughputPane(Pane):
         rows: dict[str, GpuRow] = {}
         host_rows: list[tuple[str, tuple[Any, ...]]] = []
         order: list[tuple[int, int, str]] = []
+        flt = str(getattr(self.app, "host_filter", "") or "")  # key /: host or host/GPU
         for hi, h in enumerate(store.hosts.values()):
+            if flt and not host_matches(flt, h.name, list(h.gpus)):
+                continue
             mine: list[GpuRow] = []
             for index in sorted(h.gpus):
                 g = h.gpus[index]
                 key = f"{h.name}/{index}"
-                stamp = (g.history.last_time(), len(g.history), h.state, id(g.latest))
+                stamp = (
+                    g.history.last_time(),
+                    len(g.history),
+                    h.state,
+                    id(g.latest),
+                    store.limits.window_s,  # + / - change the window: Act(win) must follow
+                )
                 cached = self._row_cache.get(key)
                 if cached is not None and cached[0] == stamp:
                     row = cached[1]
                 else:
                     row = build_gpu_row(store, h, g, palette)
                     self._row_cache[key] = (stamp, row)
-                rows[key] = row
                 mine.append(row)
+                if flt and not matches_filter(flt, h.name, index):
+                    continue  # the host row still counts it; the GPU table hides it
+                rows[key] = row
                 order.append((hi, index, key))
             host_rows.append((h.name, build_host_cells(store, h, mine, palette)))
-        for key in [k for k in self._row_cache if k not in rows]:
+        for key in [k for k in self._row_cache if k not in rows and not flt]:
             del self._row_cache[key]
         self.gpu_rows = rows
         with self.app.batch_update():

@@ -1,0 +1,188 @@
+"""The configuration file: defaults under command-line flags, warnings, errors, thresholds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from verl_top.cli import app_parser, diagnose_parser, main
+from verl_top.diagnosis.thresholds import Thresholds
+from verl_top.settings import (
+    SettingsError,
+    config_arg,
+    default_config_path,
+    load_settings,
+    parse_args_with,
+)
+
+FULL = """
+hosts = "hosts.txt"
+interval = 2
+window = 600
+refresh = 0.5
+theme = "classic"
+
+[ssh]
+identity = "~/.ssh/id_test"
+jump = "me@bastion:2222"
+ssh_config = "/etc/ssh/ssh_config"
+known_hosts = "/tmp/kh"
+accept_new_hosts = true
+connect_timeout = 4
+max_handshakes = 8
+user = "ops"
+
+[thresholds]
+idle_pct = 40
+long_tail_ratio = 3.5
+"""
+
+
+@pytest.fixture(autouse=True)
+def no_user_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never read the real ~/.config/verl-top of whoever runs the tests."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+
+def write(tmp_path: Path, text: str, name: str = "config.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_full_file_becomes_defaults_and_thresholds(tmp_path: Path) -> None:
+    (tmp_path / "hosts.txt").write_text("node01\nnode02\n")
+    s = load_settings(str(write(tmp_path, FULL)))
+    assert s.warnings == []
+    assert s.defaults == {
+        "hosts": str(tmp_path / "hosts.txt"),  # relative to the config file's folder
+        "interval": 2.0,
+        "window": 600.0,
+        "refresh": 0.5,
+        "theme": "classic",
+        "identity": [str(Path("~/.ssh/id_test").expanduser())],
+        "jump": "me@bastion:2222",
+        "ssh_config": "/etc/ssh/ssh_config",
+        "known_hosts": "/tmp/kh",
+        "accept_new_hosts": True,
+        "connect_timeout": 4.0,
+        "max_handshakes": 8,
+        "ssh_user": "ops",
+    }
+    assert s.thresholds.idle_pct == 40.0
+    assert s.thresholds.long_tail_ratio == 3.5
+    assert s.thresholds.busy_pct == Thresholds().busy_pct
+
+
+def test_command_line_flags_override_the_file(tmp_path: Path) -> None:
+    s = load_settings(str(write(tmp_path, FULL)))
+    args = parse_args_with(app_parser(), ["--interval", "5", "-i", "/k/cli_key"], s)
+    assert args.interval == 5.0  # flag wins
+    assert args.window == 600.0  # file fills what the flag left
+    assert args.theme == "classic"
+    assert args.identity == ["/k/cli_key"]  # replaced, not appended to the file's list
+    args = parse_args_with(app_parser(), [], s)
+    assert args.identity == [str(Path("~/.ssh/id_test").expanduser())]
+    assert args.accept_new_hosts is True and args.ssh_user == "ops"
+
+
+def test_hosts_list_is_joined(tmp_path: Path) -> None:
+    s = load_settings(str(write(tmp_path, 'hosts = ["gpu[01-04]", "head"]\n')))
+    assert s.defaults["hosts"] == "gpu[01-04],head"
+
+
+def test_unknown_keys_warn_with_their_path(tmp_path: Path) -> None:
+    path = write(tmp_path, '[ssh]\nidenity = "x"\n[thresholds]\nidle_pc = 3\n[colours]\na = 1\n')
+    s = load_settings(str(path))
+    assert s.warnings == [
+        f"{path}: unknown key 'ssh.idenity' (ignored)",
+        f"{path}: unknown key 'colours' (ignored)",
+        f"{path}: unknown key 'thresholds.idle_pc' (ignored; see docs/diagnosis.md)",
+    ]
+    assert s.defaults == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('interval = "fast"\n', "'interval' must be a number >= 0.05, got 'fast'"),
+        ("window = 0\n", "'window' must be a number > 1, got 0"),
+        ("refresh = true\n", "'refresh' must be a number > 0, got True"),
+        ('[ssh]\naccept_new_hosts = "yes"\n', "'ssh.accept_new_hosts' must be true or false"),
+        ("[ssh]\nmax_handshakes = 2.5\n", "'ssh.max_handshakes' must be a whole number >= 1"),
+        ("[ssh]\nidentity = []\n", "'ssh.identity' must be a string or a list of strings"),
+        ('ssh = "x"\n', "'ssh' must be a table ([ssh])"),
+        ("[thresholds]\nidle_pct = -1\n", "'thresholds.idle_pct' must be a number >= 0, got -1"),
+        ('[thresholds]\nidle_pct = "lots"\n', "'thresholds.idle_pct' must be a number >= 0"),
+        ("interval = \n", "not valid TOML"),
+    ],
+)
+def test_invalid_values_name_the_key(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(SettingsError) as err:
+        load_settings(str(path))
+    assert str(err.value).startswith(f"{path}: ")
+    assert message in str(err.value)
+
+
+def test_default_path_and_missing_files(tmp_path: Path) -> None:
+    assert default_config_path({"XDG_CONFIG_HOME": "/x"}) == Path("/x/verl-top/config.toml")
+    assert default_config_path({"HOME": "/h"}) == Path("/h/.config/verl-top/config.toml")
+    assert load_settings().defaults == {}  # no default file: nothing to apply, no error
+    with pytest.raises(SettingsError, match="no such config file"):
+        load_settings(str(tmp_path / "absent.toml"))
+
+
+def test_default_file_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "xdg" / "verl-top" / "config.toml"
+    path.parent.mkdir(parents=True)
+    path.write_text("window = 120\n")
+    assert load_settings().defaults == {"window": 120.0}
+
+
+def test_config_arg_anywhere_in_argv() -> None:
+    assert config_arg(["diagnose", "--demo", "--config", "a.toml"]) == "a.toml"
+    assert config_arg(["--config=b.toml"]) == "b.toml"
+    assert config_arg(["--demo"]) is None
+
+
+def test_cli_bad_value_exits_2_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, 'interval = "fast"\n')
+    assert main(["diagnose", "--demo", "--config", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (f"verl-top: {path}: 'interval' must be a number >= 0.05, got 'fast'\n")
+    assert captured.out == ""  # nothing was collected or printed
+
+
+def test_cli_warns_on_unknown_key_and_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, "[ssh]\nidenity = 'x'\n")
+    assert main(["diagnose", "--demo", "--config", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert f"verl-top: {path}: unknown key 'ssh.idenity' (ignored)" in captured.err
+    assert "bottleneck" in captured.out.lower() or "healthy" in captured.out.lower()
+
+
+def test_thresholds_reach_the_diagnosis(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The demo's bottleneck is the rollout long tail (slowest request ~2.9x the mean, threshold
+    # 2x). Raising the threshold in the config file must make that finding go away.
+    assert main(["diagnose", "--demo", "--json"]) == 0
+    before = json.loads(capsys.readouterr().out)
+    assert before["bottleneck"]["rule"] == "flow.long_tail"
+    path = write(tmp_path, "[thresholds]\nlong_tail_ratio = 10\n")
+    assert main(["diagnose", "--demo", "--json", "--config", str(path)]) == 0
+    after = json.loads(capsys.readouterr().out)
+    rules = {f["rule"] for f in after["findings"]}
+    assert "flow.long_tail" not in rules
+
+
+def test_diagnose_parser_accepts_config_flag(tmp_path: Path) -> None:
+    s = load_settings(str(write(tmp_path, "window = 30\n")))
+    args = parse_args_with(diagnose_parser(), ["--config", "x", "--demo"], s)
+    assert args.window == 30.0 and args.config == "x"
