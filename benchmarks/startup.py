@@ -106,12 +106,20 @@ async def first_frame(argv: list[str], t0: float, hosts: int, local_backend: str
                 up = sum(1 for h in store.hosts.values() if h.hello is not None)
                 if up >= hosts and "all_hosts_up_s" not in out:
                     out["all_hosts_up_s"] = time.time() - t0
+                    out["client_cpu_at_all_up_s"] = time.process_time()
                 if streaming >= hosts:
                     out["all_hosts_streaming_s"] = time.time() - t0
                     break
                 await asyncio.sleep(0.02)
             out["hosts_streaming"] = streaming
             out["states"] = sorted({h.state for h in store.hosts.values()})
+            attempts = [getattr(src, "attempts", 0) for src in inputs.sources]
+            out["connect_attempts_max"] = max(attempts, default=0)
+            out["reconnects"] = sum(attempts) - len(attempts)
+            up_at = sorted(
+                h.last_received - t0 for h in store.hosts.values() if h.last_received is not None
+            )
+            out["hosts_up_at_s"] = [round(x, 2) for x in up_at]
         await pilot.pause()
     return out
 
