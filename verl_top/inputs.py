@@ -194,19 +194,21 @@ def _add_live(inputs: Inputs, args: argparse.Namespace, logs: list[LogSpec]) -> 
         return
     from verl_top.sources.hosts import HostsError, hosts_from_slurm, is_local, parse_hosts_arg
     from verl_top.sources.local import LocalSource
-    from verl_top.sources.ssh import build_ssh_sources
 
     try:
-        specs = hosts_from_slurm() if args.slurm else (parse_hosts_arg(args.hosts) if args.hosts else [])
+        specs = (
+            hosts_from_slurm()
+            if args.slurm
+            else (parse_hosts_arg(args.hosts) if args.hosts else [])
+        )
     except HostsError as exc:
         raise InputError(str(exc)) from exc
     local_specs = [s for s in specs if is_local(s)]
     remote = [s for s in specs if not is_local(s)]
-    names = {s.alias or s.host for s in remote}
     for log in logs:
-        if log.host is not None and log.host not in names:
+        if log.host is not None and not any(_names(s, log.host) for s in remote):
             if log.host in ("localhost", "127.0.0.1") or any(
-                log.host == (s.alias or s.host) for s in local_specs
+                _names(s, log.host) for s in local_specs
             ):
                 log.host = None
             else:
@@ -224,17 +226,43 @@ def _add_live(inputs: Inputs, args: argparse.Namespace, logs: list[LogSpec]) -> 
         )
     _add_local_logs(inputs, logs, finite=False)
     if remote:
-        follows: dict[str, list[tuple[str, str]]] = {}
-        for log in logs:
-            if log.host is not None:
-                follows.setdefault(log.host, []).append((log.kind, log.path))
         agent_args = ["--interval", str(args.interval)]
         if args.backend != "auto":  # the same GPU backend on every node (replay: tests, demos)
             agent_args += ["--backend", args.backend]
         if args.replay_trace:
             agent_args += ["--replay-trace", os.path.abspath(args.replay_trace)]
-        inputs.sources.extend(build_ssh_sources(remote, args, agent_args, follows))
+        inputs.sources.extend(_ssh_sources(remote, args, agent_args, logs))
     inputs.title = f"verl-top — {len(specs) or 1} host{'s' if len(specs) > 1 else ''}"
+
+
+def _names(spec, host: str) -> bool:
+    """True when ``host`` (from ``--verl-log HOST:PATH``) names this host spec.
+
+    The host part cannot carry a port (the colon separates the path), so a host given as
+    ``node:2222`` in the hosts file is also matched by its bare name.
+    """
+    return host in (spec.alias, spec.host)
+
+
+def _ssh_sources(
+    remote: list, args: argparse.Namespace, agent_args: list[str], logs: list[LogSpec]
+) -> list[Source]:
+    """One SSH source per remote host, each following that host's logs from their start."""
+    from verl_top.sources.ssh import build_ssh_sources
+
+    sources: list[Source] = []
+    try:
+        for spec in remote:
+            # "+start": the agent reads the file from its beginning (earlier steps matter too).
+            follows = [
+                (f"{log.kind}+start", log.path)
+                for log in logs
+                if log.host and _names(spec, log.host)
+            ]
+            sources.extend(build_ssh_sources([spec], args, agent_args, follows))
+    except ValueError as exc:  # unusable SSH options, found before any connection
+        raise InputError(str(exc)) from exc
+    return sources
 
 
 def _add_ray(inputs: Inputs, args: argparse.Namespace, logs: list[LogSpec]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, fmt_pct
@@ -167,17 +169,33 @@ def _timing_any(metrics: dict[str, float], name: str) -> float | None:
     return None
 
 
-def sync_wait(view: View, th: Thresholds) -> RuleResult:
-    """On a node all GPUs idle together while another node's GPUs are busy, repeatedly."""
+@dataclass
+class NodeWait:
+    """How often one node sat with every GPU idle while another node worked."""
+
+    host: str
+    waiting: int  # seconds (1 s buckets) of the window spent waiting
+    seconds: int  # seconds of the window with samples from this node
+    episodes: int  # separate waiting stretches (gaps > 2 s)
+
+    @property
+    def frac(self) -> float:
+        """Share of the node's seconds spent waiting."""
+        return self.waiting / max(1, self.seconds)
+
+
+def node_waits(view: View, th: Thresholds) -> dict[str, NodeWait]:
+    """Per node, the seconds of the window where all its GPUs were below ``sync_wait_idle_pct``
+    while another node's mean was above ``sync_wait_busy_pct``. Empty with < 2 GPU nodes."""
     buckets: dict[str, dict[int, list[float]]] = {}
     for h in view.hosts():
         for g in h.gpus.values():
             for t, v in view.gpu_points(g, "activity"):
                 buckets.setdefault(h.name, {}).setdefault(int(t), []).append(v)
     if len(buckets) < 2:
-        return no_data(STEP, "sync.wait", "needs GPU samples from >= 2 nodes")
+        return {}
     times = sorted({t for b in buckets.values() for t in b})
-    worst: tuple[float, int, str] | None = None
+    out: dict[str, NodeWait] = {}
     for host, mine in buckets.items():
         waiting: list[int] = []
         for t in times:
@@ -188,14 +206,22 @@ def sync_wait(view: View, th: Thresholds) -> RuleResult:
             if others and max(others) > th.sync_wait_busy_pct:
                 waiting.append(t)
         episodes = sum(1 for i, t in enumerate(waiting) if i == 0 or t - waiting[i - 1] > 2)
-        frac = len(waiting) / max(1, len(mine))
-        if episodes >= th.sync_wait_episodes and frac > th.sync_wait_frac:
-            if worst is None or frac > worst[0]:
-                worst = (frac, episodes, host)
+        out[host] = NodeWait(host, len(waiting), len(mine), episodes)
+    return out
+
+
+def sync_wait(view: View, th: Thresholds) -> RuleResult:
+    """On a node all GPUs idle together while another node's GPUs are busy, repeatedly."""
+    waits = node_waits(view, th)
+    if not waits:
+        return no_data(STEP, "sync.wait", "needs GPU samples from >= 2 nodes")
+    worst: tuple[float, int, str] | None = None
+    for host, w in waits.items():
+        if w.episodes >= th.sync_wait_episodes and w.frac > th.sync_wait_frac:
+            if worst is None or w.frac > worst[0]:
+                worst = (w.frac, w.episodes, host)
     if worst is None:
-        return passed(
-            STEP, "sync.wait", f"no node idles while another works ({len(buckets)} nodes)"
-        )
+        return passed(STEP, "sync.wait", f"no node idles while another works ({len(waits)} nodes)")
     frac, episodes, host = worst
     return Finding(
         STEP,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from verl_top.diagnosis.defaults import DEFAULTS  # shared with pane 5 (verl.md §3)
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, fmt_pct
@@ -18,21 +19,6 @@ NEED_CONFIG = (
 )
 A = "actor_rollout_ref.actor."
 R = "actor_rollout_ref.rollout."
-# verl defaults (verl.md §3, _generated_ppo_trainer.yaml).
-DEFAULTS: dict[str, Any] = {
-    A + "ppo_micro_batch_size_per_gpu": None,
-    A + "use_dynamic_bsz": False,
-    A + "ppo_max_token_len_per_gpu": 16384,
-    "data.max_prompt_length": 512,
-    "data.max_response_length": 512,
-    R + "enforce_eager": False,
-    A + "fsdp_config.param_offload": False,
-    A + "fsdp_config.optimizer_offload": False,
-    A + "megatron.param_offload": False,
-    A + "megatron.optimizer_offload": False,
-    R + "gpu_memory_utilization": 0.5,
-    R + "max_num_batched_tokens": 8192,
-}
 RESERVED_KEYS = ("perf/max_memory_reserved_gb", "actor/perf/max_memory_reserved_gb")
 
 

@@ -135,11 +135,23 @@ class ProbeCollector:
             )
         if not result.transport:
             result.transport = self.log.transport()
+        no_bus(result)
         if result.ok:
             fill_expectation(
                 result, gpu_name=self.gpu_names.get(collective, ""), topo=topo, nics=nics
             )
         return result
+
+
+def no_bus(result: ProbeResult) -> ProbeResult:
+    """One rank crosses no link: clear the transport NCCL's bootstrap logs for it.
+
+    A single-GPU NCCL run still prints ``Using network Socket`` (its bootstrap network), which
+    read as a transport would claim "Socket, RDMA off" for a probe that moved no bytes.
+    """
+    if result.nranks == 1:  # 0 = unknown (a failed probe): keep what the log said
+        result.transport = ""
+    return result
 
 
 async def _read_lines(stream: asyncio.StreamReader | None, sink: ProbeCollector) -> None:
@@ -364,7 +376,7 @@ async def run_nccl_tests(
         if proc.returncode is None:
             await _stop(proc)
     parsed = parse_nccl_tests(out.decode("utf-8", "replace"), collective=_collective_of(binary))
-    result = parsed.to_probe(host, time.time())
+    result = no_bus(parsed.to_probe(host, time.time()))
     if proc.returncode != 0 and result.ok:
         result.ok = False
         result.error = f"{Path(binary).name} exited with code {proc.returncode}"

@@ -59,6 +59,7 @@ class VerlTopApp(App):
         Binding("s", "sort", "Sort"),
         Binding("S", "sort_reverse", "Reverse", key_display="S"),
         Binding("d", "findings", "Diagnosis"),
+        Binding("p", "probe", "Probe"),
         Binding("space", "toggle_pause", "Pause"),
         Binding("n", "step_replay", "Step", show=False),
         Binding(
@@ -103,6 +104,7 @@ class VerlTopApp(App):
         self.host_filter = ""  # key /: substring of host or host/GPU (panes 1 and 4)
         self.refresh_count = 0
         self.title = inputs.title
+        self.probe_runner: Any = None  # key p: tests inject a fake; None = run_local_probe
 
     # -- layout ----------------------------------------------------------------------------
 
@@ -289,6 +291,12 @@ class VerlTopApp(App):
         """Key S: reverse the GPU table's sort."""
         self.action_show_tab(1)
         self.throughput.reverse_sort()
+
+    def action_probe(self) -> None:
+        """Key p: confirm, then probe NCCL bandwidth on this machine (live sessions only)."""
+        from verl_top.ui.probe_screen import open_probe
+
+        open_probe(self)
 
     def action_findings(self) -> None:
         """Key d: the diagnosis of all five steps."""

@@ -1,11 +1,15 @@
 """Pane 5 — Config & scheduling: is a setting wasting the hardware?
 
-The config keys the step-5 rules look at, each with the value found in the job's config and
-verl's default (defaults from verl's generated trainer config; see docs/ui.md).
+One row per config key the rules read (verl_top.diagnosis.defaults, shared with the step-5 rules):
+the value found in the job's config, verl's default, what it governs, and the recommendation —
+the one a firing finding gives (with its title as evidence), else verl's standing advice. Above
+the table: memory headroom (``perf/max_memory_reserved_gb`` against the GPU's memory from the
+agent's hello). Works before any metric arrives: the config alone fills the table.
 """
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -14,63 +18,184 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import Static
 
+from verl_top.diagnosis.defaults import VERL_DEFAULTS, VerlDefault, fmt_default
 from verl_top.store import Store
 from verl_top.ui.panes.base import Pane
+from verl_top.ui.widgets import severity_style, step_findings
 
-A = "actor_rollout_ref.actor."
-R = "actor_rollout_ref.rollout."
-# key, verl default (as verl prints it), what it governs
-CONFIG_KEYS: tuple[tuple[str, str, str], ...] = (
-    (
-        A + "ppo_micro_batch_size_per_gpu",
-        "null",
-        "train micro batch; ≤ 2 without dynamic bsz = tiny GEMMs",
-    ),
-    (A + "use_dynamic_bsz", "False", "pack micro batches by tokens (usually faster)"),
-    (
-        A + "ppo_max_token_len_per_gpu",
-        "16384",
-        "token budget with dynamic bsz; ≥ 2×(prompt+response)",
-    ),
-    (A + "ppo_mini_batch_size", "256", "prompts per update"),
-    ("data.train_batch_size", "1024", "prompts per step"),
-    ("data.max_prompt_length", "512", "prompt length cap"),
-    ("data.max_response_length", "512", "response length cap"),
-    (R + "n", "1", "samples per prompt"),
-    (R + "tensor_model_parallel_size", "2", "rollout TP: replicas = GPUs / TP"),
-    (R + "gpu_memory_utilization", "0.5", "KV-cache memory fraction"),
-    (R + "max_num_batched_tokens", "8192", "≥ max(8192, prompt+response)"),
-    (R + "max_num_seqs", "256", "concurrent decode sequences"),
-    (R + "enforce_eager", "False", "True disables CUDA graphs: slow decode"),
-    (R + "log_prob_micro_batch_size_per_gpu", "null", "old_log_prob micro batch"),
-    (A + "fsdp_config.param_offload", "False", "offload adds H2D/D2H every update"),
-    (A + "fsdp_config.optimizer_offload", "False", "offload adds H2D/D2H every update"),
-    ("trainer.balance_batch", "True", "equalize tokens per DP rank"),
-    ("reward_model.launch_reward_fn_async", "False", "overlap CPU reward with log-prob"),
-    ("trainer.test_freq", "-1", "validation every N steps"),
-    ("trainer.save_freq", "-1", "checkpoint every N steps"),
-)
-MISSING_CONFIG = "no config: give --verl-config FILE or a driver log that printed the config"
+MISSING_CONFIG = "missing: --verl-config FILE or a driver log that printed the config"
+RESERVED_KEYS = ("perf/max_memory_reserved_gb", "actor/perf/max_memory_reserved_gb")
+GROUP_TITLES = {
+    "parallel": "parallel sizes",
+    "batch": "batch sizes and token budgets",
+    "rollout": "rollout engine",
+    "memory": "memory / offload",
+    "schedule": "scheduling",
+}
+HEADROOM_RED = 0.95  # reserved share of device memory: OOM risk (cfg.memory_headroom)
+HEADROOM_YELLOW = 0.85
 
 
-def config_table(config: dict[str, object]) -> Table:
-    """Value found vs verl default for each key the rules use."""
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("key", "value", "verl default", "what it governs"):
-        table.add_column(col)
-    for key, default, note in CONFIG_KEYS:
-        if key in config:
-            value = Text(str(config[key]))
-            if str(config[key]) != default:
+def _same(value: Any, default: Any) -> bool:
+    """Config value equals verl's default (``4`` == ``4.0``, ``"false"`` == ``False``)."""
+    if value == default:
+        return True
+    return str(value).strip().lower() == fmt_default(default).lower()
+
+
+def _strategy(config: dict[str, object]) -> str:
+    return str(config.get("actor_rollout_ref.actor.strategy", "fsdp")).lower()
+
+
+def shown_defaults(config: dict[str, object]) -> list[VerlDefault]:
+    """Rows to show: every key, except the other trainer backend's keys when they are not set."""
+    megatron = _strategy(config) == "megatron"
+    out = []
+    for d in VERL_DEFAULTS:
+        if d.key in config:
+            out.append(d)
+        elif ".megatron." in d.key and not megatron:
+            continue
+        elif ".fsdp_config." in d.key and megatron:
+            continue
+        else:
+            out.append(d)
+    return out
+
+
+def findings_for(verdict: Any, key: str) -> list[Any]:
+    """Findings whose evidence or advice names ``key``: step 5 first, then the others, worst first."""
+    hits = []
+    for step in (5, 1, 2, 3, 4):
+        for f in step_findings(verdict, step):
+            lines = [str(x) for x in (getattr(f, "evidence", None) or [])]
+            if any(key in line for line in lines) or key in str(getattr(f, "advice", "")):
+                hits.append(f)
+    return hits
+
+
+def recommendation_of(finding: Any) -> str:
+    """The finding's ``recommendation: …`` evidence line, else its advice."""
+    for line in getattr(finding, "evidence", None) or []:
+        text = str(line)
+        if text.startswith("recommendation:"):
+            return text[len("recommendation:") :].strip()
+    return str(getattr(finding, "advice", ""))
+
+
+def advice_cell(d: VerlDefault, verdict: Any) -> Text:
+    """Recommendation and evidence: the worst finding naming the key, else the standing advice."""
+    hits = findings_for(verdict, d.key)
+    if not hits:
+        return Text(d.advice, style="dim")
+    worst = hits[0]
+    style = severity_style(getattr(worst, "severity", None))
+    text = Text("● ", style=style)
+    text.append(str(getattr(worst, "title", "")), style=style)
+    text.append(f" [{getattr(worst, 'rule', '')}]", style="dim")
+    rec = recommendation_of(worst)
+    if rec:
+        text.append(f"\n→ {rec}", style="italic")
+    return text
+
+
+def config_table(config: dict[str, object], verdict: Any = None) -> Table:
+    """Value found vs verl default for each key the rules use, with recommendation and evidence."""
+    table = Table(box=None, pad_edge=False, header_style="bold", expand=False)
+    table.add_column("key", no_wrap=True)
+    table.add_column("value")
+    table.add_column("verl default")
+    table.add_column("governs", max_width=34)
+    table.add_column("recommendation / evidence", max_width=60)
+    group = ""
+    for d in shown_defaults(config):
+        if d.group != group:
+            group = d.group
+            table.add_row(Text(GROUP_TITLES.get(group, group), style="bold underline"))
+        if d.key in config:
+            raw = config[d.key]
+            value = Text(fmt_default(raw))
+            if not _same(raw, d.default):
                 value.stylize("bold")
         else:
             value = Text("— (not set)", style="dim")
-        table.add_row(key, value, default, Text(note, style="dim"))
+        table.add_row(
+            d.key,
+            value,
+            fmt_default(d.default),
+            Text(d.governs, style="dim"),
+            advice_cell(d, verdict),
+        )
     return table
 
 
+def reserved_gb(store: Store) -> tuple[float, int] | None:
+    """Median ``perf/max_memory_reserved_gb`` over the steps that logged it, and their count."""
+    values = []
+    for st in list(store.steps)[-20:]:
+        for key in RESERVED_KEYS:
+            if key in st.metrics:
+                values.append(float(st.metrics[key]))
+                break
+    return (statistics.median(values), len(values)) if values else None
+
+
+def device_gib(store: Store) -> tuple[float, str] | None:
+    """Largest GPU memory (GiB) and its model from the agents' hellos (else the samples)."""
+    best: tuple[float, str] | None = None
+    for h in store.hosts.values():
+        if h.hello is not None:
+            for g in h.hello.gpus:
+                if g.mem_total_mib and (best is None or g.mem_total_mib / 1024 > best[0]):
+                    best = (g.mem_total_mib / 1024, g.name)
+        for entry in h.gpus.values():
+            s = entry.latest
+            if (
+                s is not None
+                and s.mem_total_mib
+                and (best is None or s.mem_total_mib / 1024 > best[0])
+            ):
+                best = (s.mem_total_mib / 1024, best[1] if best else "")
+    return best
+
+
+def headroom_line(store: Store, palette: dict[str, str] | None = None) -> Text:
+    """Trainer peak reserved memory against the GPU's total, and the headroom left."""
+    tv = palette or {}
+    reserved = reserved_gb(store)
+    device = device_gib(store)
+    text = Text("memory headroom: ", style="bold")
+    if reserved is None or device is None:
+        need = []
+        if reserved is None:
+            need.append("perf/max_memory_reserved_gb (--verl-log)")
+        if device is None:
+            need.append("the GPU memory size (agent hello)")
+        text.append("needs " + " and ".join(need), style="italic")
+        return text
+    gb, n = reserved
+    total, name = device
+    frac = gb / total if total else 0.0
+    colour = (
+        tv.get("error", "red")
+        if frac > HEADROOM_RED
+        else tv.get("warning", "yellow")
+        if frac > HEADROOM_YELLOW
+        else tv.get("success", "green")
+    )
+    text.append(f"{(1 - frac) * 100:.0f}% free", style=f"bold {colour}")
+    text.append(
+        f" — trainer peak reserved {gb:.1f} GiB of {total:.1f} GiB"
+        + (f" ({name})" if name else "")
+        + f" = {frac * 100:.0f}%, median of {n} step{'s' if n != 1 else ''}"
+    )
+    if frac > HEADROOM_RED:
+        text.append("  OOM risk at rollout wake-up", style=f"bold {colour}")
+    return text
+
+
 class ConfigPane(Pane):
-    """Pane 5: config values against verl's defaults."""
+    """Pane 5: config values against verl's defaults, recommendations, memory headroom."""
 
     STEP = 5
 
@@ -79,11 +204,28 @@ class ConfigPane(Pane):
         yield Static("", id="cfg-body", classes="body")
 
     def update_content(self, store: Store, verdict: Any) -> None:
-        parts: list[RenderableType] = []
+        self.query_one("#cfg-body", Static).update(self.body(store, verdict, self.palette()))
+
+    @staticmethod
+    def body(store: Store, verdict: Any, palette: dict[str, str] | None = None) -> RenderableType:
+        """Everything below the findings."""
+        parts: list[RenderableType] = [headroom_line(store, palette), Text("")]
         if store.config:
             src = f" (from {store.config_source})" if store.config_source else ""
-            parts.append(Text(f"{len(store.config)} config keys{src}", style="bold underline"))
+            parts.append(
+                Text(
+                    f"{len(store.config)} config keys{src}; bold = differs from verl's default",
+                    style="bold underline",
+                )
+            )
         else:
             parts.append(Text(MISSING_CONFIG, style="italic"))
-        parts.append(config_table(store.config))
-        self.query_one("#cfg-body", Static).update(Group(*parts))
+        parts.append(config_table(store.config, verdict))
+        return Group(*parts)
+
+    def refresh_pane(self, store: Store, verdict: Any) -> None:
+        """Findings feed the table's evidence column: redraw when the verdict changes too."""
+        if verdict is not getattr(self, "_last_verdict", None):
+            self._last_verdict = verdict
+            self.force_next()
+        super().refresh_pane(store, verdict)

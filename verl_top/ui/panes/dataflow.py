@@ -1,11 +1,19 @@
 """Pane 3 — Dataflow: which stage of the RL step eats the time?
 
-A table of the last steps' stage times (verl ``timing_s/*``, older ``timing/*``) with each stage's
-share of the step, plus the rollout long tail (``agent_loop/generate_sequences`` max vs mean).
+Per-step stacked stage bars over the last steps (one row per step, one letter and colour per
+stage, widths proportional to time), each stage's median time and share of the step with its
+trend (median of the last 3 steps against the run's median), the rollout long tail
+(``agent_loop/generate_sequences`` max vs mean), samples/s and tokens/s, and the per-step table
+of stage seconds. Steps that ran validation or a checkpoint are outliers: marked, and kept out of
+medians and trends. Every number comes from ``verl_top.verl.stages.StepView``.
+
+``stage_strip`` draws the same stage letters over a time window; pane 1 shows it above its tables.
 """
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -17,8 +25,9 @@ from textual.widgets import Static
 from verl_top.model import VerlStep
 from verl_top.store import Store
 from verl_top.ui.panes.base import Pane
+from verl_top.verl.stages import STAGE_BY_NAME, StepView, stage_bands
 
-# Stages in the order of an RL step.
+# Stages of the per-step table, in the order of an RL step (``reshard`` is older verl's sync).
 STAGES = (
     "gen",
     "reward",
@@ -33,10 +42,31 @@ STAGES = (
     "testing",
     "save_checkpoint",
 )
+# Canonical stage -> (letter, colour). Letters keep the bars readable without colour.
+STAGE_STYLE: dict[str, tuple[str, str]] = {
+    "gen": ("g", "dodger_blue2"),
+    "gen_max": ("G", "steel_blue1"),
+    "reward": ("r", "gold3"),
+    "old_log_prob": ("o", "medium_purple2"),
+    "ref": ("f", "orchid"),
+    "values": ("v", "dark_cyan"),
+    "adv": ("a", "yellow3"),
+    "update_critic": ("c", "dark_orange"),
+    "update_actor": ("u", "green3"),
+    "update_weights": ("w", "red3"),
+    "dump_rollout_generations": ("d", "grey50"),
+    "testing": ("t", "grey62"),
+    "save_checkpoint": ("s", "grey42"),
+}
+UNTIMED = ("·", "grey35")  # step time verl did not attribute to any stage
 MISSING_VERL = (
     "no verl log: give --verl-log PATH (the driver's console log or the file logger's JSONL)"
 )
 LAST_STEPS = 12
+BAR_WIDTH = 60
+STRIP_WIDTH = 64
+TREND_STEPS = 3
+FLAT_PCT = 5.0  # |trend| below this shows →
 
 
 def stage_time(metrics: dict[str, float], stage: str) -> float | None:
@@ -53,6 +83,215 @@ def step_time(metrics: dict[str, float]) -> float | None:
         if key in metrics:
             return float(metrics[key])
     return None
+
+
+def stage_cell(stage: str) -> Text:
+    """The stage's letter on its colour, then its name."""
+    letter, colour = STAGE_STYLE.get(stage, UNTIMED)
+    text = Text()
+    text.append(f" {letter} ", style=f"bold black on {colour}")
+    text.append(f" {stage}")
+    return text
+
+
+def legend(stages: Iterable[str], untimed: bool = False) -> Text:
+    """One line naming the letters used."""
+    text = Text("legend: ", style="dim")
+    for stage in stages:
+        letter, colour = STAGE_STYLE.get(stage, UNTIMED)
+        text.append(letter, style=f"bold black on {colour}")
+        text.append(f" {STAGE_BY_NAME[stage].label if stage in STAGE_BY_NAME else stage}  ")
+    if untimed:
+        text.append(UNTIMED[0], style=f"bold black on {UNTIMED[1]}")
+        text.append(" untimed (step time no stage accounts for)")
+    return text
+
+
+def segments(view: StepView) -> list[tuple[str, float]]:
+    """(stage, seconds) of one step in execution order; untimed rest last."""
+    out = [
+        (name, view.stage_times[name])
+        for name in STAGE_STYLE
+        if name in view.stage_times and name not in view.nested and view.stage_times[name] > 0
+    ]
+    core = sum(d for name, d in out if not STAGE_BY_NAME[name].extra)
+    if view.step_time_core is not None and view.step_time_core - core > 0.005 * max(core, 1e-9):
+        out.append(("", view.step_time_core - core))
+    return out
+
+
+def stage_bar(view: StepView, seconds_per_cell: float) -> Text:
+    """One step as a stacked bar; widths from cumulative rounding so they add up exactly."""
+    text = Text()
+    acc = 0.0
+    used = 0
+    for stage, seconds in segments(view):
+        acc += seconds
+        end = round(acc / seconds_per_cell) if seconds_per_cell > 0 else 0
+        width = max(0, end - used)
+        if width:
+            letter, colour = STAGE_STYLE.get(stage, UNTIMED)
+            text.append(letter * width, style=f"black on {colour}")
+            used = end
+    return text
+
+
+def wall(view: StepView) -> float:
+    """Seconds the step occupied (core + validation + checkpoint), 0 when unknown."""
+    if view.wall_time is not None:
+        return view.wall_time
+    return view.step_time or 0.0
+
+
+def bars_block(views: Sequence[StepView]) -> RenderableType:
+    """Stacked bars of ``views``, one row per step, with the outliers marked."""
+    longest = max((wall(v) for v in views), default=0.0)
+    per_cell = longest / BAR_WIDTH if longest > 0 else 0.0
+    table = Table(box=None, pad_edge=False, show_header=False)
+    table.add_column("step", justify="right")
+    table.add_column("bar", no_wrap=True)
+    table.add_column("s", justify="right")
+    table.add_column("note")
+    for v in views:
+        note = Text()
+        if v.is_outlier:
+            extras = ", ".join(
+                f"{name} {v.stage_times[name]:.1f} s"
+                for name in ("testing", "save_checkpoint")
+                if name in v.stage_times
+            )
+            note.append(f"⚑ outlier: {extras}", style="bold yellow")
+        shown = wall(v)
+        table.add_row(
+            f"step {v.step}",
+            stage_bar(v, per_cell),
+            "—" if not shown else f"{shown:.1f} s",
+            note,
+        )
+    return table
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def trend_text(recent: float | None, run: float | None) -> Text:
+    """↑/↓/→ with the change of ``recent`` against ``run`` in %."""
+    if recent is None or not run:
+        return Text("—", style="dim")
+    pct = (recent - run) / run * 100
+    if pct > FLAT_PCT:
+        return Text(f"↑ {pct:+.0f}%", style="bold red")
+    if pct < -FLAT_PCT:
+        return Text(f"↓ {pct:+.0f}%", style="green")
+    return Text(f"→ {pct:+.0f}%", style="dim")
+
+
+def stage_summary(views: Sequence[StepView]) -> RenderableType:
+    """Each stage's median seconds and share over the run, and the last steps' trend."""
+    normal = [v for v in views if not v.is_outlier and v.has_training]
+    if not normal:
+        return Text("no training step without validation/checkpoint yet", style="italic")
+    recent = normal[-TREND_STEPS:]
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for col, justify in (
+        ("stage", "left"),
+        ("median s", "right"),
+        ("share", "right"),
+        (f"last {len(recent)} s", "right"),
+        ("trend", "left"),
+    ):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for stage in STAGE_STYLE:
+        if STAGE_BY_NAME[stage].extra:
+            continue
+        times = [v.stage_times[stage] for v in normal if stage in v.stage_times]
+        if not times:
+            continue
+        shares = [s for v in normal if (s := v.share(stage)) is not None]
+        run = _median(times)
+        last = _median([v.stage_times[stage] for v in recent if stage in v.stage_times])
+        share = _median(shares)
+        share_text = Text("—" if share is None else f"{share * 100:.0f}%")
+        if share is not None and share >= 0.3:
+            share_text.stylize("bold")
+        table.add_row(
+            stage_cell(stage),
+            f"{run:.2f}",
+            share_text,
+            "—" if last is None else f"{last:.2f}",
+            trend_text(last, run),
+        )
+    step_run = _median([v.step_time_core for v in normal if v.step_time_core is not None])
+    step_last = _median([v.step_time_core for v in recent if v.step_time_core is not None])
+    table.add_row(
+        Text("    step (core)", style="bold"),
+        "—" if step_run is None else f"{step_run:.2f}",
+        "100%",
+        "—" if step_last is None else f"{step_last:.2f}",
+        trend_text(step_last, step_run),
+    )
+    return table
+
+
+def outliers_line(views: Sequence[StepView]) -> Text | None:
+    """Which steps ran validation / checkpoint (excluded from medians and trends)."""
+    marked = [v for v in views if v.is_outlier]
+    if not marked:
+        return None
+    parts = []
+    for v in marked[-6:]:
+        extras = " + ".join(
+            f"{name} {v.stage_times[name]:.1f} s"
+            for name in ("testing", "save_checkpoint")
+            if name in v.stage_times
+        )
+        parts.append(f"step {v.step} ({extras})")
+    text = Text("⚑ outlier steps, excluded from medians and trends: ", style="yellow")
+    text.append(", ".join(parts))
+    return text
+
+
+def long_tail_text(views: Sequence[StepView]) -> Text | None:
+    """Rollout long tail of the last step that logged it, and the run's median ratio."""
+    tails = [v for v in views if v.long_tail_ratio is not None]
+    if not tails:
+        return None
+    last = tails[-1]
+    ratio = last.long_tail_ratio or 0.0
+    text = Text(f"rollout long tail (step {last.step}): slowest sequence {last.gen_seq_max:.1f} s")
+    text.append(f" vs mean {last.gen_seq_mean:.1f} s = ")
+    text.append(f"{ratio:.1f}×", style="bold red" if ratio > 2 else "bold")
+    med = _median([v.long_tail_ratio for v in tails if v.long_tail_ratio is not None])
+    if med is not None and len(tails) > 1:
+        text.append(f"  (median {med:.1f}× over {len(tails)} steps)", style="dim")
+    if last.num_preempted:
+        text.append(f"  · {last.num_preempted:g} preemptions (max per request)", style="yellow")
+    return text
+
+
+def rate_text(views: Sequence[StepView]) -> Text:
+    """samples/s and tokens/s: last step and the run's median (outliers excluded)."""
+    normal = [v for v in views if not v.is_outlier and v.has_training] or list(views)
+    last = normal[-1]
+
+    def pair(label: str, values: list[float | None], fmt: str) -> None:
+        present = [x for x in values if x is not None]
+        now = values[-1] if values else None
+        text.append(f"{label} ")
+        text.append("—" if now is None else fmt.format(now), style="bold")
+        if present:
+            text.append(f" (median {fmt.format(statistics.median(present))})", style="dim")
+        text.append("  ·  ")
+
+    text = Text()
+    pair("samples/s", [v.samples_per_s for v in normal], "{:,.1f}")
+    pair("tokens/s total", [v.total_tokens_per_s for v in normal], "{:,.0f}")
+    pair("tokens/s/GPU", [v.throughput for v in normal], "{:,.0f}")
+    text.append(f"last step {last.step}", style="dim")
+    if last.throughput_source and last.throughput_source != "verl":
+        text.append(f" (tokens/s {last.throughput_source})", style="dim")
+    return text
 
 
 def steps_table(steps: list[VerlStep]) -> Table:
@@ -80,45 +319,113 @@ def steps_table(steps: list[VerlStep]) -> Table:
     return table
 
 
-def long_tail_line(step: VerlStep) -> Text | None:
-    """Rollout long tail of the last step, when its agent-loop metrics are present."""
-    m = step.metrics
-    mx = m.get("timing_s/agent_loop/generate_sequences/max")
-    mn = m.get("timing_s/agent_loop/generate_sequences/mean")
-    if mx is None or not mn:
+class StepViews:
+    """StepViews of the store's steps, built once per record (the store keeps up to 5000)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[int, tuple[VerlStep, StepView]] = {}
+        self._config_key: int = -1
+
+    def views(self, store: Store) -> list[StepView]:
+        """A view per step in the store, oldest first."""
+        config_key = id(store.config) ^ len(store.config)
+        if config_key != self._config_key:  # samples/s and tokens/s depend on the config
+            self._cache.clear()
+            self._config_key = config_key
+        out: list[StepView] = []
+        fresh: dict[int, tuple[VerlStep, StepView]] = {}
+        for rec in store.steps:
+            hit = self._cache.get(id(rec))
+            if hit is None or hit[0] is not rec:
+                hit = (rec, StepView.from_step(rec, store.config))
+            fresh[id(rec)] = hit
+            out.append(hit[1])
+        self._cache = fresh
+        return out
+
+
+def stage_strip(
+    steps: Iterable[VerlStep], since: float, until: float, width: int = STRIP_WIDTH
+) -> Text | None:
+    """The stage running in each of ``width`` cells of [since, until], from ``stage_bands``.
+
+    None when no step falls in the window. Cells no band covers show a space.
+    """
+    if until <= since or width <= 0:
         return None
-    ratio = mx / mn
-    text = Text(
-        f"rollout long tail (step {step.step}): slowest sequence {mx:.1f} s vs mean {mn:.1f} s = "
-    )
-    text.append(f"{ratio:.1f}×", style="bold red" if ratio > 2 else "bold")
+    recent = [s for s in steps if s.t >= since]
+    if not recent:
+        return None
+    bands = [b for b in stage_bands(recent) if b[1] > since and b[0] < until]
+    cell_s = (until - since) / width
+    text = Text()
+    j = 0
+    for k in range(width):
+        mid = since + (k + 0.5) * cell_s
+        while j < len(bands) and bands[j][1] <= mid:
+            j += 1
+        if j < len(bands) and bands[j][0] <= mid < bands[j][1]:
+            letter, colour = STAGE_STYLE.get(bands[j][2], UNTIMED)
+            text.append(letter, style=f"black on {colour}")
+        else:
+            text.append(" ")
     return text
 
 
 class DataflowPane(Pane):
-    """Pane 3: per-step stage times."""
+    """Pane 3: stacked stage bars, stage medians and trends, long tail, rates, per-step table."""
 
     STEP = 3
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._views = StepViews()
 
     def compose(self) -> ComposeResult:
         yield self.findings
         yield Static("", id="flow-body", classes="body")
 
     def update_content(self, store: Store, verdict: Any) -> None:
-        body: RenderableType
+        self.query_one("#flow-body", Static).update(self.body(store))
+
+    def body(self, store: Store) -> RenderableType:
+        """Everything below the findings."""
         if not store.steps:
-            body = Text(MISSING_VERL, style="italic")
-        else:
-            steps = list(store.steps)[-LAST_STEPS:]
-            parts: list[RenderableType] = [
-                Text(
-                    f"Stage times of the last {len(steps)} steps (seconds, share of step)",
-                    style="bold underline",
-                ),
-                steps_table(steps),
-            ]
-            tail = long_tail_line(steps[-1])
-            if tail is not None:
-                parts += [Text(""), tail]
-            body = Group(*parts)
-        self.query_one("#flow-body", Static).update(body)
+            return Text(MISSING_VERL, style="italic")
+        views = self._views.views(store)
+        shown = views[-LAST_STEPS:]
+        used = [s for s in STAGE_STYLE if any(s in v.stage_times for v in shown)]
+        parts: list[RenderableType] = [
+            Text(
+                f"Stages of the last {len(shown)} steps (bar length ∝ seconds)",
+                style="bold underline",
+            ),
+            bars_block(shown),
+            legend(used, any(name == "" for v in shown for name, _ in segments(v))),
+        ]
+        out = outliers_line(shown)
+        if out is not None:
+            parts.append(out)
+        parts += [
+            Text(""),
+            Text(
+                f"Stage medians over {sum(1 for v in views if not v.is_outlier)} steps "
+                f"(trend: median of the last {TREND_STEPS} vs the run, ±{FLAT_PCT:.0f}% = →)",
+                style="bold underline",
+            ),
+            stage_summary(views),
+            Text(""),
+            rate_text(views),
+        ]
+        tail = long_tail_text(views)
+        if tail is not None:
+            parts.append(tail)
+        parts += [
+            Text(""),
+            Text(
+                f"Stage times of the last {len(shown)} steps (seconds, share of step)",
+                style="bold underline",
+            ),
+            steps_table(list(store.steps)[-LAST_STEPS:]),
+        ]
+        return Group(*parts)

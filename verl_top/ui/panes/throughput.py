@@ -241,38 +241,59 @@ def build_host_cells(
     )
 
 
-def _metric(metrics: dict[str, float], *names: str) -> float | None:
-    for name in names:
-        value = metrics.get(name)
-        if value is not None:
-            return float(value)
-    return None
-
-
 def verl_summary(store: Store) -> Text:
-    """The verl throughput line: tokens/s per GPU and total, step time, MFU."""
+    """The verl line (tokens/s per GPU and total, step time, MFU) and the stage strip.
+
+    Numbers come from ``StepView``: tokens/s/GPU is derived from total tokens when verl did not
+    log ``perf/throughput``, and total tokens/s uses the step time without validation/checkpoint.
+    The second line shows which verl stage ran when over the history window (pane 3's letters).
+    """
+    from verl_top.ui.panes.dataflow import STAGE_STYLE, stage_strip  # pane 3 owns the letters
+    from verl_top.verl.stages import StepView
+
     if not store.steps:
         return Text("verl: no verl log: give --verl-log PATH", style="dim")
     last = store.steps[-1]
-    m = last.metrics
-    tput = _metric(m, "perf/throughput")
-    tokens = _metric(m, "perf/total_num_tokens")
-    step_s = _metric(m, "timing_s/step", "timing/step", "perf/time_per_step")
-    mfu = _metric(m, "perf/mfu/actor")
-    total = tokens / step_s if tokens is not None and step_s else None
+    view = StepView.from_step(last, store.config)
+    step_s = view.step_time_core if view.step_time_core is not None else view.step_time
     text = Text("verl ", style="bold")
     text.append(f"step {last.step}")
+    tput_label = "tokens/s/GPU" + (
+        f" ({view.throughput_source})"
+        if view.throughput_source and view.throughput_source != "verl"
+        else ""
+    )
     parts = [
-        ("tokens/s/GPU", fmt_num(tput, "{:,.0f}")),
-        ("tokens/s total", fmt_num(total, "{:,.0f}")),
+        (tput_label, fmt_num(view.throughput, "{:,.0f}")),
+        ("tokens/s total", fmt_num(view.total_tokens_per_s, "{:,.0f}")),
         ("step time", fmt_num(step_s, "{:.1f}", " s")),
-        ("MFU", fmt_num(mfu, "{:.2f}")),
+        ("MFU", fmt_num(view.mfu, "{:.2f}")),
     ]
     for label, value in parts:
         text.append(f" · {label} ")
         text.append(value, style="bold")
+    if view.is_outlier:
+        text.append(" (validation/checkpoint step)", style="dim")
     text.append(f" · {len(store.steps)} steps seen", style="dim")
+    since = store.window_start()
+    strip = stage_strip(store.steps, since, store.now)
+    if strip is not None:
+        text.append(f"\nstages, last {store.now - since:.0f} s ", style="dim")
+        text.append("│", style="dim")
+        text.append_text(strip)
+        text.append("│ ", style="dim")
+        seen = strip_stages(strip, STAGE_STYLE)
+        for name, (letter, colour) in STAGE_STYLE.items():
+            if name in seen:
+                text.append(letter, style=f"black on {colour}")
+                text.append(f" {name}  ", style="dim")
     return text
+
+
+def strip_stages(strip: Text, styles: dict[str, tuple[str, str]]) -> set[str]:
+    """Stage names whose letter appears in a stage strip (for its legend)."""
+    letters = set(strip.plain)
+    return {name for name, (letter, _) in styles.items() if letter in letters}
 
 
 class ThroughputPane(Pane):

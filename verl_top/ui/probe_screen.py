@@ -1,0 +1,258 @@
+"""Key p: confirm, run an NCCL bandwidth probe on this machine, feed the result to the pipeline.
+
+The confirmation names the host, its GPUs (and which already run compute processes), the
+expected duration, and warns that a probe perturbs training. Run / Run with --force start
+``run_local_probe`` as a worker of this screen with a progress line; Esc, ``c`` or Cancel cancel
+it, and ``run_local_probe`` kills the probe's whole process group before the cancellation
+completes, so the screen closes only once nothing is left running. The result goes through
+``inputs.pipeline.emit`` (store, recording, listeners) and the app shows pane 2.
+
+Remote nodes: the SSH source has no way yet to run a command next to its agent, so the screen
+says so and names the command to run on the node instead; it never pretends to probe them.
+Replays and the demo have no machine to probe: the key says probes need a live session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Static
+
+from verl_top.model import ProbeResult
+
+# runner(force) -> the probe's result; the app's default wraps run_local_probe.
+ProbeRunner = Callable[[bool], Awaitable[ProbeResult]]
+PROBE_TIMEOUT_S = 300.0
+EXPECTED = "about 15-60 s (starting one process per GPU and NCCL init dominate)"
+REMOTE_HINT = "remote probes: run `verl-top probe nccl` on the node"
+WARNING = (
+    "A probe perturbs training: it moves up to 1 GiB per collective over NVLink/PCIe and takes "
+    "GPU memory while it runs. GPUs running compute processes make the probe refuse unless "
+    "forced."
+)
+NEEDS_LIVE = "probes need a live session: a replay has no machine to probe"
+
+
+@dataclass
+class ProbePlan:
+    """What a probe from here would cover."""
+
+    local_host: str | None = None  # None: no local source, nothing to run here
+    gpus: list[str] = field(default_factory=list)  # "0 NVIDIA H200" per GPU of the local host
+    busy: list[int] = field(default_factory=list)  # local GPU indices with compute processes
+    remote_hosts: list[str] = field(default_factory=list)
+
+
+def plan_probe(app: Any) -> ProbePlan:
+    """Local and remote hosts of the app's sources, the local GPUs and the busy ones."""
+    from verl_top.sources.local import LocalSource
+    from verl_top.sources.ssh import SshSource
+
+    plan = ProbePlan()
+    for src in app.inputs.sources:
+        if isinstance(src, LocalSource):
+            plan.local_host = src.host
+        elif isinstance(src, SshSource):
+            plan.remote_hosts.append(src.name)
+    entry = app.store.hosts.get(plan.local_host) if plan.local_host else None
+    if entry is not None:
+        if entry.hello is not None:
+            plan.gpus = [f"{g.index} {g.name}".strip() for g in entry.hello.gpus]
+        elif entry.gpus:
+            plan.gpus = [str(i) for i in sorted(entry.gpus)]
+        if entry.procs is not None:
+            plan.busy = sorted({p.gpu_index for p in entry.procs.procs})
+    return plan
+
+
+def default_runner(force: bool) -> Awaitable[ProbeResult]:
+    """``run_local_probe`` for all_reduce over every visible GPU."""
+    from verl_top.nccl.probe import run_local_probe
+
+    return run_local_probe("all_reduce", force=force, timeout=PROBE_TIMEOUT_S)
+
+
+def gpus_text(plan: ProbePlan) -> str:
+    """The local GPUs in one line."""
+    if not plan.gpus:
+        return "GPUs: not reported yet (the probe uses every GPU it can see)"
+    names = {g.split(" ", 1)[1] for g in plan.gpus if " " in g}
+    model = f" × {names.pop()}" if len(names) == 1 else ""
+    text = (
+        f"GPUs: {len(plan.gpus)}{model} (indices {', '.join(g.split(' ')[0] for g in plan.gpus)})"
+    )
+    if plan.busy:
+        text += (
+            f"; GPU {', '.join(map(str, plan.busy))} run compute processes now: "
+            "Run will refuse them, Run with --force probes anyway"
+        )
+    return text
+
+
+class ProbeScreen(ModalScreen[ProbeResult | None]):
+    """Confirmation, progress and cancellation of one local bandwidth probe."""
+
+    DEFAULT_CSS = """
+    ProbeScreen { align: center middle; }
+    ProbeScreen > Vertical {
+        width: 96; height: auto; border: thick $warning; background: $surface; padding: 1 2;
+    }
+    ProbeScreen #probe-progress { margin-top: 1; color: $accent; }
+    ProbeScreen Horizontal { height: auto; margin-top: 1; }
+    ProbeScreen Button { margin-right: 2; }
+    """
+    BINDINGS = [
+        Binding("escape", "cancel", "Cancel"),
+        Binding("c", "cancel", "Cancel", show=False),
+    ]
+
+    def __init__(
+        self,
+        plan: ProbePlan,
+        runner: ProbeRunner,
+        emit: Callable[[ProbeResult], None],
+    ) -> None:
+        super().__init__()
+        self.plan = plan
+        self.runner = runner
+        self.emit = emit
+        self.state = "confirm"  # confirm | running | cancelling | done
+        self._started = 0.0
+        self._worker: Any = None
+        self._ticker: Any = None
+
+    def compose(self) -> ComposeResult:
+        plan = self.plan
+        lines = ["[b]NCCL bandwidth probe (all_reduce, 1 MiB - 1 GiB)[/b]", ""]
+        if plan.local_host is not None:
+            lines.append(f"host: [b]{plan.local_host}[/b] (this machine)")
+            lines.append(gpus_text(plan))
+            lines.append(
+                f"expected duration: {EXPECTED}; stops itself after {PROBE_TIMEOUT_S:.0f} s"
+            )
+        else:
+            lines.append("no local source: this session does not monitor this machine")
+        if plan.remote_hosts:
+            shown = ", ".join(plan.remote_hosts[:8])
+            more = f" and {len(plan.remote_hosts) - 8} more" if len(plan.remote_hosts) > 8 else ""
+            lines.append(f"remote hosts: {shown}{more}")
+            lines.append(f"[i]{REMOTE_HINT}[/i] (not run from here yet)")
+        lines += ["", f"[b $warning]{WARNING}[/]"]
+        can_run = plan.local_host is not None
+        with Vertical():
+            yield Static("\n".join(lines), id="probe-text")
+            yield Static("", id="probe-progress")
+            with Horizontal():
+                yield Button("Run", id="probe-run", variant="warning", disabled=not can_run)
+                yield Button(
+                    "Run with --force", id="probe-force", variant="error", disabled=not can_run
+                )
+                yield Button("Cancel", id="probe-cancel", variant="default")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        """Run, Run with --force, Cancel."""
+        event.stop()
+        if event.button.id == "probe-run":
+            self.start(force=False)
+        elif event.button.id == "probe-force":
+            self.start(force=True)
+        else:
+            self.action_cancel()
+
+    def start(self, force: bool) -> None:
+        """Start the probe worker (once)."""
+        if self.state != "confirm" or self.plan.local_host is None:
+            return
+        self.state = "running"
+        self._started = time.monotonic()
+        self.query_one("#probe-run", Button).disabled = True
+        self.query_one("#probe-force", Button).disabled = True
+        self.query_one("#probe-cancel", Button).label = "Cancel probe"
+        self._tick()
+        self._ticker = self.set_interval(0.5, self._tick)
+        self._worker = self.run_worker(self._probe(force), group="probe", exit_on_error=False)
+
+    def _tick(self) -> None:
+        elapsed = time.monotonic() - self._started
+        verb = "stopping the probe…" if self.state == "cancelling" else "probing…"
+        self.query_one("#probe-progress", Static).update(
+            f"{verb} {elapsed:.0f} s of ~15-60 s (limit {PROBE_TIMEOUT_S:.0f} s) · "
+            "Esc / c cancels and kills the probe's processes"
+        )
+
+    async def _probe(self, force: bool) -> None:
+        try:
+            result = await self.runner(force)
+        except asyncio.CancelledError:
+            # run_local_probe has killed its process group before this propagates.
+            self._finish(None)
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failed probe is a result, not a crash
+            result = ProbeResult(
+                host=self.plan.local_host or socket.gethostname(),
+                t=time.time(),
+                tool="torch",
+                ok=False,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+        self.emit(result)
+        self._finish(result)
+
+    def _finish(self, result: ProbeResult | None) -> None:
+        self.state = "done"
+        if self._ticker is not None:
+            self._ticker.stop()
+        self.app.call_later(self.dismiss, result)
+
+    def action_cancel(self) -> None:
+        """Esc / c / Cancel: close, or cancel the running probe (closes once it is stopped)."""
+        if self.state == "confirm":
+            self.state = "done"
+            self.dismiss(None)
+        elif self.state == "running" and self._worker is not None:
+            self.state = "cancelling"
+            self._tick()
+            self._worker.cancel()
+
+
+def probe_summary(result: ProbeResult) -> str:
+    """One line for the notification after a probe."""
+    if not result.ok:
+        return f"probe failed on {result.host}: {result.error}"
+    if result.nranks == 1:
+        return f"probe on {result.host}: 1 GPU, no bus to measure"
+    text = f"probe on {result.host}: {result.nranks} ranks, max busbw "
+    text += "—" if result.busbw_max_gbs is None else f"{result.busbw_max_gbs:.1f} GB/s"
+    if result.expected_gbs:
+        text += f" of ~{result.expected_gbs:.0f} expected"
+        if result.busbw_max_gbs is not None:
+            text += f" ({result.busbw_max_gbs / result.expected_gbs:.0%})"
+    return text
+
+
+def open_probe(app: Any) -> None:
+    """Key p: the confirmation screen in a live session, else say why not."""
+    if isinstance(app.screen, ProbeScreen):
+        return
+    if app.inputs.mode != "LIVE" or app.inputs.replay is not None:
+        app.notify(NEEDS_LIVE, severity="warning")
+        return
+    runner = getattr(app, "probe_runner", None) or default_runner
+
+    def done(result: ProbeResult | None) -> None:
+        if result is None:
+            return
+        app.action_show_tab(2)
+        app.refresh_now()
+        app.notify(probe_summary(result), severity="information" if result.ok else "error")
+
+    app.push_screen(ProbeScreen(plan_probe(app), runner, app.inputs.pipeline.emit), done)
