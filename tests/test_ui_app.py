@@ -126,7 +126,7 @@ async def test_sort_key_orders_rows_by_activity_and_reverses() -> None:
     means = {f"{g.host}/{g.index}": store.gpu_mean(g, "activity") for g in store.iter_gpus()}
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
-        await pilot.press("s")
+        await pilot.press("o")
         await pilot.pause()
         pane = app.throughput
         assert pane.sort_key == "activity" and not pane.sort_reverse
@@ -136,12 +136,12 @@ async def test_sort_key_orders_rows_by_activity_and_reverses() -> None:
         assert order[:2] == ["node02/6", "node02/7"]  # the two real-idle GPUs
         status = plain(app.query_one("#gpu-status", Static))
         assert "sort: activity ↑" in status
-        await pilot.press("S")
+        await pilot.press("O")
         await pilot.pause()
         values = [means[k] for k in pane.ordered_row_keys()]
         assert values == sorted(values, reverse=True)
         assert "sort: activity ↓" in plain(app.query_one("#gpu-status", Static))
-        await pilot.press("s")  # memory
+        await pilot.press("o")  # memory
         await pilot.pause()
         mem = {
             k: store.hosts[k.split("/")[0]].gpus[int(k.split("/")[1])].latest.mem_used_mib
@@ -462,7 +462,7 @@ async def test_refresh_and_pane_keys_are_safe_on_the_findings_screen() -> None:
         await pilot.pause()
         app.store.version += 1
         app.refresh_now()  # the timer keeps ticking under the findings screen
-        await pilot.press("s", "3")
+        await pilot.press("o", "3")
         await pilot.pause()
         assert isinstance(app.screen, FindingsScreen)
         assert app.throughput.sort_key == "host"

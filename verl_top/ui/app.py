@@ -9,18 +9,22 @@ Tests build the app with ``live=False`` (no sources, no timers) and call ``refre
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.color import Color
-from textual.widgets import Footer, TabbedContent, TabPane
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, TabbedContent, TabPane
 
 from verl_top.inputs import Inputs
 from verl_top.ui.filter_bar import FilterBar
 from verl_top.ui.findings_screen import FindingsScreen
 from verl_top.ui.header import VerlTopHeader
+from verl_top.ui.node_screen import NodeScreen, row_target
 from verl_top.ui.panes import PANE_CLASSES, Pane, ThroughputPane
+from verl_top.ui.snapshot_action import SnapshotExporter
 from verl_top.ui.widgets import STEP_NAMES, severity_class, step_findings
 
 MIN_STALE_S = 5.0
@@ -56,8 +60,9 @@ class VerlTopApp(App):
         Binding("3", "show_tab(3)", "Dataflow", show=False),
         Binding("4", "show_tab(4)", "Mapping", show=False),
         Binding("5", "show_tab(5)", "Config", show=False),
-        Binding("s", "sort", "Sort"),
-        Binding("S", "sort_reverse", "Reverse", key_display="S"),
+        Binding("o", "sort", "Order"),
+        Binding("O", "sort_reverse", "Reverse", key_display="O"),
+        Binding("s", "snapshot", "Snapshot"),
         Binding("d", "findings", "Diagnosis"),
         Binding("p", "probe", "Probe"),
         Binding("space", "toggle_pause", "Pause"),
@@ -104,6 +109,7 @@ class VerlTopApp(App):
         self.host_filter = ""  # key /: substring of host or host/GPU (panes 1 and 4)
         self.refresh_count = 0
         self.title = inputs.title
+        self.snapshots = SnapshotExporter(self)
         self.probe_runner: Any = None  # key p: tests inject a fake; None = run_local_probe
 
     # -- layout ----------------------------------------------------------------------------
@@ -226,7 +232,10 @@ class VerlTopApp(App):
                 store, self.verdict, self.inputs.mode, self.inputs.title, replay, self._replay_t0
             )
             self._mark_bottleneck()
-            self.pane(self.visible_step()).refresh_pane(store, self.verdict)
+            if isinstance(self.screen, NodeScreen):  # the node screen replaces the panes
+                self.screen.refresh_screen(store, self.verdict)
+            else:
+                self.pane(self.visible_step()).refresh_pane(store, self.verdict)
         self._show_notes()
         self.refresh_count += 1
 
@@ -273,6 +282,8 @@ class VerlTopApp(App):
             self.screen, FindingsScreen
         ):
             return False
+        if action in ("show_tab", "sort", "sort_reverse") and isinstance(self.screen, NodeScreen):
+            return False
         if action == "filter" and len(self.screen_stack) > 1:
             return False  # the / bar lives on the main screen
         return True
@@ -283,14 +294,40 @@ class VerlTopApp(App):
             self._tabs.active = f"pane-{step}"
 
     def action_sort(self) -> None:
-        """Key s: next sort column of the GPU table."""
+        """Key o: next sort column of the GPU table."""
         self.action_show_tab(1)
         self.throughput.cycle_sort()
 
     def action_sort_reverse(self) -> None:
-        """Key S: reverse the GPU table's sort."""
+        """Key O: reverse the GPU table's sort."""
         self.action_show_tab(1)
         self.throughput.reverse_sort()
+
+    def open_node(self, host: str, gpu: int | None = None) -> None:
+        """The node screen of ``host`` (plots start on ``gpu``, or all GPUs)."""
+        if host in self.store.hosts:
+            self.push_screen(NodeScreen(self.store, host, gpu))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a host or GPU row of pane 1 opens that node."""
+        target = row_target(event.data_table.id, event.row_key.value)
+        if target is not None and not isinstance(self.screen, NodeScreen):
+            event.stop()
+            self.open_node(*target)
+
+    def action_snapshot(self) -> None:
+        """Key s: write a snapshot bundle (data, report, screenshot) in a worker thread."""
+        self.snapshots.start()
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """The command palette: Textual's commands plus "Export snapshot"."""
+        yield from super().get_system_commands(screen)
+        yield SystemCommand(
+            "Export snapshot",
+            "Write snapshot.json, report.md, screen.svg and the recording to "
+            "./verl-top-snapshot-<time>/",
+            self.action_snapshot,
+        )
 
     def action_probe(self) -> None:
         """Key p: confirm, then probe NCCL bandwidth on this machine (live sessions only)."""

@@ -65,7 +65,7 @@ HOST_COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("tx", "Net tx", 10),
     ("reason", "Reason", 40),
 )
-# Sort orders that `s` cycles through, and the columns whose header click selects one.
+# Sort orders that `o` cycles through, and the columns whose header click selects one.
 SORT_CYCLE = ("host", "activity", "memory", "power", "temp")
 SORT_BY_COLUMN = {
     "host": "host",
@@ -428,7 +428,7 @@ class ThroughputPane(Pane):
         throttled = sum(1 for r in rows.values() if r.throttled and r.live)
         text = Text()
         text.append(self.sort_label(), style="bold")
-        text.append(" (s: next column · S: reverse · click a header)", style="dim")
+        text.append(" (o: next column · O: reverse · click a header · Enter: node)", style="dim")
         text.append(f" · {len(rows)} GPUs")
         if idle:
             text.append(

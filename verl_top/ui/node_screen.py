@@ -1,0 +1,686 @@
+"""The node screen: one host in depth (``Enter`` on a host or GPU row, ``Esc`` back).
+
+A header with the host's state, reason, backend, driver, agent and Python; per-GPU history plots
+over the window (activity, tensor, DRAM, memory % and power % of the limit) for one GPU or all
+of them (``←`` / ``→``); the node's GPU processes with their verl role and rank (a process the
+agent cannot see is said so, never shown as some other process); CPU per core, memory, network
+and disk; the bandwidth probes that involved the node; and the tail of its followed logs.
+
+Cost: the app calls ``refresh_screen`` on its timer only while this screen is the active one.
+Plots are rebuilt only when one of the node's GPUs got a new sample, the GPU selection or the
+plot size changed, with each series averaged down to about one point per plot column
+(plotext's ``build`` costs milliseconds per line and point: docs/ui.md, "Node screen").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+from textual_plotext import PlotextPlot
+
+from verl_top.nccl.parse import strip_ansi
+from verl_top.roles import classify
+from verl_top.store import GpuEntry, HostEntry, Store, mean
+from verl_top.ui.widgets import (
+    DASH,
+    SPARK_CHARS,
+    TableSync,
+    activity_style,
+    fmt_age,
+    fmt_bytes_rate,
+    fmt_num,
+    missing,
+    sparkline,
+)
+
+# (key, title, what the plot shows): one plot each, 0-100 %.
+METRICS: tuple[tuple[str, str], ...] = (
+    ("activity", "activity %"),
+    ("tensor", "tensor util %"),
+    ("dram", "DRAM BW util %"),
+    ("memory", "memory used %"),
+    ("power", "power % of limit"),
+)
+# "All GPUs" plots three lines, not one per GPU: eight overlapping braille lines were
+# unreadable and cost ~30 ms per plot at 50x12 (one line: ~8 ms).
+# (line, palette colour); drawn in this order, so the mean lies on top.
+ENVELOPE = (("min", "muted"), ("max", "error"), ("mean", "success"))
+FALLBACK_COLOURS = {"muted": "#808080", "error": "#ff4444", "success": "#44bb44"}
+
+
+def rgb(hex_colour: str) -> tuple[int, int, int]:
+    """``#rrggbb`` as a plotext RGB tuple (plotext's own colour names follow its theme)."""
+    h = hex_colour.lstrip("#")
+    try:
+        return int(h[0:2], 16), int(h[2:4], 16), int(h[4:6], 16)
+    except ValueError:
+        return 68, 136, 255
+
+
+LOG_LINES = 15
+PROBES_SHOWN = 5
+PROC_COLUMNS: tuple[tuple[str, str, int], ...] = (
+    ("pid", "PID", 8),
+    ("user", "User", 10),
+    ("gpu", "GPU", 3),
+    ("gmem", "GPU mem", 9),
+    ("cpu", "CPU%", 5),
+    ("rss", "RSS", 9),
+    ("role", "verl role", 24),
+    ("rank", "Rank", 4),
+    ("cmd", "Command", 70),
+)
+DEAD_STATES = ("down", "stale", "auth_failed", "hostkey_changed", "no_python")
+
+
+def row_target(table_id: str | None, row_key: str | None) -> tuple[str, int | None] | None:
+    """(host, GPU index or None) for a selected row of pane 1's host or GPU table."""
+    if not row_key:
+        return None
+    if table_id == "host-table":
+        return row_key, None
+    if table_id == "gpu-table" and "/" in row_key:
+        host, _, index = row_key.rpartition("/")
+        try:
+            return host, int(index)
+        except ValueError:
+            return None
+    return None
+
+
+def invisible_line(pid: int, gpu: int) -> str:
+    """What the screen says about a GPU process the agent cannot see in /proc."""
+    return f"pid {pid} on GPU {gpu} is not visible to the agent (another PID namespace / container)"
+
+
+def bucket_means(
+    times: Sequence[float], values: Sequence[float], start: float, end: float, buckets: int
+) -> list[float | None]:
+    """Means of ``values`` in ``buckets`` equal time slices of [start, end] (None: no point);
+    NaN (missing) points are left out."""
+    if buckets < 1 or end <= start:
+        return []
+    width = (end - start) / buckets
+    sums = [0.0] * buckets
+    counts = [0] * buckets
+    for t, v in zip(times, values, strict=False):
+        if v != v or t < start:  # NaN: missing
+            continue
+        k = min(buckets - 1, int((t - start) / width))
+        sums[k] += v
+        counts[k] += 1
+    return [sums[k] / counts[k] if counts[k] else None for k in range(buckets)]
+
+
+def bucket_x(start: float, end: float, buckets: int) -> list[float]:
+    """Bucket centres in seconds before ``end`` (the right edge is 0)."""
+    width = (end - start) / buckets
+    return [start + (k + 0.5) * width - end for k in range(buckets)]
+
+
+def downsample(
+    times: Sequence[float], values: Sequence[float], start: float, end: float, buckets: int
+) -> tuple[list[float], list[float]]:
+    """Bucket means as plot points (x in seconds before ``end``), empty slices left out."""
+    means = bucket_means(times, values, start, end, buckets)
+    xs = bucket_x(start, end, buckets) if means else []
+    return [x for x, y in zip(xs, means, strict=True) if y is not None], [
+        y for y in means if y is not None
+    ]
+
+
+def envelope(
+    per_gpu: list[list[float | None]], xs: list[float]
+) -> dict[str, tuple[list[float], list[float]]]:
+    """Per time bucket, min / mean / max across GPUs (buckets no GPU has are left out)."""
+    out: dict[str, tuple[list[float], list[float]]] = {
+        "min": ([], []),
+        "mean": ([], []),
+        "max": ([], []),
+    }
+    for k, x in enumerate(xs):
+        vals = [b[k] for b in per_gpu if k < len(b) and b[k] is not None]
+        if not vals:
+            continue
+        for name, value in (
+            ("min", min(vals)),
+            ("mean", sum(vals) / len(vals)),  # type: ignore[arg-type]
+            ("max", max(vals)),
+        ):
+            out[name][0].append(x)
+            out[name][1].append(value)  # type: ignore[arg-type]
+    return out
+
+
+def _gpu_total(h: HostEntry, g: GpuEntry, field: str) -> float | None:
+    """The GPU's memory total or power limit: latest sample first, else the hello."""
+    value = getattr(g.latest, field, None) if g.latest is not None else None
+    if value:
+        return float(value)
+    if h.hello is not None:
+        for info in h.hello.gpus:
+            if info.index == g.index:
+                v = getattr(info, field, None)
+                return float(v) if v else None
+    return None
+
+
+def metric_series(
+    h: HostEntry, g: GpuEntry, metric: str, since: float
+) -> tuple[list[float], list[float]]:
+    """Times and 0-100 values of one plotted metric of one GPU (NaN where missing)."""
+    ring = g.history
+    if metric == "activity":
+        return ring.series("activity", since)
+    if metric == "tensor":
+        return ring.series("tensor_util", since)
+    if metric == "dram":
+        return ring.series("dram_util", since)
+    if metric == "memory":
+        ts, vs = ring.series("mem_used_mib", since)
+        total = _gpu_total(h, g, "mem_total_mib")
+        return ts, [100.0 * v / total if total else math.nan for v in vs]
+    ts, vs = ring.series("power_w", since)
+    limit = _gpu_total(h, g, "power_limit_w")
+    return ts, [100.0 * v / limit if limit else math.nan for v in vs]
+
+
+def activity_source(h: HostEntry) -> str:
+    """Which counter the activity plot shows for this host."""
+    if any(g.latest is not None and g.latest.sm_util is not None for g in h.gpus.values()):
+        return "GPM SM util"
+    return "NVML util"
+
+
+def core_bars(per_core: Sequence[float], palette: dict[str, str]) -> Text:
+    """One block character per CPU core (height = busy %), coloured by load."""
+    text = Text()
+    last = len(SPARK_CHARS) - 1
+    for v in per_core:
+        if missing(v):
+            text.append("·", style="dim")
+            continue
+        ch = SPARK_CHARS[min(last, max(0, int(v / 100.0 * last + 0.5)))]
+        style = (
+            palette.get("error", "red")
+            if v >= 90
+            else palette.get("warning", "yellow")
+            if v >= 60
+            else palette.get("success", "green")
+        )
+        text.append(ch, style=style)
+    return text
+
+
+def render_info(store: Store, h: HostEntry, palette: dict[str, str]) -> Text:
+    """The lines under the title: state and reason, backend, driver, agent, Python, hardware."""
+    live = h.state not in DEAD_STATES
+    text = Text()
+    state_style = (
+        palette.get("success", "green")
+        if h.state == "up"
+        else palette.get("error", "red")
+        if not live
+        else palette.get("warning", "yellow")
+    )
+    text.append("state ", style="dim")
+    text.append(h.state, style=f"bold {state_style}")
+    if h.reason:
+        text.append(f" ({h.reason})", style=palette.get("error", "red") if not live else "")
+    age = None if h.last_received is None else store.wall_clock() - h.last_received
+    text.append(f" · last seen {fmt_age(age)} ago", style="dim")
+    hello = h.hello
+    if hello is None:
+        text.append("\nno hello from the agent yet: backend, driver and versions unknown")
+        return text
+    parts = [
+        ("backend", hello.backend or DASH),
+        ("driver", hello.driver or DASH),
+        ("NVML", hello.nvml_version or DASH),
+        ("agent", hello.agent_version or DASH),
+        ("Python", hello.python or DASH),
+        ("interval", f"{hello.interval:g} s"),
+    ]
+    text.append("\n")
+    for i, (label, value) in enumerate(parts):
+        text.append(("" if i == 0 else " · ") + f"{label} ", style="dim")
+        text.append(value, style="bold")
+    names: dict[str, int] = {}
+    for info in hello.gpus:
+        names[info.name or "GPU"] = names.get(info.name or "GPU", 0) + 1
+    gpus = ", ".join(f"{n}× {name}" for name, n in names.items()) or "no GPU"
+    gpm = sum(1 for info in hello.gpus if info.gpm)
+    text.append(f"\n{gpus}", style="bold")
+    if hello.gpus:
+        text.append(
+            " (GPM: SM/tensor/DRAM util)"
+            if gpm == len(hello.gpus)
+            else f" ({gpm} with GPM)"
+            if gpm
+            else " (no GPM: activity is NVML util, no tensor/DRAM plots)",
+            style="dim",
+        )
+    if hello.cpu_count:
+        text.append(f" · {hello.cpu_count} CPUs", style="dim")
+    if hello.mem_total_bytes:
+        text.append(f" · {hello.mem_total_bytes / 2**30:.0f} GiB RAM", style="dim")
+    if hello.error:
+        text.append(f"\nagent: {hello.error}", style=palette.get("warning", "yellow"))
+    return text
+
+
+def render_host(store: Store, h: HostEntry, palette: dict[str, str]) -> Text:
+    """CPU (total, iowait, load, per core), memory, network and disk rates, the agent's cost."""
+    s = h.latest
+    text = Text()
+    text.append("Host\n", style="bold underline")
+    if s is None:
+        text.append("no host sample yet", style="italic")
+        return text
+    since = store.window_start()
+    cpu_hist = h.history.recent_values("cpu_pct", since)
+    text.append("CPU ", style="dim")
+    text.append(fmt_num(s.cpu_pct, "{:.0f}", " %"), style="bold")
+    text.append(f" {sparkline(cpu_hist, 16)}", style=palette.get("accent", "cyan"))
+    text.append(" · iowait ", style="dim")
+    iowait_style = "bold " + palette.get("warning", "yellow") if (s.iowait_pct or 0) >= 5 else ""
+    text.append(fmt_num(s.iowait_pct, "{:.1f}", " %"), style=iowait_style)
+    text.append(" · load ", style="dim")
+    text.append(fmt_num(s.load1, "{:.1f}"))
+    if s.cpu_per_core:
+        text.append(f"\n{len(s.cpu_per_core)} cores: ", style="dim")
+        text.append_text(core_bars(s.cpu_per_core, palette))
+    else:
+        text.append("\nper-core CPU not reported", style="dim")
+    total = s.mem_total_bytes or (h.hello.mem_total_bytes if h.hello else None)
+    text.append("\nMemory ", style="dim")
+    if s.mem_used_bytes is not None:
+        used = s.mem_used_bytes / 2**30
+        text.append(f"{used:.0f}", style="bold")
+        if total:
+            text.append(f" / {total / 2**30:.0f} GiB ({100 * s.mem_used_bytes / total:.0f} %)")
+        else:
+            text.append(" GiB")
+    else:
+        text.append(DASH)
+    for label, col, value in (
+        ("Net rx ", "net_rx_bps", s.net_rx_bps),
+        ("Net tx ", "net_tx_bps", s.net_tx_bps),
+        ("Disk rd", "disk_read_bps", s.disk_read_bps),
+        ("Disk wr", "disk_write_bps", s.disk_write_bps),
+    ):
+        hist = h.history.recent_values(col, since)
+        text.append(f"\n{label} ", style="dim")
+        text.append(fmt_bytes_rate(value).rjust(10), style="bold")
+        if hist:
+            text.append(
+                f" {sparkline(hist, 16, top=max(hist) or 1.0)}", style=palette.get("accent", "cyan")
+            )
+    if s.agent_cpu_pct is not None or s.agent_rss_bytes is not None:
+        text.append("\nagent: CPU ", style="dim")
+        text.append(fmt_num(s.agent_cpu_pct, "{:.2f}", " %"))
+        rss = None if s.agent_rss_bytes is None else s.agent_rss_bytes / 2**20
+        text.append(" · RSS ", style="dim")
+        text.append(fmt_num(rss, "{:.0f}", " MiB"))
+    return text
+
+
+def _size(nbytes: float | None) -> str:
+    if missing(nbytes):
+        return DASH
+    assert nbytes is not None
+    if nbytes >= 2**30:
+        return f"{nbytes / 2**30:.1f} GiB"
+    return f"{nbytes / 2**20:.0f} MiB"
+
+
+def role_label(proc: Any) -> str:
+    """The process's verl role, with the trainer's running method (``trainer:update_actor``)."""
+    role = proc.role or ""
+    if role == "trainer":
+        return classify(proc.cmd).label
+    return role or DASH
+
+
+def process_rows(h: HostEntry) -> tuple[list[tuple[str, tuple[Any, ...]]], list[Any]]:
+    """Table rows of the visible GPU processes (by GPU, then pid) and the invisible ones."""
+    rows: list[tuple[str, tuple[Any, ...]]] = []
+    hidden: list[Any] = []
+    procs = [] if h.procs is None else sorted(h.procs.procs, key=lambda p: (p.gpu_index, p.pid))
+    for p in procs:
+        if not p.visible:
+            hidden.append(p)
+            continue
+        gmem = None if p.used_mib is None else p.used_mib * 2**20
+        rows.append(
+            (
+                f"{p.pid}/{p.gpu_index}",
+                (
+                    str(p.pid).rjust(8),
+                    p.user or DASH,
+                    str(p.gpu_index).rjust(3),
+                    _size(gmem).rjust(9),
+                    fmt_num(p.cpu_pct).rjust(5),
+                    _size(p.rss_bytes).rjust(9),
+                    role_label(p),
+                    (DASH if p.rank is None else str(p.rank)).rjust(4),
+                    (p.cmd or DASH)[:200],
+                ),
+            )
+        )
+    return rows, hidden
+
+
+def render_hidden(h: HostEntry, hidden: list[Any], palette: dict[str, str]) -> RenderableType:
+    """A plain line per invisible process, or the reason there is no process list."""
+    if h.procs is None:
+        return Text(
+            "no GPU process list from this node yet (the agent reports it; roles come from the "
+            "process titles)",
+            style="italic",
+        )
+    lines: list[RenderableType] = []
+    if not h.procs.procs:
+        lines.append(Text("no process holds GPU memory on this node", style="italic"))
+    for p in hidden:
+        line = Text("⚠ ", style=palette.get("warning", "yellow"))
+        line.append(invisible_line(p.pid, p.gpu_index))
+        if p.used_mib is not None:
+            line.append(f" · {_size(p.used_mib * 2**20)} GPU memory", style="dim")
+        lines.append(line)
+    return Group(*lines)
+
+
+def render_probes(store: Store, host: str, palette: dict[str, str]) -> RenderableType:
+    """The bandwidth probes that ran on this node, newest first."""
+    mine = [p for p in store.probes if host in (p.hosts or [p.host]) or p.host == host]
+    title = Text("Bandwidth probes on this node", style="bold underline")
+    if not mine:
+        return Group(
+            title,
+            Text("none has run on this node (`verl-top probe nccl`)", style="dim"),
+        )
+    lines: list[RenderableType] = [title]
+    for p in reversed(mine[-PROBES_SHOWN:]):
+        line = Text()
+        ok_style = palette.get("success", "green") if p.ok else palette.get("error", "red")
+        line.append("ok  " if p.ok else "FAIL", style=f"bold {ok_style}")
+        line.append(f" {p.tool} {p.collective} {p.scope} · {p.nranks} ranks", style="")
+        if p.hosts:
+            line.append(f" · {','.join(p.hosts[:4])}{'…' if len(p.hosts) > 4 else ''}", style="dim")
+        if p.busbw_max_gbs is not None:
+            line.append(" · busbw ")
+            line.append(f"{p.busbw_max_gbs:.1f} GB/s", style="bold")
+            if p.expected_gbs:
+                share = 100.0 * p.busbw_max_gbs / p.expected_gbs
+                style = palette.get("warning", "yellow") if share < 70 else ""
+                line.append(f" = {share:.0f} % of {p.expected_gbs:.0f} expected", style=style)
+        if p.link:
+            line.append(f" ({p.link})", style="dim")
+        if p.transport:
+            line.append(f" · {p.transport}", style="dim")
+        if p.error:
+            line.append(f" · {p.error}", style=palette.get("error", "red"))
+        lines.append(line)
+    return Group(*lines)
+
+
+def render_log(h: HostEntry, width: int) -> RenderableType:
+    """The last lines of the node's followed logs (colour codes stripped, long lines cut)."""
+    title = Text(f"Log tail (last {LOG_LINES} lines)", style="bold underline")
+    if not h.log_tail:
+        return Group(
+            title,
+            Text("no followed log on this node (--verl-log HOST:PATH, --nccl-log)", style="dim"),
+        )
+    tail = list(h.log_tail)[-LOG_LINES:]
+    cut = max(20, width - 4)
+    body = Text(
+        "\n".join(
+            (line if len(line) <= cut else line[: cut - 1] + "…")
+            for line in (strip_ansi(raw).rstrip("\n").replace("\t", "  ") for raw in tail)
+        ),
+        no_wrap=True,
+    )
+    return Group(title, body)
+
+
+class MetricPlot(PlotextPlot):
+    """One metric's history (0-100 %) over the window: a line per GPU, or one GPU's line."""
+
+    DEFAULT_CSS = """
+    MetricPlot { height: 12; width: 1fr; }
+    """
+
+    def __init__(self, metric: str, title: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.metric = metric
+        self.title_text = title
+        self.builds = 0  # for tests and benchmarks
+
+    def show(
+        self,
+        title: str,
+        lines: list[tuple[str, list[float], list[float], tuple[int, int, int]]],
+        window_s: float,
+        note: str = "",
+    ) -> None:
+        """Replace the plotted lines: (label, xs, ys, colour) each, x in seconds before now."""
+        plt = self.plt
+        plt.clear_data()
+        plt.title(title)
+        plt.ylim(0, 100)
+        plt.xlim(-window_s, 0)
+        plt.yticks([0, 50, 100])
+        for _label, xs, ys, colour in lines:
+            if xs:
+                plt.plot(xs, ys, color=colour, marker="braille")
+        if note or not any(xs for _, xs, _, _ in lines):
+            plt.text(note or "no data", x=-window_s * 0.75, y=50)
+        self.builds += 1
+        self.refresh()
+
+
+class NodeScreen(Screen):
+    """One node in depth. The app refreshes it on its timer while it is the active screen."""
+
+    DEFAULT_CSS = """
+    NodeScreen { background: $surface; }
+    #node-title {
+        dock: top; height: 1; background: $primary; color: $foreground; text-style: bold;
+    }
+    #node-scroll { padding: 0 1; }
+    #node-plots { grid-size: 3; grid-gutter: 0 1; grid-rows: 12; height: auto; }
+    #node-host { height: 12; }
+    .node-block { height: auto; margin-top: 1; }
+    #node-info, #node-select { margin-top: 0; }
+    #node-procs { height: auto; max-height: 20; }
+    """
+
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("left", "select_gpu(-1)", "Prev GPU", key_display="←", priority=True),
+        Binding("right", "select_gpu(1)", "Next GPU", key_display="→", priority=True),
+        Binding("q", "app.quit", "Quit"),
+    ]
+
+    def __init__(self, store: Store, host: str, gpu: int | None = None) -> None:
+        super().__init__()
+        self.store = store
+        self.host = host
+        self.selected: int | None = gpu  # None: all GPUs, one line each
+        self._seen_version = -1
+        self._plot_stamp: tuple[Any, ...] = ()
+        self.proc_sync: TableSync | None = None
+        self.refresh_count = 0
+
+    # -- layout ----------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="node-title")
+        with VerticalScroll(id="node-scroll"):
+            yield Static("", id="node-info", classes="node-block")
+            yield Static("", id="node-select", classes="node-block")
+            with Grid(id="node-plots"):
+                for metric, title in METRICS:
+                    yield MetricPlot(metric, title, id=f"plot-{metric}")
+                yield Static("", id="node-host")
+            yield Static(Text("GPU processes", style="bold underline"), classes="node-block")
+            yield DataTable(id="node-procs", cursor_type="row", zebra_stripes=True)
+            yield Static("", id="node-hidden", classes="node-block")
+            yield Static("", id="node-probes", classes="node-block")
+            yield Static("", id="node-log", classes="node-block")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#node-procs", DataTable)
+        for key, label, width in PROC_COLUMNS:
+            table.add_column(label, key=key, width=width)
+        self.proc_sync = TableSync(table, [c[0] for c in PROC_COLUMNS], id_columns=1)
+        self.refresh_screen(self.store, None, force=True)
+
+    def on_resize(self) -> None:
+        """A new plot size needs new buckets: redraw at the next refresh."""
+        self._plot_stamp = ()
+        self.call_after_refresh(self.refresh_screen, self.store, None, True)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def palette(self) -> dict[str, str]:
+        """Theme colours for Rich text (the app's palette)."""
+        getter = getattr(self.app, "palette", None)
+        return getter() if callable(getter) else {}
+
+    def entry(self) -> HostEntry | None:
+        """The host's store entry (None if it vanished)."""
+        return self.store.hosts.get(self.host)
+
+    def action_select_gpu(self, delta: int) -> None:
+        """← / →: previous / next GPU; past either end: all GPUs."""
+        h = self.entry()
+        if h is None or not h.gpus:
+            return
+        choices: list[int | None] = [None, *sorted(h.gpus)]
+        i = choices.index(self.selected) if self.selected in choices else 0
+        self.selected = choices[(i + delta) % len(choices)]
+        self.refresh_screen(self.store, None, force=True)
+
+    # -- refresh ---------------------------------------------------------------------------
+
+    def refresh_screen(self, store: Store, verdict: Any, force: bool = False) -> None:
+        """Redraw from the store when it changed (or ``force``)."""
+        if not self.is_mounted or (store.version == self._seen_version and not force):
+            return
+        self._seen_version = store.version
+        self.store = store
+        h = self.entry()
+        palette = self.palette()
+        title = self.query_one("#node-title", Static)
+        if h is None:
+            title.update(Text(f" Node {self.host}: not known to this session (Esc back)"))
+            return
+        self.refresh_count += 1
+        with self.app.batch_update():
+            title.update(self._title(h, palette))
+            self.query_one("#node-info", Static).update(render_info(store, h, palette))
+            self._update_plots(store, h, palette)
+            self.query_one("#node-host", Static).update(render_host(store, h, palette))
+            rows, hidden = process_rows(h)
+            if self.proc_sync is not None:
+                self.proc_sync.sync(rows)
+            self.query_one("#node-hidden", Static).update(render_hidden(h, hidden, palette))
+            self.query_one("#node-probes", Static).update(render_probes(store, h.name, palette))
+            width = self.size.width or 160
+            self.query_one("#node-log", Static).update(render_log(h, width))
+
+    def _title(self, h: HostEntry, palette: dict[str, str]) -> Text:
+        live = h.state not in DEAD_STATES
+        text = Text(" Node ", style="bold")
+        text.append(h.name, style="bold")
+        text.append(f" · {h.state}", style="" if live else f"bold {palette.get('error', 'red')}")
+        text.append(f" · {len(h.gpus)} GPUs", style="")
+        procs = 0 if h.procs is None else len(h.procs.procs)
+        text.append(f" · {procs} GPU processes", style="")
+        text.append("   Esc back · ←/→ GPU · s snapshot", style="dim")
+        return text
+
+    def _update_plots(self, store: Store, h: HostEntry, palette: dict[str, str]) -> None:
+        plots = list(self.query(MetricPlot))
+        width = max((p.size.width for p in plots), default=0) or 50
+        indices = sorted(h.gpus)
+        if self.selected is not None and self.selected not in h.gpus:
+            self.selected = None
+        shown = [self.selected] if self.selected is not None else indices
+        stamp = (
+            tuple(shown),
+            width,
+            store.limits.window_s,
+            tuple(h.gpus[i].history.last_time() for i in shown),
+            tuple(len(h.gpus[i].history) for i in shown),
+        )
+        self._update_selector(h, palette)
+        if stamp == self._plot_stamp:
+            return
+        self._plot_stamp = stamp
+        end = store.now
+        window = store.limits.window_s
+        since = end - window
+        buckets = max(10, width - 8)  # the y-axis labels take ~6 columns
+        source = activity_source(h)
+        xs_all = bucket_x(since, end, buckets)
+        colours = {k: rgb(palette.get(k, v)) for k, v in FALLBACK_COLOURS.items()}
+        for plot in plots:
+            per_gpu = []
+            for i in shown:
+                ts, vs = metric_series(h, h.gpus[i], plot.metric, since)
+                per_gpu.append(bucket_means(ts, vs, since, end, buckets))
+            lines: list[tuple[str, list[float], list[float], tuple[int, int, int]]] = []
+            if self.selected is not None:
+                b = per_gpu[0]
+                xs = [x for x, y in zip(xs_all, b, strict=True) if y is not None]
+                ys = [y for y in b if y is not None]
+                lines.append((f"GPU{self.selected}", xs, ys, colours["success"]))
+            else:
+                env = envelope(per_gpu, xs_all)
+                lines = [(name, *env[name], colours[key]) for name, key in ENVELOPE]
+            title = plot.title_text
+            if plot.metric == "activity":
+                title += f" ({source})"
+            now_vals = [
+                ys[-1] for name, _, ys, _ in lines if ys and name != "min" and name != "max"
+            ]
+            if now_vals:
+                title += f" · now {now_vals[0]:.0f}" + (" mean" if self.selected is None else "")
+            note = ""
+            if plot.metric in ("tensor", "dram") and not any(xs for _, xs, _, _ in lines):
+                note = "no GPM on this node"
+            plot.show(title, lines, window, note)
+
+    def _update_selector(self, h: HostEntry, palette: dict[str, str]) -> None:
+        text = Text("GPU ", style="bold")
+        text.append("◀ ", style="dim")
+        if self.selected is None:
+            text.append(f"all {len(h.gpus)}", style="bold reverse")
+            text.append(" ▶  ", style="dim")
+            for name, key in ENVELOPE[::-1]:
+                text.append("━━ ", style=palette.get(key, FALLBACK_COLOURS[key]))
+                text.append(f"{name}  ")
+            text.append("across the node's GPUs (→ picks one GPU)", style="dim")
+        else:
+            g = h.gpus[self.selected]
+            text.append(f"GPU{self.selected}", style="bold reverse")
+            text.append(" ▶  ", style="dim")
+            act = mean(g.history.recent_values("activity", self.store.window_start()))
+            text.append("mean activity over the window ", style="dim")
+            text.append(fmt_num(act, "{:.0f}", " %"), style=f"bold {activity_style(act, palette)}")
+        text.append("    x: seconds before now · y: 0-100 %", style="dim")
+        self.query_one("#node-select", Static).update(text)
