@@ -9,6 +9,7 @@ Tests build the app with ``live=False`` (no sources, no timers) and call ``refre
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -19,6 +20,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, TabbedContent, TabPane
 
 from verl_top.inputs import Inputs
+from verl_top.store import Store
 from verl_top.ui.filter_bar import FilterBar
 from verl_top.ui.findings_screen import FindingsScreen
 from verl_top.ui.header import VerlTopHeader
@@ -97,6 +99,7 @@ class VerlTopApp(App):
         self.engine = engine if engine is not None else default_engine()
         self.verdict: Any = None
         self._eval_version = -1
+        self._engine_next = 0.0  # monotonic time before which the engine is not run again
         self._marked_step: int | None = -1
         self._replay_t0: float | None = None
         self._notes_seen = 0
@@ -216,14 +219,19 @@ class VerlTopApp(App):
         store = self.store
         if self.live and self.inputs.mode == "LIVE":
             store.mark_stale(stale_after=max(MIN_STALE_S, 3 * self.refresh_s))
-        if self.engine is not None and store.version != self._eval_version:
+        if self._engine_due(store):
             self._eval_version = store.version
+            started = time.monotonic()
             try:
                 self.verdict = self.engine.evaluate(store)
             except Exception as exc:  # noqa: BLE001 - keep the last verdict, say why once
                 if not self._engine_failed:
                     self._engine_failed = True
                     self.notify(f"diagnosis failed: {type(exc).__name__}: {exc}", severity="error")
+            cost = time.monotonic() - started
+            # A slow evaluation (a very large cluster) runs at most every 4x its own cost, so
+            # the tables keep their refresh rate; the verdict moves slowly anyway (hysteresis).
+            self._engine_next = time.monotonic() + 4 * cost
         replay = self.inputs.replay
         if replay is not None and self._replay_t0 is None and replay.position:
             self._replay_t0 = replay.position
@@ -238,6 +246,13 @@ class VerlTopApp(App):
                 self.pane(self.visible_step()).refresh_pane(store, self.verdict)
         self._show_notes()
         self.refresh_count += 1
+
+    def _engine_due(self, store: Store) -> bool:
+        return (
+            self.engine is not None
+            and store.version != self._eval_version
+            and time.monotonic() >= self._engine_next
+        )
 
     def _mark_bottleneck(self) -> None:
         step = None if self.verdict is None else getattr(self.verdict, "bottleneck_step", None)
