@@ -89,3 +89,12 @@ def test_snapshot_refuses_to_overwrite_without_force(tmp_path: Path) -> None:
 def test_probe_needs_a_known_target() -> None:
     out = run_cli("probe", "ethernet")
     assert out.returncode == 2 and "probe nccl" in out.stderr
+
+
+def test_headless_snapshot_includes_the_screen_with_the_bottleneck_pane(tmp_path: Path) -> None:
+    out_dir = tmp_path / "snap"
+    done = run_cli("snapshot", "--demo", "-o", str(out_dir))
+    assert done.returncode == 0, done.stderr
+    svg = (out_dir / "screen.svg").read_text()
+    assert svg.startswith("<svg") and "DEMO" in svg
+    assert "Stages&#160;of&#160;the&#160;last" in svg  # pane 3 (the demo's bottleneck) in front

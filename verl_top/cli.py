@@ -159,6 +159,17 @@ def _run_diagnose(args: argparse.Namespace, settings: Settings | None = None) ->
     return 0
 
 
+def _screen_svg(inputs, verdict) -> str | None:  # noqa: ANN001
+    """The screen the app would show for what was collected (None if it cannot be drawn)."""
+    from verl_top.ui.screenshot import render_screen_svg
+
+    try:
+        return asyncio.run(render_screen_svg(inputs, verdict))
+    except Exception as exc:  # noqa: BLE001 - the bundle is still useful without its picture
+        print(f"verl-top snapshot: no screen.svg ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return None
+
+
 def _run_snapshot(args: argparse.Namespace, settings: Settings | None = None) -> int:
     from verl_top.export.snapshot import SnapshotError, write_snapshot
     from verl_top.headless import collect
@@ -166,8 +177,11 @@ def _run_snapshot(args: argparse.Namespace, settings: Settings | None = None) ->
     inputs = build_inputs(args)
     try:
         verdict = asyncio.run(collect(inputs, args.duration, _engine(settings or Settings())))
+        screen = _screen_svg(inputs, verdict)
         try:
-            path = write_snapshot(inputs.store, verdict, args.output, force=args.force)
+            path = write_snapshot(
+                inputs.store, verdict, args.output, force=args.force, screen_svg=screen
+            )
         except SnapshotError as exc:
             print(f"verl-top snapshot: {exc}", file=sys.stderr)
             return 1

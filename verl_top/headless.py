@@ -19,6 +19,7 @@ DEFAULT_LIVE_DURATION = 10.0
 
 async def run_sources(inputs: Inputs, duration: float | None) -> None:
     """Run every source until all finish (finite inputs) or ``duration`` seconds pass."""
+    speed = inputs.replay.speed if inputs.replay is not None else None
     if inputs.replay is not None:
         inputs.replay.speed = 1e9  # no pacing: the data carries its own times
     tasks = [asyncio.create_task(src.run(inputs.pipeline.emit)) for src in inputs.sources]
@@ -29,6 +30,8 @@ async def run_sources(inputs: Inputs, duration: float | None) -> None:
             if not task.cancelled() and task.exception() is not None:
                 inputs.store.notes.append(f"a source failed: {task.exception()}")
     finally:
+        if inputs.replay is not None and speed is not None:
+            inputs.replay.speed = speed  # what a screenshot of the session should show
         for task in tasks:
             task.cancel()
         for task in tasks:
