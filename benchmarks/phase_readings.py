@@ -21,7 +21,17 @@ from verl_top.model import GpuSample
 from verl_top.protocol import Decoder, read_recording
 
 EDGE_S = 1.5
-METRICS = ("util_gpu", "util_mem", "mem_used_mib", "power_w", "temp_c", "sm_mhz", "sm_util", "tensor_util", "dram_util")
+METRICS = (
+    "util_gpu",
+    "util_mem",
+    "mem_used_mib",
+    "power_w",
+    "temp_c",
+    "sm_mhz",
+    "sm_util",
+    "tensor_util",
+    "dram_util",
+)
 SMI_COLS = ("util_gpu", "util_mem", "mem_used_mib", "power_w", "temp_c", "sm_mhz")
 
 
@@ -84,7 +94,10 @@ def main() -> int:
     print("|---|---|---|---|---|")
     for row in result:
         for m in METRICS:
-            a, b, c = (row[k].get(m, "—") for k in ("verl_top_pynvml", "verl_top_smi_backend", "nvidia_smi"))
+            a, b, c = (
+                row[k].get(m, "—")
+                for k in ("verl_top_pynvml", "verl_top_smi_backend", "nvidia_smi")
+            )
             print(f"| {row['phase']} | {m} | {a} | {b} | {c} |")
         n = [int(row[k]["n"]) for k in ("verl_top_pynvml", "verl_top_smi_backend", "nvidia_smi")]
         print(f"| {row['phase']} | samples | {n[0]} | {n[1]} | {n[2]} |")

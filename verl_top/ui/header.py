@@ -70,7 +70,9 @@ def banner(store: Store, verdict: Any) -> tuple[str, str]:
     headline = str(getattr(verdict, "headline", "") or "")
     if step is None and not store.gpu_count() and not store.steps:
         # Say plainly why there is nothing to judge (e.g. this machine has no NVIDIA driver).
-        reasons = sorted({h.reason for h in store.hosts.values() if h.state == "no_gpu" and h.reason})
+        reasons = sorted(
+            {h.reason for h in store.hosts.values() if h.state == "no_gpu" and h.reason}
+        )
         if reasons:
             return f"No GPU data: {'; '.join(reasons)} — showing host activity only", "warning"
     if step is None:
