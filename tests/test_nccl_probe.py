@@ -108,7 +108,8 @@ def test_script_runs_from_stdin_like_over_ssh() -> None:
         warmup=0,
         busy_check="none",
     )
-    assert argv[1:3] == ["-u", "-"]
+    assert argv[1:3] == ["-u", "-c"] and argv[-1] == "--stdin-eof-cancel"
+    script = script.split("\n", 1)[1]  # the payload: "<byte count>\n<script>"
     imported = set()
     for node in ast.walk(ast.parse(script)):
         if isinstance(node, ast.Import):
@@ -118,9 +119,17 @@ def test_script_runs_from_stdin_like_over_ssh() -> None:
     # Self-contained: stdlib, torch (workers) and optional pynvml only.
     assert "verl_top" not in imported
     assert imported - {"torch", "pynvml", "__future__"} <= set(sys.stdlib_module_names)
-    proc = subprocess.run(argv, input=script, capture_output=True, text=True, timeout=90)
-    assert proc.returncode == 0, proc.stderr
-    assert _records(proc.stdout)[0]["ok"]
+    # As over SSH: the payload on stdin, which stays open while the probe runs.
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(probe_mod.probe_payload())
+    proc.stdin.flush()
+    out = proc.stdout.read()
+    proc.stdin.close()
+    assert proc.wait(timeout=90) == 0
+    assert _records(out)[0]["ok"]
 
 
 def test_timeout_kills_ranks_and_reports() -> None:
@@ -286,10 +295,10 @@ async def test_remote_probe_two_launchers_rendezvous() -> None:
             *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
         )
         assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(stdin_text.encode())
-        proc.stdin.close()
+        proc.stdin.write(stdin_text.encode())  # stdin stays open: EOF would cancel the probe
         while line := await proc.stdout.readline():
             yield line.decode()
+        proc.stdin.close()
         await proc.wait()
 
     res = await asyncio.wait_for(
@@ -308,6 +317,7 @@ async def test_remote_probe_two_launchers_rendezvous() -> None:
         60,
     )
     assert res.ok and res.nranks == 2 and res.scope == "inter" and res.host == "n1"
+    assert res.hosts == ["n1", "n2"]
 
 
 def test_collector_reads_records_and_nccl_lines() -> None:
@@ -368,4 +378,6 @@ async def test_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
     )
     assert await main_probe(args) == 0
     assert "busbw max" in capsys.readouterr().out
-    assert await main_probe(parser.parse_args(["nccl", "--hosts", "far-away-node"])) == 2
+    bad = parser.parse_args(["nccl", "--hosts", "far-away-node", "--scope", "inter"])
+    assert await main_probe(bad) == 2  # across nodes needs --gpus; refused before connecting
+    assert "--gpus" in capsys.readouterr().err

@@ -5,8 +5,11 @@ Two tools: nccl-tests (``all_reduce_perf`` ...) when installed, else the built-i
 refuses GPUs that already run compute processes unless ``force``.
 
 Transport-agnostic remote runs: :func:`run_remote_probe` takes a ``run(argv, stdin_text)``
-callable returning an async iterator of output lines (the SSH source provides one), and
-:func:`probe_command` builds the argv (``python3 -u - ARGS`` with the script on stdin).
+callable returning an async iterator of output lines, and :func:`probe_command` builds the argv
+(``python3 -u -c BOOTSTRAP ARGS --stdin-eof-cancel``; the bootstrap reads the script from stdin,
+and stdin then stays open: its EOF tells the probe that the client is gone). Over SSH,
+:func:`ssh_probe_runner` provides ``run`` and :func:`probe_ssh_hosts` probes each node alone
+(``scope="intra"``) or all of them together (``scope="inter"``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from verl_top import protocol
 from verl_top.model import ProbeResult
@@ -31,9 +35,23 @@ from verl_top.nccl.parse import NcclLogState, parse_nccl_tests
 from verl_top.nccl.topo import Topology, parse_topo
 from verl_top.nccl.torch_probe import parse_size
 
+if TYPE_CHECKING:
+    from verl_top.sources.hosts import HostSpec
+    from verl_top.sources.ssh import SshSettings
+
 SCRIPT_PATH = Path(__file__).with_name("torch_probe.py")
 RunFn = Callable[[list[str], str], AsyncIterator[str]]
 _KILL_GRACE_S = 3.0
+DEFAULT_MASTER_PORT = 29533  # across nodes; away from torchrun's 29500 that a job may hold
+_PEER_GRACE_S = 15.0  # a non-first launcher ended: how long the first may still take
+_CONNECT_MARGIN_S = 30.0  # client-side limit = probe timeout + this (SSH login, interpreter)
+# Reads "<byte count>\n<script>" from stdin and runs it as __main__; stdin stays open after.
+# "verl-top-probe" also marks the process's command line.
+PROBE_BOOTSTRAP = (
+    "import sys;b=sys.stdin.buffer;n=int(b.readline());s=b.read(n);"
+    "sys.argv=['verl-top-probe']+sys.argv[1:];"
+    "exec(compile(s,'verl-top-probe','exec'),{'__name__':'__main__','__builtins__':__builtins__})"
+)
 
 
 def probe_script() -> str:
@@ -83,9 +101,20 @@ def probe_args(
     return argv
 
 
+def probe_payload() -> str:
+    """What :data:`PROBE_BOOTSTRAP` reads from stdin: ``f"{byte count}\\n{script}"``."""
+    script = probe_script()
+    return f"{len(script.encode('utf-8'))}\n{script}"
+
+
 def probe_command(python: str = "python3", **kwargs: object) -> tuple[list[str], str]:
-    """(remote argv, stdin text): ``python3 -u - ARGS`` reading the script from stdin."""
-    return [python, "-u", "-", *probe_args(**kwargs)], probe_script()  # type: ignore[arg-type]
+    """(remote argv, stdin text) of one launcher; see :data:`PROBE_BOOTSTRAP`.
+
+    The transport must write the stdin text and keep stdin open while the probe runs: the probe
+    cancels itself (killing its ranks) when stdin closes.
+    """
+    args = probe_args(**kwargs)  # type: ignore[arg-type]
+    return [python, "-u", "-c", PROBE_BOOTSTRAP, *args, "--stdin-eof-cancel"], probe_payload()
 
 
 class ProbeCollector:
@@ -266,29 +295,42 @@ async def local_topology() -> Topology | None:
     return topo if topo.devices else None
 
 
+class _HostFailed(Exception):
+    """One host of a remote probe failed; the message names it."""
+
+
 async def run_remote_probe(
-    run: RunFn,
+    run: RunFn | Sequence[RunFn],
     hosts: Sequence[str],
     collective: str = "all_reduce",
     *,
     nprocs: int,
-    master_port: int = 29533,
+    master_port: int | None = None,
     master_addr: str | None = None,
     python: str = "python3",
     nics: int | None = None,
+    timeout: float = 300.0,
     **kwargs: object,
 ) -> ProbeResult:
     """Probe across ``hosts``: one launcher per host, ``nprocs`` ranks each, rank 0 on hosts[0].
 
-    ``run(argv, stdin_text)`` starts ``argv`` on the host it was made for and yields output lines;
-    pass a mapping-aware callable by binding it per host, e.g. ``run=lambda argv, s: ...``. Here
-    ``run`` receives argv whose ``--host`` names the target host.
+    ``run`` is one ``run(argv, stdin_text)`` per host (or one callable for all, which then tells
+    hosts apart by the ``--host`` argument). One host: ranks meet on 127.0.0.1 at a port the
+    node picks; several: at ``master_addr`` (default hosts[0], which the other hosts must be
+    able to reach) and ``master_port`` (default 29533). A host that cannot be reached or whose
+    launcher fails stops the whole run and is named in the error. The probe enforces
+    ``timeout`` itself; this side gives up ``_CONNECT_MARGIN_S`` later. Cancelling this
+    coroutine closes every launcher's stdin and connection before it returns, which stops the
+    launchers and their ranks.
     """
+    runs = list(run) if isinstance(run, Sequence) else [run] * len(hosts)
+    single = len(hosts) == 1
     world = nprocs * len(hosts)
-    addr = master_addr or hosts[0]
+    addr = master_addr or ("127.0.0.1" if single else hosts[0])
+    port = master_port if master_port is not None else (0 if single else DEFAULT_MASTER_PORT)
     sinks = [ProbeCollector() for _ in hosts]
 
-    async def one(i: int, host: str) -> None:
+    async def one(i: int, host: str) -> str:
         argv, stdin_text = probe_command(
             python,
             nprocs=nprocs,
@@ -296,25 +338,151 @@ async def run_remote_probe(
             rank_offset=i * nprocs,
             world_size=world,
             master_addr=addr,
-            master_port=master_port,
+            master_port=port,
             host=host,
+            timeout=timeout,
             **kwargs,
         )
-        async for line in run(argv, stdin_text):
-            sinks[i].feed(line)
+        try:
+            async with contextlib.aclosing(runs[i](argv, stdin_text)) as lines:  # type: ignore[type-var]
+                async for line in lines:
+                    sinks[i].feed(line)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - becomes this host's error
+            raise _HostFailed(str(exc) if host in str(exc) else f"{host}: {exc}") from None
+        if i == 0:
+            return ""
+        failed = [r for r in sinks[i].results if not r.ok]
+        if failed:
+            raise _HostFailed(f"{host}: {failed[-1].error}")
+        last = "; ".join(sinks[i].other[-3:]) or "no output"
+        return f"{host}: launcher ended before the first host's: {last}"
 
-    await asyncio.gather(*(one(i, h) for i, h in enumerate(hosts)))
+    error = await _supervise_hosts([one(i, h) for i, h in enumerate(hosts)], timeout)
     head = sinks[0]
     for sink in sinks[1:]:  # transport lines may come from any node
         for key, gdr in sink.log.net_via.items():
             head.log.net_via[key] = head.log.net_via.get(key, False) or gdr
         if not head.log.nnodes and sink.log.nnodes:
             head.log.nnodes = sink.log.nnodes
-    errors = [s.other[-1] for s in sinks[1:] if s.results and not s.results[-1].ok]
-    result = head.finish(collective, hosts[0], nics=nics, error="; ".join(errors))
-    if len(hosts) > 1:
+    result = head.finish(collective, hosts[0], nics=nics, error=error)
+    if error and result.ok:
+        result.ok, result.error = False, error
+    elif error and error not in result.error:
+        result.error = f"{error}; {result.error}" if result.error else error
+    result.host = hosts[0]
+    result.hosts = list(hosts)  # the names the user gave, as the UI keys hosts by them
+    if not single:
         result.scope = "inter"
     return result
+
+
+async def _supervise_hosts(jobs: list, timeout: float) -> str:
+    """Run one coroutine per host until the first one ends; '' or the error to report.
+
+    The first host's launcher holds rank 0 and reports. The others are stopped once it ends
+    (after a short wait for their own clean exit), on the first failure, or at the time limit.
+    A non-first launcher that ends while the first still runs (its job returns why) fails the
+    run unless the first ends within ``_PEER_GRACE_S``.
+    """
+    tasks = [asyncio.create_task(job) for job in jobs]
+    head = tasks[0]
+    limit = time.monotonic() + timeout + _CONNECT_MARGIN_S
+    deadline = limit
+    early: list[str] = []
+    error = ""
+    try:
+        pending = set(tasks)
+        while not head.done():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                error = "; ".join(early) or f"timed out after {timeout:g} s (probe not answering)"
+                break
+            done, pending = await asyncio.wait(
+                pending, timeout=left, return_when=asyncio.FIRST_COMPLETED
+            )
+            peers = [t for t in done if t is not head]
+            failed = [t for t in peers if t.exception() is not None]
+            if failed:
+                error = "; ".join(str(t.exception()) for t in failed)
+                break
+            if peers:
+                early += [t.result() for t in peers]
+                deadline = min(limit, time.monotonic() + _PEER_GRACE_S)
+        rest = [t for t in tasks[1:] if not t.done()]
+        if not error and rest:
+            await asyncio.wait(rest, timeout=5.0)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    if not error and not head.cancelled() and head.exception() is not None:
+        error = str(head.exception())
+    return error
+
+
+def ssh_probe_runner(settings: SshSettings, spec: HostSpec) -> RunFn:
+    """``run(argv, stdin_text)`` that starts ``argv`` on ``spec`` over SSH (stdin kept open)."""
+    import shlex
+
+    from verl_top.sources.ssh import run_remote
+
+    def run(argv: list[str], stdin_text: str) -> AsyncIterator[str]:
+        command = "exec " + " ".join(shlex.quote(a) for a in argv)
+        return run_remote(settings, spec, command, stdin_text)
+
+    return run
+
+
+async def probe_ssh_hosts(
+    specs: Sequence[HostSpec],
+    settings: SshSettings,
+    collective: str = "all_reduce",
+    *,
+    scope: str = "intra",
+    nprocs: int = 0,
+    **kwargs: object,
+) -> list[ProbeResult]:
+    """Probe nodes over SSH: each alone (``intra``, one result per host, run concurrently) or
+    all together (``inter``, one result; ``nprocs`` ranks per node, so it must be given).
+
+    Keyword arguments go to :func:`run_remote_probe` (``backend``, ``max_bytes``, ``timeout``,
+    ``force``, ``master_addr``, ...); the remote interpreter is ``settings.python``.
+    """
+    names = [s.name for s in specs]
+    if scope == "inter":
+        if nprocs <= 0:
+            raise ValueError("a cross-node probe needs the ranks per node (--gpus N)")
+        runs = [ssh_probe_runner(settings, s) for s in specs]
+        addr = kwargs.pop("master_addr", None) or specs[0].host
+        result = await run_remote_probe(
+            runs,
+            names,
+            collective,
+            nprocs=nprocs,
+            master_addr=addr,  # type: ignore[arg-type]
+            python=settings.python,
+            **kwargs,
+        )
+        return [result]
+    kwargs.pop("master_addr", None)
+    kwargs.pop("master_port", None)
+    return list(
+        await asyncio.gather(
+            *(
+                run_remote_probe(
+                    ssh_probe_runner(settings, s),
+                    [s.name],
+                    collective,
+                    nprocs=nprocs,
+                    python=settings.python,
+                    **kwargs,  # type: ignore[arg-type]
+                )
+                for s in specs
+            )
+        )
+    )
 
 
 # ------------------------------------------------------------------------------------ nccl-tests
@@ -397,7 +565,28 @@ def _collective_of(binary: str) -> str:
 def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``verl-top probe nccl``."""
     parser.add_argument("what", nargs="?", default="nccl", choices=("nccl",))
-    parser.add_argument("--hosts", default="", help="comma list; only this machine is supported")
+    parser.add_argument(
+        "--hosts",
+        default="",
+        help="nodes to probe over SSH (comma list, ranges or a hosts file); default this machine",
+    )
+    parser.add_argument(
+        "--scope",
+        choices=("intra", "inter"),
+        default="intra",
+        help="intra: each host alone (default); inter: one run across all --hosts (needs --gpus)",
+    )
+    parser.add_argument(
+        "--master-addr",
+        default=None,
+        help="inter: address the other hosts reach the first one at (default its --hosts name)",
+    )
+    parser.add_argument("--master-port", type=int, default=DEFAULT_MASTER_PORT)
+    parser.add_argument(
+        "--python",
+        default="python3",
+        help="interpreter with torch on the remote hosts (e.g. a venv's bin/python)",
+    )
     parser.add_argument("--gpus", "--nprocs", dest="nprocs", type=int, default=0)
     parser.add_argument("--min-bytes", default="1M")
     parser.add_argument("--max-bytes", default="1G")
@@ -409,22 +598,25 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--force", action="store_true", help="probe even if GPUs are busy")
     parser.add_argument("--json", action="store_true", help="print the result record as JSON")
+    from verl_top.sources.ssh import add_ssh_arguments
 
-
-_LOCAL_NAMES = ("", "localhost", "127.0.0.1")
+    add_ssh_arguments(parser)
 
 
 async def main_probe(args: argparse.Namespace) -> int:
-    """``verl-top probe nccl``: run a probe on this machine and print it. Exit 0 when ok."""
-    hosts = [h.strip() for h in (args.hosts or "").split(",") if h.strip()]
-    me = socket.gethostname()
-    if any(h not in (*_LOCAL_NAMES, me) for h in hosts):
-        print(
-            "verl-top probe: remote hosts are probed from the TUI (SSH); this command probes "
-            "this machine only",
-            file=sys.stderr,
-        )
-        return 2
+    """``verl-top probe nccl``: run a probe (here or over SSH) and print it. Exit 0 when ok."""
+    from verl_top.sources.hosts import HostsError, is_local, parse_hosts_arg
+
+    specs = []
+    if (args.hosts or "").strip():
+        try:
+            specs = parse_hosts_arg(args.hosts)
+        except HostsError as exc:
+            print(f"verl-top probe: {exc}", file=sys.stderr)
+            return 2
+    remote = [s for s in specs if not is_local(s)]
+    if remote:
+        return await _main_remote(args, specs)
     try:
         parse_size(args.min_bytes)
         parse_size(args.max_bytes)
@@ -456,11 +648,59 @@ async def main_probe(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             force=args.force,
         )
-    if args.json:
-        print(json.dumps(protocol.to_dict(result)))
-    else:
-        print(format_probe(result))
+    _print_results([result], args.json)
     return 0 if result.ok else 1
+
+
+def _print_results(results: Sequence[ProbeResult], as_json: bool) -> None:
+    for i, result in enumerate(results):
+        if as_json:
+            print(json.dumps(protocol.to_dict(result)), flush=True)
+        else:
+            print(("\n" if i else "") + format_probe(result), flush=True)
+
+
+async def _main_remote(args: argparse.Namespace, specs: list[HostSpec]) -> int:
+    """``--hosts`` with other machines: probe them over SSH (the torch probe; nccl-tests is
+    not started remotely)."""
+    from verl_top.sources.ssh import SshSettings
+
+    if args.nccl_tests is not None:
+        print("verl-top probe: --nccl-tests runs on this machine only", file=sys.stderr)
+        return 2
+    if args.scope == "inter" and args.nprocs <= 0:
+        print("verl-top probe: --scope inter needs --gpus N (ranks per host)", file=sys.stderr)
+        return 2
+    try:
+        parse_size(args.min_bytes)
+        parse_size(args.max_bytes)
+        settings = SshSettings.from_args(args)
+        settings.python = args.python
+        settings.shared().load_keys()
+    except (ValueError, IndexError) as exc:
+        print(f"verl-top probe: {exc}", file=sys.stderr)
+        return 2
+    try:
+        results = await probe_ssh_hosts(
+            specs,
+            settings,
+            args.collective,
+            scope=args.scope,
+            nprocs=args.nprocs,
+            backend=args.backend,
+            min_bytes=args.min_bytes,
+            max_bytes=args.max_bytes,
+            iters=args.iters,
+            warmup=args.warmup,
+            timeout=args.timeout,
+            force=args.force,
+            master_addr=args.master_addr,
+            master_port=args.master_port,
+        )
+    finally:
+        await settings.shared().close()
+    _print_results(results, args.json)
+    return 0 if all(r.ok for r in results) else 1
 
 
 def _local_gpus() -> int:

@@ -435,7 +435,7 @@ def _launch(args, procs: list, done: set) -> int:
     port = args.master_port or free_port()
     if args.backend == "nccl" and args.nccl_debug:
         os.environ.setdefault("NCCL_DEBUG", "INFO")
-    if args.master_addr in ("127.0.0.1", "localhost"):
+    if args.master_addr.startswith("127.") or args.master_addr == "localhost":
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     cfg = {
         "backend": args.backend,

@@ -23,7 +23,7 @@ import random
 import shlex
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -683,3 +683,62 @@ async def _close(conn: asyncssh.SSHClientConnection, proc: Any) -> None:
     conn.close()
     with contextlib.suppress(Exception):
         await asyncio.wait_for(asyncio.shield(conn.wait_closed()), 2.0)
+
+
+# --- one-off commands (probes) ---------------------------------------------------------------
+
+
+class RemoteCommandError(Exception):
+    """A command could not be run on (or lost its connection to) a host; ``reason`` in words."""
+
+    def __init__(self, host: str, state: str, reason: str) -> None:
+        super().__init__(f"{host}: {reason}")
+        self.host = host
+        self.state = state  # a HostState value: down, auth_failed, hostkey_changed
+        self.reason = reason
+
+
+async def run_remote(
+    settings: SshSettings,
+    spec: HostSpec,
+    command: str,
+    stdin_text: str = "",
+    *,
+    close_stdin: bool = False,
+) -> AsyncIterator[str]:
+    """Run the shell ``command`` on ``spec`` and yield its output lines (stderr merged in).
+
+    Connects exactly as :class:`SshSource` does (same options, host-key policy, bastion and
+    handshake cap). ``stdin_text`` is written first; stdin then stays open (unless
+    ``close_stdin``) so the command can treat EOF as "the client is gone": sshd sends no signal
+    to a command without a tty when the connection closes, it only closes the pipes. When the
+    generator ends, is closed or its task is cancelled, the command also gets SIGTERM through
+    the channel (best effort), stdin EOF, and the connection is closed. Raises
+    :class:`RemoteCommandError` for connection, login and host-key failures.
+    """
+    source = SshSource(spec, settings)
+    try:
+        conn, client = await source._connect()
+    except _HostFailure as exc:
+        raise RemoteCommandError(spec.name, exc.state, exc.reason) from None
+    proc: asyncssh.SSHClientProcess | None = None
+    try:
+        try:
+            proc = await conn.create_process(
+                command, encoding="utf-8", errors="replace", stderr=asyncssh.STDOUT
+            )
+            if stdin_text:
+                proc.stdin.write(stdin_text)
+            if close_stdin:
+                proc.stdin.write_eof()
+            async for line in proc.stdout:
+                if line:  # asyncssh ends with "" at EOF; a blank line is "\n"
+                    yield line.rstrip("\n")
+        except Exception as exc:  # noqa: BLE001 - classified like the agent stream's failures
+            fail = classify(exc, client, spec, source.shared)
+            raise RemoteCommandError(spec.name, fail.state, fail.reason) from None
+    finally:
+        if proc is not None and proc.exit_status is None and proc.exit_signal is None:
+            with contextlib.suppress(Exception):
+                proc.send_signal("TERM")
+        await _close(conn, proc)

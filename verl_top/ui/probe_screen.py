@@ -1,4 +1,4 @@
-"""Key p: confirm, run an NCCL bandwidth probe on this machine, feed the result to the pipeline.
+"""Key p: confirm, run NCCL bandwidth probes on the session's hosts, feed results to the pipeline.
 
 The confirmation names the host, its GPUs (and which already run compute processes), the
 expected duration, and warns that a probe perturbs training. Run / Run with --force start
@@ -7,8 +7,9 @@ it, and ``run_local_probe`` kills the probe's whole process group before the can
 completes, so the screen closes only once nothing is left running. The result goes through
 ``inputs.pipeline.emit`` (store, recording, listeners) and the app shows pane 2.
 
-Remote nodes: the SSH source has no way yet to run a command next to its agent, so the screen
-says so and names the command to run on the node instead; it never pretends to probe them.
+Remote nodes (SSH sources): each is probed alone (intra-node, all its GPUs) over its own SSH
+connection settings, concurrently with the local probe; cancelling closes every channel, and the
+remote probes stop themselves when their stdin closes (see docs/nccl.md, "Remote probes").
 Replays and the demo have no machine to probe: the key says probes need a live session.
 """
 
@@ -29,11 +30,11 @@ from textual.widgets import Button, Static
 
 from verl_top.model import ProbeResult
 
-# runner(force) -> the probe's result; the app's default wraps run_local_probe.
-ProbeRunner = Callable[[bool], Awaitable[ProbeResult]]
+# runner(force) -> the probe's result(s); the app's default probes the plan's hosts.
+ProbeRunner = Callable[[bool], Awaitable["ProbeResult | list[ProbeResult]"]]
 PROBE_TIMEOUT_S = 300.0
 EXPECTED = "about 15-60 s (starting one process per GPU and NCCL init dominate)"
-REMOTE_HINT = "remote probes: run `verl-top probe nccl` on the node"
+REMOTE_NOTE = "each probed alone over SSH, all its GPUs, with the agent's python3"
 WARNING = (
     "A probe perturbs training: it moves up to 1 GiB per collective over NVLink/PCIe and takes "
     "GPU memory while it runs. GPUs running compute processes make the probe refuse unless "
@@ -50,6 +51,7 @@ class ProbePlan:
     gpus: list[str] = field(default_factory=list)  # "0 NVIDIA H200" per GPU of the local host
     busy: list[int] = field(default_factory=list)  # local GPU indices with compute processes
     remote_hosts: list[str] = field(default_factory=list)
+    remote_sources: list[Any] = field(default_factory=list)  # their SshSource (spec, settings)
 
 
 def plan_probe(app: Any) -> ProbePlan:
@@ -63,6 +65,7 @@ def plan_probe(app: Any) -> ProbePlan:
             plan.local_host = src.host
         elif isinstance(src, SshSource):
             plan.remote_hosts.append(src.name)
+            plan.remote_sources.append(src)
     entry = app.store.hosts.get(plan.local_host) if plan.local_host else None
     if entry is not None:
         if entry.hello is not None:
@@ -74,11 +77,25 @@ def plan_probe(app: Any) -> ProbePlan:
     return plan
 
 
-def default_runner(force: bool) -> Awaitable[ProbeResult]:
-    """``run_local_probe`` for all_reduce over every visible GPU."""
-    from verl_top.nccl.probe import run_local_probe
+def plan_runner(plan: ProbePlan) -> ProbeRunner:
+    """all_reduce over every GPU of the local host and of each remote host, all at once."""
 
-    return run_local_probe("all_reduce", force=force, timeout=PROBE_TIMEOUT_S)
+    async def run(force: bool) -> list[ProbeResult]:
+        from verl_top.nccl.probe import probe_ssh_hosts, run_local_probe
+
+        jobs = []
+        if plan.local_host is not None:
+            jobs.append(run_local_probe("all_reduce", force=force, timeout=PROBE_TIMEOUT_S))
+        for src in plan.remote_sources:
+            jobs.append(
+                probe_ssh_hosts([src.spec], src.settings, force=force, timeout=PROBE_TIMEOUT_S)
+            )
+        results: list[ProbeResult] = []
+        for done in await asyncio.gather(*jobs):  # cancelling waits for every probe to stop
+            results += done if isinstance(done, list) else [done]
+        return results
+
+    return run
 
 
 def gpus_text(plan: ProbePlan) -> str:
@@ -98,8 +115,8 @@ def gpus_text(plan: ProbePlan) -> str:
     return text
 
 
-class ProbeScreen(ModalScreen[ProbeResult | None]):
-    """Confirmation, progress and cancellation of one local bandwidth probe."""
+class ProbeScreen(ModalScreen["list[ProbeResult] | None"]):
+    """Confirmation, progress and cancellation of the bandwidth probes of one key press."""
 
     DEFAULT_CSS = """
     ProbeScreen { align: center middle; }
@@ -144,10 +161,11 @@ class ProbeScreen(ModalScreen[ProbeResult | None]):
         if plan.remote_hosts:
             shown = ", ".join(plan.remote_hosts[:8])
             more = f" and {len(plan.remote_hosts) - 8} more" if len(plan.remote_hosts) > 8 else ""
-            lines.append(f"remote hosts: {shown}{more}")
-            lines.append(f"[i]{REMOTE_HINT}[/i] (not run from here yet)")
+            lines.append(f"remote hosts: {shown}{more} ({REMOTE_NOTE})")
+            if plan.local_host is None:
+                lines.append(f"stops itself after {PROBE_TIMEOUT_S:.0f} s")
         lines += ["", f"[b $warning]{WARNING}[/]"]
-        can_run = plan.local_host is not None
+        can_run = plan.local_host is not None or bool(plan.remote_sources)
         with Vertical():
             yield Static("\n".join(lines), id="probe-text")
             yield Static("", id="probe-progress")
@@ -170,7 +188,9 @@ class ProbeScreen(ModalScreen[ProbeResult | None]):
 
     def start(self, force: bool) -> None:
         """Start the probe worker (once)."""
-        if self.state != "confirm" or self.plan.local_host is None:
+        if self.state != "confirm" or (
+            self.plan.local_host is None and not self.plan.remote_sources
+        ):
             return
         self.state = "running"
         self._started = time.monotonic()
@@ -191,23 +211,27 @@ class ProbeScreen(ModalScreen[ProbeResult | None]):
 
     async def _probe(self, force: bool) -> None:
         try:
-            result = await self.runner(force)
+            got = await self.runner(force)
+            results = got if isinstance(got, list) else [got]
         except asyncio.CancelledError:
-            # run_local_probe has killed its process group before this propagates.
+            # The probes have killed their process groups / closed their channels by now.
             self._finish(None)
             raise
         except Exception as exc:  # noqa: BLE001 - a failed probe is a result, not a crash
-            result = ProbeResult(
-                host=self.plan.local_host or socket.gethostname(),
-                t=time.time(),
-                tool="torch",
-                ok=False,
-                error=f"{type(exc).__name__}: {exc}",
-            )
-        self.emit(result)
-        self._finish(result)
+            results = [
+                ProbeResult(
+                    host=self.plan.local_host or socket.gethostname(),
+                    t=time.time(),
+                    tool="torch",
+                    ok=False,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+            ]
+        for result in results:
+            self.emit(result)
+        self._finish(results)
 
-    def _finish(self, result: ProbeResult | None) -> None:
+    def _finish(self, result: list[ProbeResult] | None) -> None:
         self.state = "done"
         if self._ticker is not None:
             self._ticker.stop()
@@ -246,13 +270,16 @@ def open_probe(app: Any) -> None:
     if app.inputs.mode != "LIVE" or app.inputs.replay is not None:
         app.notify(NEEDS_LIVE, severity="warning")
         return
-    runner = getattr(app, "probe_runner", None) or default_runner
+    plan = plan_probe(app)
+    runner = getattr(app, "probe_runner", None) or plan_runner(plan)
 
-    def done(result: ProbeResult | None) -> None:
-        if result is None:
+    def done(results: list[ProbeResult] | None) -> None:
+        if not results:
             return
         app.action_show_tab(2)
         app.refresh_now()
-        app.notify(probe_summary(result), severity="information" if result.ok else "error")
+        ok = all(r.ok for r in results)
+        text = "\n".join(probe_summary(r) for r in results)
+        app.notify(text, severity="information" if ok else "error")
 
-    app.push_screen(ProbeScreen(plan_probe(app), runner, app.inputs.pipeline.emit), done)
+    app.push_screen(ProbeScreen(plan, runner, app.inputs.pipeline.emit), done)
