@@ -138,11 +138,11 @@ def gpu_throttle(view: View, th: Thresholds) -> RuleResult:
     fracs: dict[str, float] = {}
     reasons: set[str] = set()
     for g in view.gpus():
-        vals = g.history.values("throttled", view.since)
+        vals = view.gpu_values(g, "throttled")
         if vals:
             fracs[view.gpu_name(g)] = sum(vals) / len(vals)
             mask = 0
-            for bits in g.history.values("clock_reasons", view.since):
+            for bits in set(view.gpu_values(g, "clock_reasons")):  # OR: each mask once
                 mask |= int(bits)
             reasons.update(n for n in clock_reason_names(mask) if n not in ("idle", "app_clocks"))
     if not fracs:
@@ -227,8 +227,9 @@ def job_stalled(view: View, th: Thresholds) -> RuleResult:
     limit = min(th.stall_factor * med, th.stall_max_s)
     if gap <= limit:
         return passed(STEP, "job.stalled", f"last step {gap:.0f} s ago (limit {limit:.0f} s)")
-    acts = [v for g in view.store.iter_gpus() for v in g.history.values("activity", steps[-1].t)]
-    utils = [v for g in view.store.iter_gpus() for v in g.history.values("util_gpu", steps[-1].t)]
+    last = steps[-1].t
+    acts = [v for g in view.store.iter_gpus() for v in view.gpu_values(g, "activity", last)]
+    utils = [v for g in view.store.iter_gpus() for v in view.gpu_values(g, "util_gpu", last)]
     act, util = mean(acts), mean(utils)
     if act is None:
         sev, state = 0.6, "GPU activity unknown"

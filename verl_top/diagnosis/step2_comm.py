@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, fmt_pct
+from verl_top.store import GpuEntry
 
 STEP = 2
 NEED_NCCL = "needs an NCCL_DEBUG=INFO log: run with NCCL_DEBUG=INFO and pass --nccl-log PATH"
@@ -184,25 +186,61 @@ class NodeWait:
         return self.waiting / max(1, self.seconds)
 
 
+def _per_second(view: View, gpus: list[GpuEntry]) -> dict[int, list[float]]:
+    """A node's activity values by whole second: each GPU's in turn, oldest first."""
+    series = [view.gpu_series(g, "activity") for g in gpus]
+    per_s: dict[int, list[float]] = {}
+    if series and all(ts == series[0][0] for ts, _ in series):
+        # One agent tick samples all GPUs of a node: one time axis. With one point per
+        # second, a second's values are the GPUs' values at that point, in GPU order.
+        keys = list(map(int, series[0][0]))
+        if len(set(keys)) == len(keys):
+            for k, row in zip(keys, zip(*(vs for _, vs in series), strict=True), strict=True):
+                vals = list(row)
+                if math.isnan(sum(vals)):
+                    vals = [v for v in vals if v == v]  # NaN = missing
+                if vals:
+                    per_s[k] = vals
+            return per_s
+    for ts, vs in series:
+        for k, v in zip(map(int, ts), vs, strict=True):
+            if v == v:
+                if k in per_s:
+                    per_s[k].append(v)
+                else:
+                    per_s[k] = [v]
+    return per_s
+
+
 def node_waits(view: View, th: Thresholds) -> dict[str, NodeWait]:
     """Per node, the seconds of the window where all its GPUs were below ``sync_wait_idle_pct``
     while another node's mean was above ``sync_wait_busy_pct``. Empty with < 2 GPU nodes."""
     buckets: dict[str, dict[int, list[float]]] = {}
     for h in view.hosts():
-        for g in h.gpus.values():
-            for t, v in view.gpu_points(g, "activity"):
-                buckets.setdefault(h.name, {}).setdefault(int(t), []).append(v)
+        per_s = _per_second(view, list(h.gpus.values()))
+        if per_s:
+            buckets[h.name] = per_s
     if len(buckets) < 2:
         return {}
-    times = sorted({t for b in buckets.values() for t in b})
+    # Per second, the two highest node means with their nodes: "the busiest other node" is the
+    # top one, or the second when the top one is the node itself (hosts x seconds of work, not
+    # hosts^2 x seconds).
+    top: dict[int, tuple[tuple[float, str], tuple[float, str] | None]] = {}
+    for host, mine in buckets.items():
+        for t, vals in mine.items():
+            m = (sum(vals) / len(vals), host)
+            best = top.get(t)
+            if best is None:
+                top[t] = (m, None)
+            elif m[0] > best[0][0]:
+                top[t] = (m, best[0])
+            elif best[1] is None or m[0] > best[1][0]:
+                top[t] = (best[0], m)
     out: dict[str, NodeWait] = {}
     for host, mine in buckets.items():
         waiting: list[int] = []
-        for t in times:
-            vals = mine.get(t)
-            if not vals or max(vals) >= th.sync_wait_idle_pct:
-                continue
-            others = [sum(o[t]) / len(o[t]) for h2, o in buckets.items() if h2 != host and t in o]
+        for t in sorted(t for t, vals in mine.items() if max(vals) < th.sync_wait_idle_pct):
+            others = [m for m, h2 in filter(None, top.get(t, ())) if h2 != host]
             if others and max(others) > th.sync_wait_busy_pct:
                 waiting.append(t)
         episodes = sum(1 for i, t in enumerate(waiting) if i == 0 or t - waiting[i - 1] > 2)

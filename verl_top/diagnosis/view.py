@@ -3,38 +3,36 @@
 The view never writes to the store. Its clock is ``Store.now`` (the newest data time), so a
 replay gives the same verdict every time.
 
-verl metric names: the stage catalogue below accepts both the current ``timing_s/<stage>`` keys
-and the oldest ``timing/<stage>`` keys (verl.md §1.2). It is a small local mapping until
-``verl_top.verl.stages`` provides the shared one.
+verl metric names: stage names, their order and the timing prefixes (current ``timing_s/<stage>``
+and oldest ``timing/<stage>``, verl.md §1.2) come from the catalogue in ``verl_top.verl.stages``.
+``StepView`` here is the diagnosis' own reading of a step, kept apart from the catalogue's
+``StepView.from_step`` because the two differ where verdicts depend on them: here NaN timings
+are dropped, aliases (``reshard``, ``param_sync``) are not mapped, ``step`` counts as including
+testing/checkpoint when it is >= the core sum + 0.9 x their sum (the catalogue: within a
+tolerance of 1 s or 2 %), an unlogged ``step`` is the core sum (the catalogue adds
+testing/checkpoint), ``throughput`` is verl's ``perf/throughput`` only (the catalogue derives
+or estimates it), and stage bands walk forward from ``t - step_time`` over the core stages
+(the catalogue walks back from ``t`` and includes testing/checkpoint).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Any
 
 from verl_top.diagnosis.thresholds import Thresholds
-from verl_top.store import GpuEntry, HostEntry, Store
+from verl_top.store import GpuEntry, HostEntry, Ring, Store
+from verl_top.verl.stages import CORE_STAGES, EXTRA_STAGES, STAGE_BY_NAME, TIMING_PREFIXES
 
-# Stages of one step in execution order (verl.md §1.2); testing/save_checkpoint follow `step`.
-STEP_STAGES: tuple[str, ...] = (
-    "gen",
-    "gen_max",
-    "reward",
-    "old_log_prob",
-    "ref",
-    "values",
-    "adv",
-    "update_critic",
-    "update_actor",
-    "update_weights",
-    "dump_rollout_generations",
-)
-PERIODIC_STAGES: tuple[str, ...] = ("testing", "save_checkpoint")
-TIMING_PREFIXES: tuple[str, ...] = ("timing_s/", "timing/")
+# Stages of one step in execution order (verl.md §1.2), from the verl catalogue: the core stages
+# without the profiler bookkeeping; testing/save_checkpoint are the periodic ones after `step`.
+STEP_STAGES: tuple[str, ...] = tuple(n for n in CORE_STAGES if not STAGE_BY_NAME[n].overhead)
+PERIODIC_STAGES: tuple[str, ...] = EXTRA_STAGES
 
 
 def timing(metrics: dict[str, float], name: str) -> float | None:
@@ -108,6 +106,15 @@ def step_view(step: int, t: float, metrics: dict[str, float]) -> StepView:
     )
 
 
+def label_phase(label: str) -> str | None:
+    """The phase a replay trace's label names (``gen*`` / ``train*``, ``update*``), else None."""
+    if label.startswith("gen"):
+        return "gen"
+    if label.startswith(("train", "update")):
+        return "update_actor"
+    return None
+
+
 def median(values: Iterable[float]) -> float | None:
     """Median, or None for no values."""
     vals = list(values)
@@ -119,8 +126,43 @@ def fmt_pct(x: float) -> str:
     return f"{100 * x:.0f} %"
 
 
+class _Phases:
+    """The phase of each point of one GPU window, as runs, and the point spans a filter keeps."""
+
+    def __init__(self, phases: list[str | None]) -> None:
+        self.runs: list[tuple[int, int, str | None]] = []
+        i = 0
+        for phase, same in groupby(phases):
+            n = len(list(same))
+            self.runs.append((i, i + n, phase))
+            i += n
+        self.distinct = tuple(dict.fromkeys(phases))
+        self._spans: dict[tuple[bool, ...], list[tuple[int, int]]] = {}
+
+    def spans(self, keep: Callable[[str | None], bool]) -> list[tuple[int, int]]:
+        """(first, end) point ranges whose phase passes ``keep``, adjacent ones merged."""
+        sig = tuple(bool(keep(p)) for p in self.distinct)
+        hit = self._spans.get(sig)
+        if hit is None:
+            ok = dict(zip(self.distinct, sig, strict=True))
+            hit = []
+            for i, j, phase in self.runs:
+                if ok[phase]:
+                    if hit and hit[-1][1] == i:
+                        hit[-1] = (hit[-1][0], j)
+                    else:
+                        hit.append((i, j))
+            self._spans[sig] = hit
+        return hit
+
+
 class View:
-    """Read-only helpers over a Store for one evaluation."""
+    """Read-only helpers over a Store for one evaluation.
+
+    A view lives for one evaluation and the store does not change meanwhile, so everything it
+    reads from the rings (window arrays, means, per-point phases) is memoised here: the rules
+    ask for the same GPU windows many times, and at 1000+ GPUs reading them is the whole cost.
+    """
 
     def __init__(self, store: Store, thresholds: Thresholds) -> None:
         self.store = store
@@ -128,7 +170,19 @@ class View:
         self.now = store.now
         self.since = store.now - thresholds.window_s
         self._steps: list[StepView] | None = None
+        self._recent: dict[int, list[StepView]] = {}
         self._bands: list[tuple[float, float, str]] | None = None
+        self._starts: tuple[list[float] | None] | None = None  # (band starts or None,) once known
+        self._phase_since: float | None = None
+        self._gpus: list[GpuEntry] | None = None
+        self._times: dict[tuple[int, float], list[float]] = {}
+        self._columns: dict[tuple[int, str, float], list[float]] = {}
+        self._values: dict[tuple[int, str, float], list[float]] = {}
+        self._means: dict[tuple[int, str], float | None] = {}
+        self._has: dict[str, bool] = {}
+        self._phase_of: dict[int, _Phases] = {}
+        self._phase_by_points: dict[tuple[tuple[float, ...], tuple[str, ...]], _Phases] = {}
+        self._wbands: list[tuple[float, float, str]] | None = None
 
     # -- window text ----------------------------------------------------------------------
     @property
@@ -136,24 +190,63 @@ class View:
         """How the GPU window is named in evidence."""
         return f"last {self.th.window_s:.0f} s"
 
+    # -- ring windows (memoised) ----------------------------------------------------------
+    def _ring_series(
+        self, ring: Ring, column: str, since: float
+    ) -> tuple[list[float], list[float]]:
+        """(times, values) of a ring column from ``since``, NaN kept; the times list is read
+        once per ring and window and shared by its columns."""
+        key = (id(ring), column, since)
+        vs = self._columns.get(key)
+        ts = self._times.get(key[::2])
+        if ts is None:
+            ts, vs = ring.recent_series(column, since)
+            self._times[key[::2]] = ts
+            self._columns[key] = vs
+        elif vs is None:
+            vs = self._columns[key] = ring.recent_column(column, since)
+        return ts, vs
+
+    def gpu_values(self, entry: GpuEntry, column: str, since: float | None = None) -> list[float]:
+        """Non-missing values of a GPU column from ``since`` (default: the window), oldest first."""
+        since = self.since if since is None else since
+        key = (id(entry.history), column, since)
+        hit = self._values.get(key)
+        if hit is None:
+            vs = self._ring_series(entry.history, column, since)[1]
+            # sum() is NaN iff a value is (or inf - inf): filter only then.
+            hit = self._values[key] = [v for v in vs if v == v] if math.isnan(sum(vs)) else vs
+        return hit
+
     # -- GPUs -----------------------------------------------------------------------------
     def gpus(self) -> list[GpuEntry]:
         """GPUs with at least one sample in the window."""
-        return [g for g in self.store.iter_gpus() if g.history.values("activity", self.since)]
+        if self._gpus is None:
+            self._gpus = [g for g in self.store.iter_gpus() if self.gpu_values(g, "activity")]
+        return list(self._gpus)
 
     def gpu_mean(self, entry: GpuEntry, column: str) -> float | None:
         """Mean of a GPU column over the window."""
-        vals = entry.history.values(column, self.since)
-        return sum(vals) / len(vals) if vals else None
+        key = (id(entry.history), column)
+        if key not in self._means:
+            vals = self.gpu_values(entry, column)
+            self._means[key] = sum(vals) / len(vals) if vals else None
+        return self._means[key]
+
+    def gpu_series(self, entry: GpuEntry, column: str) -> tuple[list[float], list[float]]:
+        """Times and values of a GPU column over the window, oldest first, NaN kept."""
+        return self._ring_series(entry.history, column, self.since)
 
     def gpu_points(self, entry: GpuEntry, column: str) -> list[tuple[float, float]]:
         """(t, value) of a GPU column over the window, missing values dropped."""
-        ts, vs = entry.history.series(column, self.since)
-        return [(t, v) for t, v in zip(ts, vs, strict=True) if not math.isnan(v)]
+        ts, vs = self.gpu_series(entry, column)
+        return [(t, v) for t, v in zip(ts, vs, strict=True) if v == v]
 
     def has_column(self, column: str) -> bool:
         """True when any GPU has ``column`` in the window (e.g. GPM sm_util)."""
-        return any(g.history.values(column, self.since) for g in self.store.iter_gpus())
+        if column not in self._has:
+            self._has[column] = any(self.gpu_values(g, column) for g in self.store.iter_gpus())
+        return self._has[column]
 
     def gpu_name(self, entry: GpuEntry) -> str:
         """``host:index`` for evidence."""
@@ -185,8 +278,8 @@ class View:
 
     def host_values(self, host: HostEntry, column: str) -> list[tuple[float, float]]:
         """(t, value) of a host column over the window."""
-        ts, vs = host.history.series(column, self.since)
-        return [(t, v) for t, v in zip(ts, vs, strict=True) if not math.isnan(v)]
+        ts, vs = self._ring_series(host.history, column, self.since)
+        return [(t, v) for t, v in zip(ts, vs, strict=True) if v == v]
 
     def gpu_host_count(self) -> int:
         """Hosts that report GPUs."""
@@ -204,7 +297,9 @@ class View:
     def recent_steps(self, n: int | None = None) -> list[StepView]:
         """The last ``n`` non-outlier steps (testing/save_checkpoint excluded)."""
         n = int(self.th.recent_steps) if n is None else n
-        return [s for s in self.steps() if not s.is_outlier][-n:]
+        if n not in self._recent:
+            self._recent[n] = [s for s in self.steps() if not s.is_outlier][-n:]
+        return list(self._recent[n])
 
     def median_share(self, *stages: str) -> tuple[float, int] | None:
         """Median share of ``stages`` over the recent steps, and how many steps had it."""
@@ -242,37 +337,98 @@ class View:
             self._bands = bands
         return self._bands
 
+    def _band_starts(self) -> list[float] | None:
+        """Band starts when the bands are sorted and disjoint (one bisect then finds the only
+        band that can hold a time), else None."""
+        if self._starts is None:
+            bands = self.stage_bands()
+            ordered = all(s < e for s, e, _ in bands) and all(
+                a[1] <= b[0] for a, b in zip(bands, bands[1:], strict=False)
+            )
+            self._starts = ([s for s, _, _ in bands] if ordered else None,)
+        return self._starts[0]
+
     def phase_at(self, t: float, label: str = "") -> str | None:
         """verl stage running at ``t`` (from step bands), else a replay label's phase, else None."""
-        for start, end, name in self.stage_bands():
-            if start <= t < end:
-                return name
-        if label.startswith("gen"):
-            return "gen"
-        if label.startswith(("train", "update")):
-            return "update_actor"
-        return None
+        bands = self.stage_bands()
+        starts = self._band_starts()
+        if starts is not None:
+            i = bisect_right(starts, t) - 1
+            if i >= 0 and t < bands[i][1]:
+                return bands[i][2]
+        else:  # overlapping bands (steps logged out of order): the first one holding t wins
+            for start, end, name in bands:
+                if start <= t < end:
+                    return name
+        return label_phase(label)
 
     def phase_since(self) -> float:
         """Start of phase-aware queries: the window, extended back over the last recent step."""
-        rec = self.recent_steps(1)
-        if rec and rec[-1].step_time and rec[-1].t:
-            return min(self.since, rec[-1].t - rec[-1].step_time)
-        return self.since
+        if self._phase_since is None:
+            rec = self.recent_steps(1)
+            if rec and rec[-1].step_time and rec[-1].t:
+                self._phase_since = min(self.since, rec[-1].t - rec[-1].step_time)
+            else:
+                self._phase_since = self.since
+        return self._phase_since
+
+    def _window_bands(self) -> list[tuple[float, float, str]]:
+        """The stage bands that can hold a point from ``phase_since`` on, in order.
+
+        Bands holding no time at all (end <= start, NaN) are left out, as ``phase_at`` never
+        matches them."""
+        if self._wbands is None:
+            lo = self.phase_since()
+            self._wbands = [b for b in self.stage_bands() if b[0] < b[1] and b[1] > lo]
+        return self._wbands
+
+    def _phases(self, entry: GpuEntry) -> _Phases:
+        """The phase of each of the GPU's points from ``phase_since``, as runs.
+
+        GPUs sampled at the same times with the same labels (a host's GPUs share its agent's
+        tick) share one result."""
+        ring = entry.history
+        hit = self._phase_of.get(id(ring))
+        if hit is not None:
+            return hit
+        since = self.phase_since()
+        ts = self._ring_series(ring, "activity", since)[0]
+        labels = ring.recent_labels(since) or [""] * len(ts)
+        key = (tuple(ts), tuple(labels))
+        hit = self._phase_by_points.get(key)
+        if hit is None:
+            hit = self._phase_by_points[key] = _Phases(self._phase_list(ts, labels))
+        self._phase_of[id(ring)] = hit
+        return hit
+
+    def _phase_list(self, ts: list[float], labels: list[str]) -> list[str | None]:
+        """``phase_at`` of every point, oldest first."""
+        names = {x: label_phase(x) for x in set(labels)}
+        phases = list(map(names.__getitem__, labels))
+        if not self.stage_bands():
+            return phases
+        if not all(map(float.__le__, ts, ts[1:])):  # times not ascending: one lookup each
+            return [self.phase_at(t, x) for t, x in zip(ts, labels, strict=True)]
+        # Paint each band over the points it holds, last band first so that, as in
+        # ``phase_at``, the first band holding a time wins.
+        lo_t, hi_t = (ts[0], ts[-1]) if ts else (0.0, -1.0)
+        for start, end, name in reversed(self._window_bands()):
+            if end <= lo_t or start > hi_t:
+                continue
+            i, j = bisect_left(ts, start), bisect_left(ts, end)
+            if i < j:
+                phases[i:j] = [name] * (j - i)
+        return phases
 
     def gpu_phase_points(
         self, entry: GpuEntry, column: str, keep: Callable[[str | None], bool]
     ) -> list[float]:
         """Values of ``column`` in the window at times whose phase passes ``keep``."""
-        since = self.phase_since()
-        ts, vs = entry.history.series(column, since)
-        _, labels = entry.history.label_series(since)
-        labels = labels or [""] * len(ts)
-        return [
-            v
-            for t, v, lab in zip(ts, vs, labels, strict=True)
-            if not math.isnan(v) and keep(self.phase_at(t, lab))
-        ]
+        vs = self._ring_series(entry.history, column, self.phase_since())[1]
+        out: list[float] = []
+        for i, j in self._phases(entry).spans(keep):
+            out += vs[i:j]
+        return [v for v in out if v == v] if math.isnan(sum(out)) else out
 
     # -- config, probes, logs -------------------------------------------------------------
     def config(self, *keys: str) -> tuple[str, Any] | None:

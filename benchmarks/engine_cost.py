@@ -1,0 +1,121 @@
+"""Cost of one diagnosis evaluation (``Engine().evaluate``) on a store of N GPUs with full rings.
+
+The store is filled as ``client_scale.py`` fills it: the real agent's replay lines (8 GPUs per
+host) through the real decoder and pipeline, every ring prefilled to capacity (600 points = the
+state after an hour at 1 Hz). With ``--steps`` (default on) verl step lines are added every
+20 s over the window, so the phase-aware rules work on stage bands as in a real job, not only
+on the replay labels. Each evaluation uses a fresh ``Engine`` and reads the same store.
+
+    python benchmarks/engine_cost.py --gpus 256,1024 --runs 5 --json-out engine.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import time
+from typing import Any
+
+from _common import ensure_repo_on_path, median, table, write_json
+
+ensure_repo_on_path()
+
+from client_scale import GPUS_PER_HOST, Pending, SyntheticCluster, make_templates  # noqa: E402
+
+from verl_top.diagnosis.engine import Engine  # noqa: E402
+from verl_top.model import VerlStep  # noqa: E402
+from verl_top.sources.pipeline import Pipeline  # noqa: E402
+from verl_top.store import Store, StoreLimits  # noqa: E402
+
+STEP_EVERY_S = 20.0
+# One GRPO step's stage times (s), shaped after the real Qwen2.5-0.5B log: gen dominates.
+STEP_TIMINGS = {"gen": 9.0, "old_log_prob": 1.5, "ref": 1.2, "adv": 0.1, "update_actor": 6.0}
+
+
+def fill(gpus: int, steps: bool, now: float | None = None) -> Store:
+    """A store of ``gpus`` GPUs with every ring full, plus verl steps when ``steps``; the
+    newest sample at ``now`` (default: the wall clock)."""
+    hosts = max(1, gpus // GPUS_PER_HOST)
+    store = Store(StoreLimits())
+    pipeline = Pipeline(store)
+    cluster = SyntheticCluster(hosts, 1.0, make_templates(), Pending())
+    now = time.time() if now is None else now
+    cluster.hello(pipeline.emit, now - store.limits.points)
+    # As SyntheticCluster.prefill, but each host on its own phase within the second, as agents
+    # started at different moments are (so hosts share no sample times).
+    points = store.limits.points
+    for i in range(points):
+        for k, host in enumerate(cluster.hosts):
+            offset = (k * 0.618034) % 1.0
+            cluster.feed_host(pipeline.emit, host, now - (points - i) - offset, i)
+    if steps:
+        t, n = now - store.limits.points + STEP_EVERY_S, 1
+        while t <= now:
+            metrics = {f"timing_s/{k}": v for k, v in STEP_TIMINGS.items()}
+            metrics["timing_s/step"] = sum(STEP_TIMINGS.values()) + 0.2
+            metrics["perf/throughput"] = 1500.0
+            store.ingest(VerlStep(host=cluster.hosts[0], t=t, step=n, metrics=metrics))
+            t, n = t + STEP_EVERY_S, n + 1
+    return store
+
+
+def measure(gpus: int, runs: int, steps: bool) -> dict[str, Any]:
+    """Fill a store and time ``runs`` evaluations (wall and CPU)."""
+    store = fill(gpus, steps)
+    walls, cpus = [], []
+    verdict = None
+    for _ in range(runs):
+        gc.collect()
+        w0, c0 = time.perf_counter(), time.process_time()
+        verdict = Engine().evaluate(store)
+        cpus.append((time.process_time() - c0) * 1000)
+        walls.append((time.perf_counter() - w0) * 1000)
+    assert verdict is not None
+    return {
+        "gpus": store.gpu_count(),
+        "steps": len(store.steps),
+        "runs": runs,
+        "wall_ms_p50": median(walls),
+        "wall_ms_min": min(walls),
+        "cpu_ms_p50": median(cpus),
+        "findings": [f.rule for f in verdict.findings],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--gpus", default="256,1024", help="GPU counts (hosts = GPUs / 8)")
+    p.add_argument("--runs", type=int, default=5, help="evaluations per size")
+    p.add_argument("--no-steps", action="store_true", help="no verl step lines in the store")
+    p.add_argument("--json-out", default=None, metavar="FILE")
+    args = p.parse_args(argv)
+    rows = [measure(int(g), args.runs, not args.no_steps) for g in args.gpus.split(",")]
+    load = os.getloadavg()
+    print(
+        table(
+            ["GPUs", "steps", "runs", "wall ms p50", "wall ms min", "CPU ms p50"],
+            [
+                [
+                    r["gpus"],
+                    r["steps"],
+                    r["runs"],
+                    r["wall_ms_p50"],
+                    r["wall_ms_min"],
+                    r["cpu_ms_p50"],
+                ]
+                for r in rows
+            ],
+            digits=1,
+        )
+    )
+    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    if args.json_out:
+        write_json(args.json_out, {"benchmark": "engine_cost", "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
