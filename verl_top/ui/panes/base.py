@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from textual.containers import VerticalScroll
+from textual.css.query import NoMatches
 
 from verl_top.store import Store
 from verl_top.ui.widgets import FindingsBox
@@ -35,7 +36,12 @@ class Pane(VerticalScroll):
         self.findings.show(verdict, self.palette())
         if store.version != self._seen_version:
             self._seen_version = store.version
-            self.update_content(store, verdict)
+            try:
+                self.update_content(store, verdict)
+            except NoMatches:
+                # A timer tick can land between mounting the pane and composing its children
+                # (seen under load at 1024 GPUs): skip this tick and redraw on the next.
+                self._seen_version = -1
 
     def update_content(self, store: Store, verdict: Any) -> None:
         """Redraw the pane's data from the store (subclasses)."""
