@@ -10,9 +10,8 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from verl_top.store import Store
-from verl_top.ui.widgets import STEP_NAMES, severity_class, step_findings
+from verl_top.ui.widgets import DEAD_STATES, STEP_NAMES, severity_class, step_findings
 
-DEAD = ("down", "stale", "auth_failed", "hostkey_changed", "no_python")
 RATE_STEPS = 20  # steps used for the step rate
 
 
@@ -20,7 +19,7 @@ def cluster_activity(store: Store) -> float | None:
     """Mean latest GPU activity (GPM SM util, else NVML util) over GPUs of live hosts."""
     acts = []
     for h in store.hosts.values():
-        if h.state in DEAD:
+        if h.state in DEAD_STATES:
             continue
         for g in h.gpus.values():
             if g.latest is not None and g.latest.activity is not None:
@@ -41,8 +40,8 @@ def host_summary(store: Store) -> str:
     """'3 up · 1 down · 1 connecting' (only states present)."""
     counts = store.host_counts()
     up = counts.get("up", 0) + counts.get("no_gpu", 0)
-    down = sum(counts.get(s, 0) for s in DEAD)
-    other = sum(n for s, n in counts.items() if s not in DEAD and s not in ("up", "no_gpu"))
+    down = sum(counts.get(s, 0) for s in DEAD_STATES)
+    other = sum(n for s, n in counts.items() if s not in DEAD_STATES and s not in ("up", "no_gpu"))
     parts = [f"{up} up", f"{down} down"]
     connecting = counts.get("connecting", 0)
     if connecting:  # progress while many hosts connect: hosts settled (up or failed) / all

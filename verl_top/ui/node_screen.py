@@ -32,12 +32,16 @@ from verl_top.roles import classify
 from verl_top.store import GpuEntry, HostEntry, Store, mean
 from verl_top.ui.widgets import (
     DASH,
+    DEAD_STATES,
     SPARK_CHARS,
     TableSync,
     activity_style,
     fmt_age,
     fmt_bytes_rate,
     fmt_num,
+    gpu_total,
+    host_mem_total,
+    host_state_style,
     missing,
     sparkline,
 )
@@ -79,7 +83,6 @@ PROC_COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("rank", "Rank", 4),
     ("cmd", "Command", 70),
 )
-DEAD_STATES = ("down", "stale", "auth_failed", "hostkey_changed", "no_python")
 
 
 def row_target(table_id: str | None, row_key: str | None) -> tuple[str, int | None] | None:
@@ -161,19 +164,6 @@ def envelope(
     return out
 
 
-def _gpu_total(h: HostEntry, g: GpuEntry, field: str) -> float | None:
-    """The GPU's memory total or power limit: latest sample first, else the hello."""
-    value = getattr(g.latest, field, None) if g.latest is not None else None
-    if value:
-        return float(value)
-    if h.hello is not None:
-        for info in h.hello.gpus:
-            if info.index == g.index:
-                v = getattr(info, field, None)
-                return float(v) if v else None
-    return None
-
-
 def metric_series(
     h: HostEntry, g: GpuEntry, metric: str, since: float
 ) -> tuple[list[float], list[float]]:
@@ -187,10 +177,10 @@ def metric_series(
         return ring.series("dram_util", since)
     if metric == "memory":
         ts, vs = ring.series("mem_used_mib", since)
-        total = _gpu_total(h, g, "mem_total_mib")
+        total = gpu_total(h, g, "mem_total_mib")
         return ts, [100.0 * v / total if total else math.nan for v in vs]
     ts, vs = ring.series("power_w", since)
-    limit = _gpu_total(h, g, "power_limit_w")
+    limit = gpu_total(h, g, "power_limit_w")
     return ts, [100.0 * v / limit if limit else math.nan for v in vs]
 
 
@@ -225,13 +215,7 @@ def render_info(store: Store, h: HostEntry, palette: dict[str, str]) -> Text:
     """The lines under the title: state and reason, backend, driver, agent, Python, hardware."""
     live = h.state not in DEAD_STATES
     text = Text()
-    state_style = (
-        palette.get("success", "green")
-        if h.state == "up"
-        else palette.get("error", "red")
-        if not live
-        else palette.get("warning", "yellow")
-    )
+    state_style = host_state_style(h.state, palette)
     text.append("state ", style="dim")
     text.append(h.state, style=f"bold {state_style}")
     if h.reason:
@@ -301,7 +285,7 @@ def render_host(store: Store, h: HostEntry, palette: dict[str, str]) -> Text:
         text.append_text(core_bars(s.cpu_per_core, palette))
     else:
         text.append("\nper-core CPU not reported", style="dim")
-    total = s.mem_total_bytes or (h.hello.mem_total_bytes if h.hello else None)
+    total = host_mem_total(h)
     text.append("\nMemory ", style="dim")
     if s.mem_used_bytes is not None:
         used = s.mem_used_bytes / 2**30

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
 from rich.text import Text
 from textual.widgets import DataTable, Static
+
+if TYPE_CHECKING:
+    from verl_top.store import GpuEntry, HostEntry
 
 DASH = "—"  # shown for a value the device or node does not provide (never 0)
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
@@ -24,6 +27,8 @@ STEP_NAMES = {
 }
 REBUILD_SHARE = 0.3  # above this share of changed cells a table is rebuilt, not diffed
 IDLE_THRESHOLD = 50.0  # % mean activity over the window below which a GPU counts as idle
+# Host states in which nothing new arrives: their rows are greyed and left out of live counts.
+DEAD_STATES = ("down", "stale", "auth_failed", "hostkey_changed", "no_python")
 
 
 def missing(value: float | None) -> bool:
@@ -60,6 +65,37 @@ def fmt_age(seconds: float | None) -> str:
     if seconds < 6000:
         return f"{seconds / 60:.0f}m"
     return f"{seconds / 3600:.0f}h"
+
+
+def host_state_style(state: str, palette: dict[str, str]) -> str:
+    """Colour of a host's state: green when up, red when dead, yellow in between."""
+    if state == "up":
+        return palette.get("success", "green")
+    if state in DEAD_STATES:
+        return palette.get("error", "red")
+    return palette.get("warning", "yellow")
+
+
+def gpu_total(h: HostEntry, g: GpuEntry, field: str) -> float | None:
+    """A GPU's ``mem_total_mib`` or ``power_limit_w``: latest sample first, else the hello.
+
+    0 counts as unknown (it is never a real total or limit, and would divide by zero).
+    """
+    value = getattr(g.latest, field, None) if g.latest is not None else None
+    if value:
+        return float(value)
+    if h.hello is not None:
+        for info in h.hello.gpus:
+            if info.index == g.index:
+                v = getattr(info, field, None)
+                return float(v) if v else None
+    return None
+
+
+def host_mem_total(h: HostEntry) -> float | None:
+    """A host's memory total in bytes: latest host sample first, else the hello."""
+    total = h.latest.mem_total_bytes if h.latest is not None else None
+    return total or (h.hello.mem_total_bytes if h.hello else None)
 
 
 def sparkline(values: Sequence[float], width: int = 16, top: float = 100.0) -> str:

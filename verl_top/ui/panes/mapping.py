@@ -20,9 +20,9 @@ from textual.app import ComposeResult
 from textual.widgets import DataTable, Static
 
 from verl_top.model import GpuProcess
-from verl_top.store import GpuEntry, HostEntry, Store, mean
+from verl_top.store import Store, mean
 from verl_top.ui.panes.base import Pane
-from verl_top.ui.widgets import DASH, TableSync, activity_style, fmt_num
+from verl_top.ui.widgets import DASH, DEAD_STATES, TableSync, activity_style, fmt_num, gpu_total
 
 ROLLOUT_TP = "actor_rollout_ref.rollout.tensor_model_parallel_size"
 PARALLEL_KEYS = (
@@ -46,7 +46,6 @@ ROLE_LETTERS = {
 STRAGGLER_RATIO = 0.6  # same as the diagnosis' node_ratio threshold (map.imbalance)
 STRAGGLERS_SHOWN = 12
 TOPOLOGY_PATTERNS_SHOWN = 2
-DEAD_STATES = ("down", "stale", "auth_failed", "hostkey_changed", "no_python")
 CELL_WIDTH = 6
 
 
@@ -64,16 +63,6 @@ class GpuStat:
     @property
     def name(self) -> str:
         return f"{self.host}:gpu{self.index}"
-
-
-def _mem_total(h: HostEntry, g: GpuEntry) -> float | None:
-    if g.latest is not None and g.latest.mem_total_mib:
-        return g.latest.mem_total_mib
-    if h.hello is not None:
-        for info in h.hello.gpus:
-            if info.index == g.index:
-                return info.mem_total_mib
-    return None
 
 
 def gpu_roles(procs: Iterable[GpuProcess]) -> dict[int, list[str]]:
@@ -104,7 +93,7 @@ def gpu_stats(store: Store) -> list[GpuStat]:
             g = h.gpus[index]
             act = mean(g.history.recent_values("activity", since))
             used = mean(g.history.recent_values("mem_used_mib", since))
-            total = _mem_total(h, g)
+            total = gpu_total(h, g, "mem_total_mib")
             mem = 100.0 * used / total if used is not None and total else None
             out.append(GpuStat(h.name, index, act, mem, roles.get(index, []), live))
     return out

@@ -24,12 +24,16 @@ from verl_top.ui.filter_bar import host_matches, matches_filter
 from verl_top.ui.panes.base import Pane
 from verl_top.ui.widgets import (
     DASH,
+    DEAD_STATES,
     IDLE_THRESHOLD,
     TableSync,
     activity_style,
     fmt_age,
     fmt_bytes_rate,
     fmt_num,
+    gpu_total,
+    host_mem_total,
+    host_state_style,
     missing,
     sparkline,
 )
@@ -83,7 +87,6 @@ SORT_BY_COLUMN = {
     "throttle": "throttle",
 }
 SPARK_WIDTH = 16
-DEAD_STATES = ("down", "stale", "auth_failed", "hostkey_changed", "no_python")
 
 
 @dataclass
@@ -105,28 +108,6 @@ def _pair(a: float | None, b: float | None, fmt: str) -> str:
     if missing(a):
         return DASH
     return fmt.format(a) + ("/" + fmt.format(b) if not missing(b) else "")
-
-
-def _mem_total(h: HostEntry, g: GpuEntry) -> float | None:
-    s = g.latest
-    if s is not None and s.mem_total_mib is not None:
-        return s.mem_total_mib
-    if h.hello is not None:
-        for info in h.hello.gpus:
-            if info.index == g.index:
-                return info.mem_total_mib
-    return None
-
-
-def _power_limit(h: HostEntry, g: GpuEntry) -> float | None:
-    s = g.latest
-    if s is not None and s.power_limit_w is not None:
-        return s.power_limit_w
-    if h.hello is not None:
-        for info in h.hello.gpus:
-            if info.index == g.index:
-                return info.power_limit_w
-    return None
 
 
 def build_gpu_row(store: Store, h: HostEntry, g: GpuEntry, palette: dict[str, str]) -> GpuRow:
@@ -173,10 +154,17 @@ def build_gpu_row(store: Store, h: HostEntry, g: GpuEntry, palette: dict[str, st
         cell(fmt_num(None if s is None else s.tensor_util), W["tensor"]),
         cell(fmt_num(None if s is None else s.dram_util), W["dram"]),
         cell(
-            _pair(_gib(None if s is None else s.mem_used_mib), _gib(_mem_total(h, g)), "{:.1f}"),
+            _pair(
+                _gib(None if s is None else s.mem_used_mib),
+                _gib(gpu_total(h, g, "mem_total_mib")),
+                "{:.1f}",
+            ),
             W["mem"],
         ),
-        cell(_pair(None if s is None else s.power_w, _power_limit(h, g), "{:.0f}"), W["power"]),
+        cell(
+            _pair(None if s is None else s.power_w, gpu_total(h, g, "power_limit_w"), "{:.0f}"),
+            W["power"],
+        ),
         cell(fmt_num(None if s is None else s.temp_c), W["temp"]),
         cell(fmt_num(None if s is None else s.sm_mhz), W["clock"]),
         thr_cell,
@@ -206,13 +194,7 @@ def build_host_cells(
     """Cells of one host row."""
     live = h.state not in DEAD_STATES
     grey = palette.get("muted", "grey50")
-    state_style = (
-        palette.get("success", "green")
-        if h.state == "up"
-        else palette.get("error", "red")
-        if not live
-        else palette.get("warning", "yellow")
-    )
+    state_style = host_state_style(h.state, palette)
     age = None if h.last_received is None else store.wall_clock() - h.last_received
     hs = h.latest
     acts = [r.sort["activity"] for r in gpu_rows if r.sort["activity"] >= 0]
@@ -223,7 +205,7 @@ def build_host_cells(
 
     mem = None
     if hs is not None and hs.mem_used_bytes is not None:
-        total = hs.mem_total_bytes or (h.hello.mem_total_bytes if h.hello else None)
+        total = host_mem_total(h)
         mem = _pair(hs.mem_used_bytes / 2**30, None if total is None else total / 2**30, "{:.0f}")
     return (
         Text(h.name, style="" if live else grey),
