@@ -5,6 +5,7 @@ from __future__ import annotations
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, fmt_pct, mean, median
+from verl_top.nccl.topo import slow_tp_groups
 from verl_top.store import GpuEntry
 
 STEP = 4
@@ -220,19 +221,10 @@ def map_topology(view: View, th: Thresholds) -> RuleResult:
     for host, matrix in topo.items():
         n = 1 + max((max(i, j) for i, j in matrix), default=-1)
         for key, tp in sizes:
-            for start in range(0, n - n % tp, tp):
-                group = range(start, start + tp)
-                links = {
-                    matrix.get((i, j)) or matrix.get((j, i)) or "?"
-                    for i in group
-                    for j in group
-                    if i < j
-                }
-                slow = sorted(lk for lk in links if not lk.startswith("NV") and lk != "?")
-                if slow:
-                    bad.append(
-                        f"{host} GPUs {start}-{start + tp - 1} ({key.split('.')[-2]} TP {tp}): {'/'.join(slow)}"
-                    )
+            for start, slow in slow_tp_groups(matrix, n, tp):
+                bad.append(
+                    f"{host} GPUs {start}-{start + tp - 1} ({key.split('.')[-2]} TP {tp}): {'/'.join(slow)}"
+                )
     if not bad:
         return passed(STEP, "map.topology", "every TP group is NVLink-connected")
     return Finding(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from verl_top.nccl.parse import strip_ansi
@@ -124,6 +125,27 @@ def worst_link(topo: Topology, gpus: list[int] | None = None) -> str | None:
         elif _rank(link) == _rank(worst) and nvlink_count(link) < nvlink_count(worst):
             worst = link
     return worst
+
+
+def slow_tp_groups(
+    links: Mapping[tuple[int, int], str], n: int, tp: int
+) -> list[tuple[int, list[str]]]:
+    """TP groups of ``tp`` consecutive GPUs (of ``n``) joined by anything but NVLink.
+
+    ``links`` maps GPU index pairs, either way round, to a link class. One
+    ``(first GPU, sorted slow link classes)`` per such group; a group left incomplete at the end
+    is not one, and unknown pairs do not count as slow.
+    """
+    out: list[tuple[int, list[str]]] = []
+    for start in range(0, n - n % tp, tp):
+        group = range(start, start + tp)
+        kinds = {
+            links.get((i, j)) or links.get((j, i)) or "?" for i in group for j in group if i < j
+        }
+        slow = sorted(lk for lk in kinds if not lk.startswith("NV") and lk != "?")
+        if slow:
+            out.append((start, slow))
+    return out
 
 
 def _rank(link: str) -> int:

@@ -20,6 +20,7 @@ from textual.app import ComposeResult
 from textual.widgets import DataTable, Static
 
 from verl_top.model import GpuProcess
+from verl_top.nccl.topo import slow_tp_groups
 from verl_top.store import Store, mean
 from verl_top.ui.panes.base import Pane
 from verl_top.ui.widgets import DASH, DEAD_STATES, TableSync, activity_style, fmt_num, gpu_total
@@ -369,18 +370,10 @@ def topology_block(store: Store, palette: dict[str, str]) -> RenderableType:
                 kinds[link] = kinds.get(link, 0) + 1
         head.append(" · GPU pairs: " + ", ".join(f"{v}× {kk}" for kk, v in sorted(kinds.items())))
         if tp > 1 and n:
-            bad = []
-            for start in range(0, n - n % tp, tp):
-                group = range(start, start + tp)
-                slow = {
-                    links.get((i, j)) or links.get((j, i)) or "?"
-                    for i in group
-                    for j in group
-                    if i < j
-                }
-                slow = {lk for lk in slow if not lk.startswith("NV") and lk != "?"}
-                if slow:
-                    bad.append(f"GPUs {start}-{start + tp - 1}: {'/'.join(sorted(slow))}")
+            bad = [
+                f"GPUs {start}-{start + tp - 1}: {'/'.join(slow)}"
+                for start, slow in slow_tp_groups(links, n, tp)
+            ]
             if bad:
                 head.append(f"\n⚠ rollout TP {tp} groups off NVLink: " + "; ".join(bad), style=warn)
             else:
