@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from verl_top import protocol
 from verl_top.model import ProbeResult
@@ -637,19 +637,23 @@ async def main_probe(args: argparse.Namespace) -> int:
             warmup=args.warmup,
         )
     else:
-        result = await run_local_probe(
-            args.collective,
-            backend=args.backend,
-            nprocs=args.nprocs,
-            min_bytes=args.min_bytes,
-            max_bytes=args.max_bytes,
-            iters=args.iters,
-            warmup=args.warmup,
-            timeout=args.timeout,
-            force=args.force,
-        )
+        result = await run_local_probe(args.collective, **_probe_options(args))
     _print_results([result], args.json)
     return 0 if result.ok else 1
+
+
+def _probe_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The torch probe's options from the command line: the same for a local and an SSH run."""
+    return {
+        "backend": args.backend,
+        "nprocs": args.nprocs,
+        "min_bytes": args.min_bytes,
+        "max_bytes": args.max_bytes,
+        "iters": args.iters,
+        "warmup": args.warmup,
+        "timeout": args.timeout,
+        "force": args.force,
+    }
 
 
 def _print_results(results: Sequence[ProbeResult], as_json: bool) -> None:
@@ -686,16 +690,9 @@ async def _main_remote(args: argparse.Namespace, specs: list[HostSpec]) -> int:
             settings,
             args.collective,
             scope=args.scope,
-            nprocs=args.nprocs,
-            backend=args.backend,
-            min_bytes=args.min_bytes,
-            max_bytes=args.max_bytes,
-            iters=args.iters,
-            warmup=args.warmup,
-            timeout=args.timeout,
-            force=args.force,
             master_addr=args.master_addr,
             master_port=args.master_port,
+            **_probe_options(args),
         )
     finally:
         await settings.shared().close()
