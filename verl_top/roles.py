@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from verl_top.model import GpuProcess, ProcessList
+from verl_top.verl.parse import strip_ansi
 
 ROLES: tuple[str, ...] = ("trainer", "rollout", "driver", "agent_loop", "reward", "other")
 
@@ -29,7 +30,6 @@ _WORKER_ROLE_PREFIXES: tuple[str, ...] = (
     "rm_",
 )
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # Ray log prefix: "(TaskRunner pid=123)" or "(WorkerDict pid=55154, ip=10.0.0.2)".
 _LOG_PREFIX = re.compile(r"^\((?P<actor>[\w.:-]+) pid=\d+(?:, ip=[\d.:a-fA-F]+)?\)")
 _WORKER_DICT = re.compile(r"^(?:ray::)?(?:\w{6})?WorkerDict(?:_\d+:\d+)?(?:\.(?P<method>\w+)\(\))?")
@@ -69,7 +69,7 @@ class Role:
 
 def _clean(cmd: str) -> tuple[str, str]:
     """The title without colour codes, and the Ray log-prefix actor class when there is one."""
-    text = _ANSI.sub("", cmd or "").strip()
+    text = strip_ansi(cmd or "").strip()
     m = _LOG_PREFIX.match(text)
     if m:
         return text[m.end() :].strip(), m.group("actor")

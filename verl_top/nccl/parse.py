@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from verl_top.model import LogEvent, NcclInfo, ProbeResult, ProbeRow, Record
 from verl_top.nccl.expected import fill_expectation
+from verl_top.verl.parse import strip_ansi
 
 MIB = 1 << 20
 # sjeaugey (NVIDIA), nccl-tests#212: "256M is too small" to reach NVLink peak; sizes below this
@@ -34,8 +35,6 @@ TRANSPORTS = (
     "P2P",
     "SHM",
 )
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 # ---------------------------------------------------------------------------------------------
 # nccl-tests stdout
@@ -135,11 +134,6 @@ class NcclTestsResult:
             ok=not self.errors and bool(self.rows),
             error="; ".join(self.errors) if self.errors else ("" if self.rows else "no data rows"),
         )
-
-
-def strip_ansi(text: str) -> str:
-    """``text`` without ANSI escape sequences."""
-    return _ANSI.sub("", text)
 
 
 def _float(token: str) -> float | None:

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from verl_top.nccl.parse import strip_ansi
+from verl_top.verl.parse import strip_ansi
 
 # Best to worst; the order used to call one link "worse" than another.
 LINK_ORDER = ("X", "NV", "PIX", "PXB", "PHB", "NODE", "SYS")

@@ -27,7 +27,6 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 from textual_plotext import PlotextPlot
 
-from verl_top.nccl.parse import strip_ansi
 from verl_top.roles import classify
 from verl_top.store import GpuEntry, HostEntry, Store, mean
 from verl_top.ui.widgets import (
@@ -45,6 +44,7 @@ from verl_top.ui.widgets import (
     missing,
     sparkline,
 )
+from verl_top.verl.parse import strip_ansi
 
 # (key, title, what the plot shows): one plot each, 0-100 %.
 METRICS: tuple[tuple[str, str], ...] = (
