@@ -17,6 +17,7 @@ from typing import Any
 from verl_top.diagnosis.findings import STEP_NAMES
 from verl_top.export.redact import redact_text
 from verl_top.store import Store
+from verl_top.verl.stages import DISPLAY_STAGES, timing_name
 
 MAX_GPU_ROWS = 64  # beyond this, one row per host
 MAX_HOST_ROWS = 32
@@ -28,21 +29,6 @@ MAX_PROBE_ROWS = 5
 MAX_CHECK_ROWS = 12  # per step
 MAX_CELL = 80
 
-# Stage order of a verl step (verl.md §1.2), then periodic work.
-STAGE_ORDER: tuple[str, ...] = (
-    "gen",
-    "reward",
-    "old_log_prob",
-    "ref",
-    "values",
-    "adv",
-    "update_critic",
-    "update_actor",
-    "update_weights",
-    "testing",
-    "save_checkpoint",
-)
-TIMING_PREFIXES: tuple[str, ...] = ("timing_s/", "timing/")
 # Config keys the diagnosis reads most; shown first when the config is long.
 KEY_CONFIG_PARTS: tuple[str, ...] = (
     "nnodes",
@@ -233,9 +219,9 @@ def stage_times(metrics: dict[str, Any]) -> dict[str, float]:
     """Stage name -> seconds from a step's ``timing_s/<stage>`` (or old ``timing/``) metrics."""
     out: dict[str, float] = {}
     for key, value in metrics.items():
-        for prefix in TIMING_PREFIXES:
-            if key.startswith(prefix) and isinstance(value, int | float) and value == value:
-                out.setdefault(key[len(prefix) :], float(value))
+        name = timing_name(key)
+        if name is not None and isinstance(value, int | float) and value == value:
+            out.setdefault(name, float(value))
     return out
 
 
@@ -250,7 +236,7 @@ def _steps(doc: dict[str, Any]) -> list[str]:
         ]
     timings = [stage_times(s["metrics"]) for s in steps]
     present = {k for t in timings for k in t if k != "step"}
-    ordered = [s for s in STAGE_ORDER if s in present]
+    ordered = [s for s in DISPLAY_STAGES if s in present]
     rest = sorted(present - set(ordered), key=lambda k: -sum(t.get(k, 0.0) for t in timings))
     stages = (ordered + rest)[:MAX_STAGE_COLUMNS]
     rows = []

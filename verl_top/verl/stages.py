@@ -56,6 +56,8 @@ STAGE_BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
 WORK_STAGES: tuple[str, ...] = tuple(s.name for s in STAGES if s.name != "step")
 CORE_STAGES: tuple[str, ...] = tuple(s.name for s in STAGES if s.name != "step" and not s.extra)
 EXTRA_STAGES: tuple[str, ...] = tuple(s.name for s in STAGES if s.extra)
+# Stages worth a column in tables and reports (the profiler's bookkeeping left out).
+DISPLAY_STAGES: tuple[str, ...] = tuple(s for s in WORK_STAGES if not STAGE_BY_NAME[s].overhead)
 
 # Other names verl used for a canonical stage, and the stage the alias runs inside of (if any).
 # ``reshard`` (v0.5 sync rollout, FSDP->vLLM) is the weight sync, timed inside ``gen``;
