@@ -1,0 +1,183 @@
+"""The trust boundary: every string and number that comes from outside passes through here once.
+
+Foreign data is anything another process wrote: agent records, process command lines, user and
+host names, verl/NCCL log lines, Ray/Prometheus/Slurm JSON. Where it enters (protocol decode, log
+reader, HTTP clients, hosts parsing) it is made safe here, so that inside verl-top it is plain,
+bounded, printable text and finite numbers:
+
+- every terminal escape sequence (CSI, OSC, DCS, SOS, PM, APC, in 7-bit ``ESC x`` and 8-bit C1
+  form) is removed, repeatedly, until none is left: removing one sequence can splice the halves of
+  a nested one together, so a single pass is not enough;
+- every remaining C0/C1 control character and DEL is removed (tab becomes a space), and so are
+  bidirectional overrides that would make the screen show text in another order than it is;
+- length is bounded, with ``…`` marking the cut.
+
+The UI still never renders foreign text as Rich markup (it uses ``rich.text.Text``); this module
+makes the characters safe, the UI makes their meaning inert. See docs/security.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+# Bounds on foreign text. Long enough for a verl step line or a full command line.
+MAX_TEXT = 512  # names, titles, reasons, fields
+MAX_LINE = 64 * 1024  # one log line (a verl step line with 200 metrics is ~12 KB)
+
+# Escape sequences, 7-bit and 8-bit. String-type sequences (OSC, DCS, SOS, PM, APC) run to their
+# terminator (BEL or ST) or, when unterminated, to the end of the text: a terminal would swallow
+# the rest too, and keeping it would let the payload show.
+_ESCAPES = re.compile(
+    r"""
+    (?:\x1b\[|\x9b)[\x20-\x3f]*[\x40-\x7e]?            # CSI: params, intermediates, final
+    | (?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])          # OSC, DCS, SOS, PM, APC ...
+      [^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c|$)           # ... up to BEL / ST / end
+    | \x1b[\x20-\x2f]*[\x30-\x7e]?                      # other ESC sequences (charset, RIS, ...)
+    """,
+    re.VERBOSE,
+)
+# Controls that survive escape removal: C0 (but tab/newline handled apart), DEL, C1, and the
+# Unicode bidi controls (LRE..RLO, LRI..PDI) and line/paragraph separators.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def strip_escapes(text: str) -> str:
+    """Remove every terminal escape sequence, to a fixpoint (nesting cannot smuggle one through)."""
+    while True:
+        cleaned = _ESCAPES.sub("", text)
+        if cleaned == text:
+            return cleaned
+        text = cleaned
+
+
+def _bound(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
+
+
+def clean_text(value: Any, limit: int = MAX_TEXT) -> str:
+    """Foreign ``value`` as one line of plain printable text of at most ``limit`` characters.
+
+    Non-strings are converted with ``str``; bytes are decoded as UTF-8 with replacement. Newlines
+    and tabs become spaces (a name or title is one line on screen).
+    """
+    if value is None:
+        return ""
+    if isinstance(value, bytes | bytearray):
+        value = bytes(value[: limit * 4 + 64]).decode("utf-8", "replace")
+    elif not isinstance(value, str):
+        value = str(value)
+    # Cut early so a huge input costs little; escapes only shrink the text.
+    if len(value) > limit * 4 + 64:
+        value = value[: limit * 4 + 64]
+    if _UNSAFE.search(value) is None:
+        return _bound(value, limit)
+    text = strip_escapes(value).replace("\t", " ").replace("\n", " ").replace("\r", " ")
+    return _bound(_CONTROLS.sub("", text), limit)
+
+
+def clean_line(value: Any, limit: int = MAX_LINE) -> str:
+    """One foreign log line: escapes and controls removed, ``\\r`` kept (progress-bar splits)."""
+    if isinstance(value, bytes | bytearray):
+        value = bytes(value).decode("utf-8", "replace")
+    elif not isinstance(value, str):
+        value = str(value)
+    if len(value) > limit * 2:
+        value = value[: limit * 2]
+    if _UNSAFE.search(value) is None:
+        return _bound(value, limit)
+    text = strip_escapes(value).replace("\t", "    ")
+    # Keep \r and \n: the log parsers split progress bars and glued lines on them.
+    text = _CONTROLS.sub(lambda m: m.group(0) if m.group(0) in "\r\n" else "", text)
+    return _bound(text, limit)
+
+
+def is_clean(text: str) -> bool:
+    """True when ``text`` holds no escape or control character (what the boundary guarantees)."""
+    return _UNSAFE.search(text) is None
+
+
+def finite(value: Any, lo: float = -math.inf, hi: float = math.inf) -> float | None:
+    """``value`` as a finite float within ``[lo, hi]``, else None (never raises).
+
+    Booleans are not numbers here; strings are not parsed (a number on the wire is a JSON number).
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except (OverflowError, ValueError):
+        return None
+    if not math.isfinite(number) or number < lo or number > hi:
+        return None
+    return number
+
+
+def bounded_int(value: Any, lo: int, hi: int) -> int | None:
+    """``value`` as an int within ``[lo, hi]``, else None. 1.0 counts as 1; 1.5 does not."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float):
+        if not math.isfinite(value) or value != int(value):
+            return None
+        value = int(value)
+    if not isinstance(value, int) or value < lo or value > hi:
+        return None
+    return value
+
+
+MAX_JSON_DEPTH = 64
+MAX_JSON_BYTES = 32 * 1024 * 1024
+
+
+class UntrustedJSONError(ValueError):
+    """A foreign JSON document that is too large, too deep or not JSON."""
+
+
+def _depth_ok(text: str, max_depth: int) -> bool:
+    """Scan brackets outside strings; False as soon as nesting passes ``max_depth``."""
+    depth = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > max_depth:
+                return False
+        elif ch in "]}":
+            depth -= 1
+    return True
+
+
+def loads(
+    data: str | bytes, max_bytes: int = MAX_JSON_BYTES, max_depth: int = MAX_JSON_DEPTH
+) -> Any:
+    """Parse foreign JSON with bounds on size and nesting; raises UntrustedJSONError.
+
+    The depth check runs before ``json.loads`` so a hostile document never reaches Python's
+    recursion limit. NaN and Infinity literals are refused (they are not JSON).
+    """
+    if len(data) > max_bytes:
+        raise UntrustedJSONError(f"JSON document of {len(data)} bytes exceeds {max_bytes}")
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes | bytearray) else data
+    if ("[" in text or "{" in text) and not _depth_ok(text, max_depth):
+        raise UntrustedJSONError(f"JSON nested deeper than {max_depth}")
+    try:
+        return json.loads(text, parse_constant=_no_number)
+    except (ValueError, RecursionError) as exc:
+        raise UntrustedJSONError(f"not JSON: {exc}"[:200]) from exc
+
+
+def _no_number(_name: str) -> None:
+    return None
