@@ -7,7 +7,10 @@ Two kinds of evidence mark a secret:
   ``auth``… (``WANDB_API_KEY``, ``HF_TOKEN``, ``trainer.wandb.api_key``, ``--hf-token``);
 - a *value* that looks like one: Hugging Face (``hf_…``), OpenAI-style (``sk-…``), GitHub
   (``ghp_…``, ``github_pat_…``), Slack (``xox?-…``) tokens, AWS key ids (``AKIA…``), JWTs,
-  ``Bearer …`` headers and the password of ``scheme://user:password@host`` URLs.
+  ``Bearer …`` headers, Google (``AIza…``) and GitLab (``glpat-…``) keys, and the password of
+  ``scheme://user:password@host`` URLs (also one holding ``@`` or ``/``);
+- a *place* that holds one: Azure SAS ``sig=``, ``curl -u user:password``, ``sshpass -p``,
+  ``mysql -pPASSWORD``, and the body of a PEM ``PRIVATE KEY`` block.
 
 Either way the secret is replaced by ``REDACTED``. Names are matched on whole words at the end
 (``ppo_max_token_len_per_gpu`` and ``max_num_batched_tokens`` are not secrets), so the config
@@ -26,8 +29,13 @@ _SECRET_WORDS = (
     r"token|secret|password|passwd|pwd|passphrase|api[_-]?key|apikey|access[_-]?key"
     r"|private[_-]?key|secret[_-]?key|credentials?|auth|authorization|cookie|session[_-]?key"
 )
-# A name is secret when it ends with one of the words, at a word boundary (start, _ - . or /).
-_SECRET_NAME = re.compile(rf"(?:^|[_.\-/])(?:{_SECRET_WORDS})$", re.IGNORECASE)
+# A name is secret when it ends with one of the words, at a word boundary (start, _ - . or /);
+# ``password``/``passwd`` need no boundary (``PGPASSWORD``); a bare ``key`` only as a whole name or
+# a dotted path's last part (``trainer.wandb.key``, JSON ``"key":``), since verl's own
+# ``data.prompt_key`` and ``reward_fn_key`` are not secrets.
+_SECRET_NAME = re.compile(
+    rf"(?:(?:^|[_.\-/])(?:{_SECRET_WORDS})|passw(?:or)?d|(?:^|[./])key)$", re.IGNORECASE
+)
 # Tokenizer special tokens are not secrets (``pad_token: <pad>``).
 _NOT_SECRET_NAME = re.compile(r"(?:^|[_.\-])(?:pad|eos|bos|unk|sep|cls|mask|special)_token$", re.I)
 
@@ -40,20 +48,45 @@ _VALUE_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"\bxox[abprs]-[A-Za-z0-9\-]{10,}"),
     re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
     re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
+    re.compile(r"\bAIza[0-9A-Za-z_\-]{30,40}"),  # Google API keys
+    re.compile(r"\bglpat-[A-Za-z0-9_\-]{20,}"),  # GitLab personal access tokens
+)
+# Secrets that sit in a known place rather than having a known shape. Group 1 is kept.
+_PLACED_PATTERNS: tuple[re.Pattern[str], ...] = (
+    re.compile(r"([?&]sig=)[^&\s\"']+", re.IGNORECASE),  # Azure SAS signature
+    # curl/wget/httpie ``-u user:password`` (user kept, password hidden)
+    re.compile(r"""((?<!\S)(?:-u|--user|--auth)(?:\s+|=)?['"]?[^\s:'"/@]+:)[^\s'"]+"""),
+    # ``sshpass -p SECRET`` (a quoted secret may hold spaces)
+    re.compile(r"""(\bsshpass\s+(?:-[a-oq-zA-Z]\S*\s+)*-p\s*)(?:'[^']*'|"[^"]*"|\S+)"""),
+    # ``mysql -pSECRET`` (the password glued to -p; ``-P`` is the port)
+    re.compile(r"(\bmysql(?:dump|admin|import|show)?\b[^\n|;&]*?\s-p)(?=\S)[^\s'\"]+"),
+)
+# A private key in PEM form: the whole block goes, the BEGIN/END lines stay as a marker.
+_PEM_BEGIN = re.compile(r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----")
+_PEM_BLOCK = re.compile(
+    r"(-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----)[\s\S]*?(-----END \2PRIVATE KEY-----|\Z)"
 )
 _BEARER = re.compile(r"\b(Bearer|Basic|Token)\s+[A-Za-z0-9._~+/=\-]{8,}", re.IGNORECASE)
-_URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]+:)[^/\s@]+(@)")
+# ``scheme://user:password@host``: the password runs to the LAST ``@`` before the host, so one
+# holding ``@`` or ``/`` is hidden whole (the user part may be empty: ``redis://:pw@cache``).
+_URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:)\S+(@[^\s@/]+)")
 # A name ending in a secret word, e.g. ``WANDB_API_KEY``, ``--hf-token``, ``db.password``. Only
 # such names match, so a harmless ``name: value`` never hides a secret right after it.
-_NAME = rf"(?<![\w.\-])(?:--?)?(?:[A-Za-z0-9_.\-/]*[_.\-/])?(?:{_SECRET_WORDS})(?![\w\-])"
+_NAME = (
+    rf"(?<![\w.\-])(?:--?)?(?:[A-Za-z0-9_.\-/]*[_.\-/])?(?:{_SECRET_WORDS})(?![\w\-])"
+    r"|(?<![\w.\-])[A-Za-z0-9_]*passw(?:or)?d(?![\w\-])"
+    r"|(?<![\w.\-])(?:[A-Za-z0-9_.\-/]*[./])?key(?![\w\-])"
+)
 # ``NAME=value``, ``name: value``, ``"name": "value"``, ``--name=value``.
 _ASSIGNMENT = re.compile(
     rf"""(?P<name>{_NAME})(?P<q1>["']?)(?P<sep>\s*[=:]\s*)(?P<q2>["']?)"""
-    r"""(?P<value>[^\s"',;}\]]+)""",
+    r"""(?P<value>(?<=")[^"]+|(?<=')[^']+|[^\s"',;}\]]+)""",
     re.IGNORECASE,
 )
 # ``--name value``: a flag followed by its value.
-_FLAG = re.compile(rf"(?P<name>{_NAME})(?P<sep>\s+)(?P<value>[^\s\-][^\s]*)", re.IGNORECASE)
+_FLAG = re.compile(
+    rf"""(?P<name>{_NAME})(?P<sep>\s+)(?P<value>"[^"]*"|'[^']*'|[^\s\-][^\s]*)""", re.IGNORECASE
+)
 
 
 def is_secret_name(name: str) -> bool:
@@ -85,6 +118,10 @@ def redact_text(text: str) -> str:
         out = pattern.sub(REDACTED, out)
     out = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", out)
     out = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}{REDACTED}{m.group(2)}", out)
+    for pattern in _PLACED_PATTERNS:
+        out = pattern.sub(lambda m: f"{m.group(1)}{REDACTED}", out)
+    if "PRIVATE KEY-----" in out:
+        out = _PEM_BLOCK.sub(lambda m: f"{m.group(1)} {REDACTED} {m.group(3)}".rstrip(), out)
     out = _ASSIGNMENT.sub(_assignment, out)
     return _FLAG.sub(_flag, out)
 
@@ -108,8 +145,24 @@ def redact_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def redact_lines(lines: list[str]) -> list[str]:
-    """``redact_text`` applied to each line."""
-    return [redact_text(line) for line in lines]
+    """``redact_text`` applied to each line; the body of a PEM private-key block is hidden."""
+    out: list[str] = []
+    in_key = ""
+    for line in lines:
+        if in_key:
+            if f"-----END {in_key}PRIVATE KEY-----" in line:
+                out.append(line)
+                in_key = ""
+            elif not out or out[-1] != REDACTED:
+                out.append(REDACTED)
+            continue
+        begin = _PEM_BEGIN.search(line)
+        if begin is not None and "-----END" not in line[begin.end() :]:
+            in_key = begin.group(1)
+            out.append(line[: begin.end()])
+            continue
+        out.append(redact_text(line))
+    return out
 
 
 def redact_tree(value: Any, name: str = "") -> Any:

@@ -17,6 +17,7 @@ from typing import Any
 from verl_top.diagnosis.findings import STEP_NAMES
 from verl_top.export.redact import redact_text
 from verl_top.store import Store
+from verl_top.untrusted import clean_text
 from verl_top.verl.stages import DISPLAY_STAGES, timing_name
 
 MAX_GPU_ROWS = 64  # beyond this, one row per host
@@ -379,4 +380,5 @@ def build_report(store: Store, verdict: Any, doc: dict[str, Any], screen: bool =
     lines += _config(doc)
     lines += _events(doc)
     lines += _files(doc, store)
-    return "\n".join(redact_text(line) for line in lines).rstrip() + "\n"
+    # Foreign text was cleaned where it entered; clean again so no record path can bypass it.
+    return "\n".join(clean_text(redact_text(line), 8192) for line in lines).rstrip() + "\n"
