@@ -1,0 +1,97 @@
+"""The trust boundary (verl_top/untrusted.py): escapes, controls, bounds, numbers and JSON."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from verl_top.untrusted import (
+    UntrustedJSONError,
+    bounded_int,
+    clean_line,
+    clean_text,
+    finite,
+    is_clean,
+    loads,
+)
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("a\x1b]52;c;ZXZpbA==\x07b", "ab"),  # OSC 52 clipboard write
+        ("\x1b]0;title\x1b\\x", "x"),  # OSC 0 with ST terminator
+        ("\x1b\x1b]]0;x\x07\x07title", "title"),  # nested: one pass would leave an OSC
+        ("\x1b[1;31mred\x1b[0m", "red"),  # CSI SGR
+        ("\x9b31mred", "red"),  # 8-bit CSI
+        ("\x1bP+q544e\x1b\\ok", "ok"),  # DCS
+        ("\x1b_apc\x1b\\\x1b^pm\x1b\\\x1bXsos\x1b\\ok", "ok"),  # APC, PM, SOS
+        ("\x1b]8;;https://evil\x07link\x1b]8;;\x07", "link"),  # OSC 8 hyperlink
+        ("unterminated \x1b]0;rest of text", "unterminated "),
+        ("e\u202egnp.exe", "egnp.exe"),  # bidi override
+        ("nul\x00bel\x07del\x7f", "nulbeldel"),
+        ("tab\tnew\nline", "tab new line"),
+        (
+            "data.train_files=[/data/gsm8k/train.parquet]",
+            "data.train_files=[/data/gsm8k/train.parquet]",
+        ),
+        ("naïve ✓ 中文", "naïve ✓ 中文"),
+    ],
+)
+def test_clean_text_removes_every_escape_and_control(raw: str, shown: str) -> None:
+    assert clean_text(raw) == shown
+
+
+def test_clean_text_bounds_length_and_marks_the_cut() -> None:
+    out = clean_text("x" * 10_000, limit=100)
+    assert len(out) == 100 and out.endswith("…")
+    assert clean_text(b"bytes \xff ok") == "bytes \ufffd ok"
+    assert clean_text(None) == "" and clean_text(12) == "12"
+
+
+def test_clean_line_keeps_line_structure_for_parsers() -> None:
+    assert clean_line("a\rb\x1b[2K\n") == "a\rb\n"
+
+
+@settings(max_examples=300, derandomize=True)
+@given(st.text(alphabet=st.sampled_from(list("\x1b[]P^_X\\\x07\x9b\x9c\x9d;0a")), max_size=40))
+def test_no_escape_survives_any_arrangement(raw: str) -> None:
+    assert is_clean(clean_text(raw)) and is_clean(clean_line(raw).replace("\r", ""))
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (1, 1.0),
+        (2.5, 2.5),
+        (float("nan"), None),
+        (float("inf"), None),
+        (1e308, 1e308),
+        ("3", None),
+        (True, None),
+        (None, None),
+        (10**400, None),
+    ],
+)
+def test_finite(value: object, expected: float | None) -> None:
+    assert finite(value) == expected
+
+
+def test_finite_range_and_bounded_int() -> None:
+    assert finite(101.0, 0, 100) is None and finite(100.0, 0, 100) == 100.0
+    assert bounded_int(3.0, 0, 255) == 3
+    assert bounded_int(1.5, 0, 255) is None
+    assert bounded_int(10**30, 0, 255) is None
+    assert bounded_int(-1, 0, 255) is None
+    assert bounded_int(True, 0, 255) is None
+
+
+def test_loads_refuses_deep_and_large_documents_before_parsing() -> None:
+    with pytest.raises(UntrustedJSONError, match="deeper"):
+        loads("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(UntrustedJSONError, match="exceeds"):
+        loads(b"[" + b"1," * 1000 + b"1]", max_bytes=100)
+    with pytest.raises(UntrustedJSONError, match="not JSON"):
+        loads("{")
+    assert loads('{"a": NaN, "b": "[{"}') == {"a": None, "b": "[{"}
