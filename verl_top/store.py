@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from verl_top.model import (
+    ClockOffset,
+    Dropped,
     GpuSample,
     Heartbeat,
     Hello,
@@ -39,6 +41,8 @@ from verl_top.model import (
 )
 
 NAN = float("nan")
+# Records that create a host entry (the hosts cap applies to them).
+_HOST_RECORDS = (Hello, GpuSample, HostSample, ProcessList, HostState, Heartbeat, LogLines)
 
 GPU_METRICS: tuple[str, ...] = (
     "util_gpu",
@@ -246,7 +250,7 @@ class HostEntry:
     gpus: dict[int, GpuEntry] = field(default_factory=dict)
     heartbeat: Heartbeat | None = None
     log_tail: deque[str] = field(default_factory=lambda: deque(maxlen=200))
-    malformed: int = 0  # lines from this host that could not be decoded
+    clock_offset: float | None = None  # seconds added to this host's times (None: not measured)
 
 
 @dataclass
@@ -259,6 +263,12 @@ class StoreLimits:
     probes: int = 200
     events: int = 500
     latencies: int = 4096
+    hosts: int = 2048  # hosts the store tracks; records of further hosts are dropped, counted
+    gpus_per_host: int = 256  # GPU series per host (the wire's index cap is 0..255)
+    gpus: int = 8192  # GPU series over all hosts (~100 KB each at 600 points)
+    nccl: int = 1024  # NCCL summaries (one per host and log path)
+    drop_reasons: int = 64  # distinct drop reasons kept per host (then "other")
+    future_s: float = 300.0  # a live record this far ahead of arrival does not move ``now``
 
 
 class Store:
@@ -288,6 +298,10 @@ class Store:
         self.ray_actors: list[RayActor] = []
         self.ray_by_pid: dict[tuple[str, int], RayActor] = {}
         self.ray_driver_log = ""
+        # Foreign input refused or cut, by host and reason (see protocol.validate).
+        self.drops: dict[str, dict[str, int]] = {}
+        self._gpu_total = 0
+        self._capped: set[tuple[str, str]] = set()  # (host, cap) already said once
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -299,11 +313,18 @@ class Store:
             self.hosts[name] = entry
         return entry
 
-    def gpu(self, host: str, index: int) -> GpuEntry:
-        """The entry of GPU ``index`` on ``host``, created on first use."""
+    def gpu(self, host: str, index: int) -> GpuEntry | None:
+        """The entry of GPU ``index`` on ``host``, created on first use; None over a cap."""
         h = self.host(host)
         entry = h.gpus.get(index)
         if entry is None:
+            if len(h.gpus) >= self.limits.gpus_per_host:
+                self._cap_hit(host, "gpus_per_host", self.limits.gpus_per_host, f"GPU {index}")
+                return None
+            if self._gpu_total >= self.limits.gpus:
+                self._cap_hit(host, "gpus", self.limits.gpus, f"GPU {index}")
+                return None
+            self._gpu_total += 1
             entry = GpuEntry(
                 host=host,
                 index=index,
@@ -312,10 +333,52 @@ class Store:
             h.gpus[index] = entry
         return entry
 
-    def ingest(self, record: Record, received: float | None = None) -> None:
-        """Apply one record. Never raises for well-typed records."""
+    def count_drop(self, host: str, reason: str, count: int = 1) -> None:
+        """Count ``count`` refused records (or fields) of ``host`` under ``reason`` (bounded)."""
+        per = self.drops.get(host)
+        if per is None:
+            if len(self.drops) >= self.limits.hosts:
+                host = "(other hosts)"
+            per = self.drops.setdefault(host, {})
+        if reason not in per and len(per) >= self.limits.drop_reasons:
+            reason = "other"
+        per[reason] = per.get(reason, 0) + count
         self.version += 1
-        if record.t and record.t > self.now and not isinstance(record, HostState):
+
+    def dropped(self, host: str) -> int:
+        """How many records or fields of ``host`` were refused or cut, all reasons."""
+        return sum(self.drops.get(host, {}).values())
+
+    def _cap_hit(self, host: str, cap: str, limit: int, what: str) -> None:
+        """Count a record refused by a store cap; say it once per host and cap, with the number."""
+        self.count_drop(host, f"cap:{cap}>{limit}")
+        if (host, cap) not in self._capped and len(self._capped) < 4 * self.limits.hosts:
+            self._capped.add((host, cap))
+            self.notes.append(
+                f"{host}: {what} refused: the store keeps at most {limit} "
+                f"{cap.replace('_', ' ')} (further ones are counted, not kept)"
+            )
+
+    def _admit(self, record: Record) -> bool:
+        """False when ``record`` would add a host past the cap (then it is counted)."""
+        if record.host in self.hosts or not isinstance(record, _HOST_RECORDS):
+            return True
+        if len(self.hosts) < self.limits.hosts:
+            return True
+        self._cap_hit(record.host, "hosts", self.limits.hosts, "host")
+        return False
+
+    def ingest(self, record: Record, received: float | None = None) -> None:
+        """Apply one record. Never raises for records built by ``protocol.validate``."""
+        self.version += 1
+        if not self._admit(record):
+            return
+        if (
+            record.t
+            and record.t > self.now
+            and not isinstance(record, HostState | Dropped | ClockOffset)
+            and (self.replay or received is None or record.t <= received + self.limits.future_s)
+        ):
             self.now = record.t
         handler = self._HANDLERS.get(type(record))
         if handler is not None:
@@ -341,7 +404,8 @@ class Store:
         h = self.host(rec.host)
         h.hello = rec
         for info in rec.gpus:
-            self.gpu(rec.host, info.index)
+            if self.gpu(rec.host, info.index) is None:
+                break
         if rec.gpus:
             h.state, h.reason = "up", ""
         else:
@@ -351,6 +415,8 @@ class Store:
     def _on_gpu(self, rec: GpuSample, received: float | None) -> None:
         self._touch(rec, received)
         g = self.gpu(rec.host, rec.index)
+        if g is None:
+            return
         g.latest = rec
         values = {name: getattr(rec, name) for name in GPU_METRICS}
         values["activity"] = rec.activity
@@ -396,7 +462,22 @@ class Store:
         self.probes.append(rec)
 
     def _on_nccl(self, rec: NcclInfo, received: float | None) -> None:
-        self.nccl[f"{rec.host}:{rec.path}"] = rec
+        key = f"{rec.host}:{rec.path}"
+        if key not in self.nccl and len(self.nccl) >= self.limits.nccl:
+            self._cap_hit(rec.host, "nccl", self.limits.nccl, f"NCCL log {rec.path}")
+            return
+        self.nccl[key] = rec
+
+    def _on_clock(self, rec: ClockOffset, received: float | None) -> None:
+        if rec.host in self.hosts or len(self.hosts) < self.limits.hosts:
+            self.host(rec.host).clock_offset = rec.offset
+
+    def _on_drop(self, rec: Dropped, received: float | None) -> None:
+        self.count_drop(rec.host, rec.reason, rec.count)
+        if rec.reason.startswith("cap:") and (rec.host, rec.reason) not in self._capped:
+            if len(self._capped) < 4 * self.limits.hosts:
+                self._capped.add((rec.host, rec.reason))
+                self.notes.append(f"{rec.host}: input cut at a cap ({rec.reason[4:]})")
 
     def _on_event(self, rec: LogEvent, received: float | None) -> None:
         self.events.append(rec)
@@ -423,6 +504,8 @@ class Store:
         NcclInfo: _on_nccl,
         LogEvent: _on_event,
         RayActors: _on_ray,
+        Dropped: _on_drop,
+        ClockOffset: _on_clock,
     }  # type: ignore[dict-item]
 
     def mark_stale(self, stale_after: float, now_wall: float | None = None) -> list[str]:
@@ -468,6 +551,17 @@ class Store:
     def ray_actor(self, host: str, pid: int) -> RayActor | None:
         """The Ray actor running as ``pid`` on ``host`` (``--ray`` only), if any."""
         return self.ray_by_pid.get((host, pid))
+
+    def input_health(self) -> dict[str, object]:
+        """What the boundary refused or cut, per host and reason, and each host's clock offset."""
+        return {
+            "dropped": {h: dict(sorted(r.items())) for h, r in self.drops.items()},
+            "clock_offset_s": {
+                h.name: round(h.clock_offset, 3)
+                for h in self.hosts.values()
+                if h.clock_offset is not None
+            },
+        }
 
     def is_live(self, host: str) -> bool:
         """True when the host's data is current (up, not stale or down)."""

@@ -17,7 +17,7 @@ from typing import Any
 
 from verl_top.agent import node_agent
 from verl_top.model import Record
-from verl_top.protocol import from_dict
+from verl_top.protocol import Decoder
 from verl_top.sources.base import Emit
 
 FollowSpec = str | tuple[str, str] | tuple[str, str, bool]
@@ -35,17 +35,18 @@ def _follow_args(follows: Iterable[FollowSpec]) -> list[tuple[str, str, bool]]:
     return out
 
 
-def _decode(dicts: Sequence[dict[str, Any]], emit: Emit) -> int:
-    """Emit the records of wire dicts; returns how many could not be decoded."""
-    bad = 0
+def _decode(dicts: Sequence[dict[str, Any]], emit: Emit, decoder: Decoder | None = None) -> int:
+    """Emit the records of wire dicts (validated like remote ones) and what was refused;
+    returns how many could not be decoded."""
+    decoder = decoder or Decoder()
+    before = decoder.malformed
     for d in dicts:
-        try:
-            record: Record = from_dict(d)
-        except (ValueError, TypeError):
-            bad += 1
-            continue
-        emit(record)
-    return bad
+        record: Record | None = decoder.decode_dict(d)
+        if record is not None:
+            emit(record)
+    for dropped in decoder.take_drops():
+        emit(dropped)
+    return decoder.malformed - before
 
 
 class LocalSource:

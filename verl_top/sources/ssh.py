@@ -31,10 +31,11 @@ from typing import Any
 import asyncssh
 from asyncssh.config import SSHClientConfig
 
-from verl_top.model import Hello, HostState, Record
+from verl_top.model import Hello, HostState
 from verl_top.protocol import Decoder
 from verl_top.sources.base import Emit
 from verl_top.sources.hosts import HostSpec, parse_entry
+from verl_top.sources.intake import Intake, read_lines
 
 UNKNOWN_HOST_REASON = "host key not in known_hosts (use --accept-new-hosts or ssh once by hand)"
 STDERR_TAIL_LINES = 8
@@ -500,6 +501,7 @@ class SshSource:
         self.agent_args = list(agent_args)
         self.follows = list(follows)
         self.decoder = Decoder()
+        self.intake: Intake | None = None  # the current connection's (clock offset, drops)
         self.attempts = 0
         self.state = "connecting"
         self.reason = ""
@@ -601,18 +603,18 @@ class SshSource:
             proc.stdin.write(agent_payload())
             self._stdin = proc.stdin
             stderr_task = asyncio.create_task(_collect(proc.stderr, stderr_tail))
+            intake = Intake(self.name, self.decoder)
+            self.intake = intake
             try:
-                async for line in proc.stdout:
-                    rec = self.decoder.decode(line)
-                    if rec is None:
-                        continue
+                # Framed by read_lines, not readline: a long record arrives whole (intake.py).
+                async for line in read_lines(proc.stdout):
+                    rec = intake.accept(line, emit)
                     if isinstance(rec, Hello):
                         self.agent_pid = rec.pid
                         if up_since is None:
                             up_since = time.monotonic()
                             self._state(emit, "up")
-                    _rename(rec, self.name)
-                    emit(rec)
+                intake.report(emit, force=True)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001
@@ -656,12 +658,6 @@ class SshSource:
 
 def _since(t0: float | None) -> float:
     return 0.0 if t0 is None else time.monotonic() - t0
-
-
-def _rename(rec: Record, name: str) -> None:
-    # The UI keys hosts by the name the user gave, not the node's own hostname.
-    if rec.host != name:
-        rec.host = name
 
 
 def _fmt_delay(delay: float) -> str:
