@@ -23,6 +23,7 @@ from verl_top.untrusted import (
     MAX_TEXT,
     UntrustedJSONError,
     bounded_int,
+    clean_line,
     clean_text,
     finite,
     loads,
@@ -226,7 +227,11 @@ def _scalar(kind: str, name: str, raw: Any, lo: float, hi: float) -> Any:
         value = bounded_int(raw, int(lo), int(hi))
         return _BAD if value is None else value
     if kind == "str":
-        return clean_text(raw, TEXT_LIMITS.get(name, MAX_TEXT)) if isinstance(raw, str) else _BAD
+        if not isinstance(raw, str):
+            return _BAD
+        if name == "lines":  # log lines keep their length (up to MAX_LINE) and \r splits
+            return clean_line(raw)
+        return clean_text(raw, TEXT_LIMITS.get(name, MAX_TEXT))
     if kind == "bool":
         return raw if isinstance(raw, bool) else _BAD
     return _BAD

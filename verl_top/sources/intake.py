@@ -59,7 +59,7 @@ async def read_lines(stream: Any, limit: int = MAX_RECORD_BYTES) -> AsyncIterato
                     parts.append(rest)
                     held += len(rest)
                 break
-            if skipping:
+            if skipping or held + nl - start > limit:
                 skipping = False
                 yield None
             else:
