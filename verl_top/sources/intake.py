@@ -93,7 +93,7 @@ class Intake:
         emitted, or None."""
         received = self.clock()
         if line is None:
-            self.decoder.refuse(Rejected("size", f"line over {MAX_RECORD_BYTES} characters"))
+            self.decoder.refuse(Rejected("size", f"line over {MAX_RECORD_BYTES} chars"), self.name)
             rec = None
         else:
             rec = self.decoder.decode(line)
@@ -132,7 +132,9 @@ class Intake:
             )
 
     def _refuse_time(self, rec: Record, received: float) -> None:
-        self.decoder.refuse(Rejected("time_window", f"t off by {rec.t - received:+.0f} s"))
+        self.decoder.refuse(
+            Rejected("time_window", f"t off by {rec.t - received:+.0f} s"), self.name
+        )
         self._refused_run += 1
         if self._refused_run >= RELEARN_AFTER:
             # The node's clock was stepped: learn the offset again from the next records.
