@@ -242,3 +242,26 @@ def test_host_cap_refuses_new_hosts_and_counts_them() -> None:
 def test_round_trip_of_valid_records_is_unchanged() -> None:
     rec = GpuSample(host="n1", t=T, index=3, util_gpu=99, mem_used_mib=1024, temp_c=-5.0)
     assert from_dict(json.loads(encode(rec))) == rec
+
+
+def test_fast_depth_scan_agrees_with_the_reference_on_valid_json() -> None:
+    import random
+
+    from verl_top.untrusted import _depth_ok, _depth_ok_slow
+
+    rng = random.Random(16)
+
+    def value(depth: int) -> object:
+        kind = rng.randrange(4 if depth < 12 else 2)
+        if kind == 0:
+            return "".join(rng.choice('[]{}"\\a\x1b') for _ in range(rng.randrange(6)))
+        if kind == 1:
+            return rng.random()
+        if kind == 2:
+            return [value(depth + 1) for _ in range(rng.randrange(3))]
+        return {str(value(depth + 1)): value(depth + 1) for _ in range(rng.randrange(3))}
+
+    for _ in range(3000):
+        text = json.dumps(value(0))
+        for limit in (1, 2, 4, 8):
+            assert _depth_ok(text, limit) == _depth_ok_slow(text, limit), (text, limit)

@@ -21,6 +21,7 @@ See docs/protocol.md ("Validation") and docs/security.md ("Caps").
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -48,6 +49,9 @@ async def read_lines(stream: Any, limit: int = MAX_RECORD_BYTES) -> AsyncIterato
         chunk = await stream.read(READ_CHUNK)
         if not chunk:
             break
+        # A read served from asyncssh's buffer does not suspend: yield once per chunk so a
+        # backlog (a big log's catch-up) is handled in ~256 KiB slices, not all in one go.
+        await asyncio.sleep(0)
         start = 0
         while True:
             nl = chunk.find("\n", start)

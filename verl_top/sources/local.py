@@ -21,6 +21,8 @@ from verl_top.protocol import Decoder
 from verl_top.sources.base import Emit
 
 FollowSpec = str | tuple[str, str] | tuple[str, str, bool]
+SLICE_S = 0.005  # catch-up yields once its work passes this (one record adds <~15 ms)
+CATCH_UP_READ = 512 * 1024  # bytes of a finished log read per poll (parsed in ~10 ms slices)
 
 
 def _follow_args(follows: Iterable[FollowSpec]) -> list[tuple[str, str, bool]]:
@@ -47,6 +49,19 @@ def _decode(dicts: Sequence[dict[str, Any]], emit: Emit, decoder: Decoder | None
     for dropped in decoder.take_drops():
         emit(dropped)
     return decoder.malformed - before
+
+
+async def _decode_paced(dicts: Sequence[dict[str, Any]], emit: Emit) -> int:
+    """``_decode`` one record at a time, yielding to the event loop every ``SLICE_S``, so a
+    big log's catch-up never holds the UI for longer than about that."""
+    bad = 0
+    start = time.perf_counter()
+    for d in dicts:
+        bad += _decode([d], emit)
+        if time.perf_counter() - start > SLICE_S:
+            await asyncio.sleep(0)
+            start = time.perf_counter()
+    return bad
 
 
 class LocalSource:
@@ -167,7 +182,10 @@ class LocalFollowSource:
 
     async def run(self, emit: Emit) -> None:
         """Poll every followed file each interval and emit what was appended."""
-        followers = [node_agent.Follower(k, p, s) for k, p, s in self.follows]
+        # A catch-up reads CATCH_UP_READ per poll: each chunk is parsed within the loop budget.
+        followers = [
+            node_agent.Follower(k, p, s, max_read=CATCH_UP_READ) for k, p, s in self.follows
+        ]
         polls = 0
         try:
             if self.until_eof:
@@ -197,7 +215,7 @@ class LocalFollowSource:
                 dicts = follower.poll(self.host, now)
                 if not dicts:
                     break
-                self.malformed += _decode(dicts, emit)
-                await asyncio.sleep(0)  # let the UI breathe between chunks of a big log
+                self.malformed += await _decode_paced(dicts, emit)
+                await asyncio.sleep(0)  # and between polls
             # A last line without a newline is complete once the file is finished.
             self.malformed += _decode(follower.flush(self.host, now), emit)
