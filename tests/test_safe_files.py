@@ -58,3 +58,73 @@ async def test_big_log_catch_up_yields_to_the_event_loop(tmp_path: Path) -> None
     await task
     assert len(store.steps) == 2000
     assert turns >= 8
+
+
+# -- snapshot -o DIR --force ------------------------------------------------------------------
+
+
+def _store() -> Store:
+    from verl_top.model import GpuSample
+
+    store = Store()
+    for i in range(3):
+        store.ingest(GpuSample(host="n1", t=1000.0 + i, index=0, util_gpu=50.0))
+    return store
+
+
+def test_force_in_a_folder_with_other_files_refuses_and_deletes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from verl_top.export.snapshot import SnapshotError, write_snapshot
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("print('mine')")
+    (project / "data").mkdir()
+    (project / "data" / "x.parquet").write_bytes(b"\0" * 10)
+    monkeypatch.chdir(project)
+    with pytest.raises(SnapshotError) as err:
+        write_snapshot(_store(), None, ".", force=True)
+    assert "holds files verl-top did not write (data, train.py)" in str(err.value)
+    assert sorted(p.name for p in project.iterdir()) == ["data", "train.py"]
+    assert (project / "data" / "x.parquet").stat().st_size == 10
+    assert [p.name for p in tmp_path.iterdir()] == ["project"]  # no temporary left
+
+
+def test_force_replaces_a_previous_snapshot_but_not_one_with_added_files(tmp_path: Path) -> None:
+    from verl_top.export.snapshot import MANIFEST_FILE, SnapshotError, write_snapshot
+
+    target = tmp_path / "snap"
+    write_snapshot(_store(), None, target)
+    manifest = (target / MANIFEST_FILE).read_text()
+    assert '"report.md"' in manifest and '"snapshot.json"' in manifest
+    write_snapshot(_store(), None, target, force=True)  # verl-top's own bundle: replaced
+    (target / "notes.txt").write_text("my notes")
+    with pytest.raises(SnapshotError, match=r"did not write \(notes.txt\)"):
+        write_snapshot(_store(), None, target, force=True)
+    assert (target / "notes.txt").read_text() == "my notes"
+    (target / "notes.txt").unlink()
+    (target / MANIFEST_FILE).write_text('{"kind": "something else", "files": ["a"]}')
+    with pytest.raises(SnapshotError, match="did not write"):  # a forged or foreign manifest
+        write_snapshot(_store(), None, target, force=True)
+
+
+def test_an_export_killed_by_sigterm_leaves_no_temporary_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import signal
+
+    from verl_top.export import snapshot
+
+    real_fill = snapshot._fill
+
+    def fill_then_die(tmp: Path, *args: object) -> None:
+        real_fill(tmp, *args)
+        assert any(tmp.iterdir())  # half a bundle exists now
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(snapshot, "_fill", fill_then_die)
+    with pytest.raises(SystemExit):
+        snapshot.write_snapshot(_store(), None, tmp_path / "snap")
+    assert list(tmp_path.iterdir()) == []
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored
