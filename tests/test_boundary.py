@@ -194,6 +194,11 @@ def test_every_record_type_survives_hostile_values_for_every_field() -> None:
                     if isinstance(v, str):
                         assert is_clean(v)
     assert dec.malformed > 0 and store.now == T
+    # ... and the diagnosis over that store runs to a verdict.
+    from verl_top.diagnosis.engine import Engine
+
+    verdict = Engine().evaluate(store)
+    assert verdict.checks
 
 
 def test_store_counts_drops_per_host_and_reason() -> None:
