@@ -2,6 +2,7 @@
 
     python benchmarks/flood.py                 # 100 000 lines per case
     python benchmarks/flood.py --lines 1000000
+    PYTHONPATH=OLD_TREE python benchmarks/flood.py --lines 5000   # the code before issue 16
 
 Each case runs in a fresh child process: NDJSON lines (the agent's wire format) go through
 ``Decoder`` -> ``Pipeline.emit`` -> ``Store`` as the SSH intake would feed them, and the table
@@ -56,7 +57,7 @@ def run_case(case: str, lines: int) -> dict[str, object]:
         rec = dec.decode(_line(case, i))
         if rec is not None:
             pipe.emit(rec)
-        if i % 1000 == 999:
+        if i % 1000 == 999 and hasattr(dec, "take_drops"):  # (absent before issue 16)
             for dropped in dec.take_drops("node-01" if case != "host_flood" else None):
                 pipe.emit(dropped)
     wall = time.perf_counter() - t0
@@ -69,7 +70,7 @@ def run_case(case: str, lines: int) -> dict[str, object]:
         "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "hosts": len(store.hosts),
         "gpus": store.gpu_count(),
-        "refused": sum(sum(r.values()) for r in store.drops.values()),
+        "refused": sum(sum(r.values()) for r in getattr(store, "drops", {}).values()),
         "lines_per_s": lines / wall,
     }
 
@@ -77,13 +78,16 @@ def run_case(case: str, lines: int) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=100_000)
+    parser.add_argument(
+        "--cases", default=",".join(CASES), help="comma list of " + ", ".join(CASES)
+    )
     parser.add_argument("--case", choices=CASES, help=argparse.SUPPRESS)  # child mode
     args = parser.parse_args()
     if args.case:
         print(json.dumps(run_case(args.case, args.lines)))
         return
     rows = []
-    for case in CASES:
+    for case in args.cases.split(","):
         out = subprocess.run(
             [sys.executable, __file__, "--case", case, "--lines", str(args.lines)],
             check=True,

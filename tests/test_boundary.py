@@ -270,3 +270,45 @@ def test_fast_depth_scan_agrees_with_the_reference_on_valid_json() -> None:
         text = json.dumps(value(0))
         for limit in (1, 2, 4, 8):
             assert _depth_ok(text, limit) == _depth_ok_slow(text, limit), (text, limit)
+
+
+def test_growing_ring_reads_like_a_bounded_deque() -> None:
+    """Rings start small and double up to their capacity: every reader agrees with a plain
+    bounded deque at every size (before, at and after each growth and the wrap)."""
+    from collections import deque
+
+    from verl_top.store import RING_START, Ring
+
+    for capacity in (1, 5, RING_START, RING_START + 1, 50, 600):
+        ring = Ring(("a",), capacity, labels=True)
+        ref: deque[tuple[float, float, str]] = deque(maxlen=capacity)
+        for n in range(1, 2 * capacity + 40):
+            t = float(n)
+            value = None if n % 7 == 0 else n * 0.5
+            ring.push(t, {"a": value}, label=f"p{n}")
+            ref.append((t, math.nan if value is None else value, f"p{n}"))
+            since = ref[len(ref) // 2][0]
+            times, values = ring.series("a", since)
+            want = [(t, v) for t, v, _ in ref if t >= since]
+            assert times == [t for t, _ in want]
+            assert [v if v == v else None for v in values] == [
+                v if v == v else None for _, v in want
+            ]
+            assert ring.recent_series("a", since)[0] == times
+            assert ring.values("a", since) == ring.recent_values("a", since)
+            assert ring.recent_labels(since) == [lab for t, _, lab in ref if t >= since]
+            assert ring.last_time() == t and len(ring) == len(ref)
+        assert len(ring.times) == capacity  # grown to its capacity, never past it
+
+
+def test_a_flood_of_host_names_costs_little_per_host() -> None:
+    import tracemalloc
+
+    store = Store()
+    tracemalloc.start()
+    for i in range(1000):
+        store.ingest(GpuSample(host=f"h{i}", t=T, index=0, util_gpu=1.0), received=T)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(store.hosts) == 1000
+    assert peak < 20 * 2**20  # full-size rings took ~150 KB a host (150 MB here)

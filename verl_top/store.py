@@ -41,6 +41,7 @@ from verl_top.model import (
 )
 
 NAN = float("nan")
+RING_START = 16  # points a new ring allocates; it doubles up to its capacity
 # Records that create a host entry (the hosts cap applies to them).
 _HOST_RECORDS = (Hello, GpuSample, HostSample, ProcessList, HostState, Heartbeat, LogLines)
 
@@ -80,15 +81,31 @@ HOST_METRICS: tuple[str, ...] = (
 
 
 class Ring:
-    """Fixed-capacity columnar ring buffer of timestamped points."""
+    """Fixed-capacity columnar ring buffer of timestamped points.
 
-    __slots__ = ("capacity", "times", "cols", "labels", "_head", "_count", "_pushes", "_back_at")
+    The columns start small and double until they reach ``capacity`` (only then does the ring
+    wrap), so a host or GPU that sent one record costs ~2 KB, not the full history: a flood of
+    new host names stays cheap up to the store's host cap.
+    """
+
+    __slots__ = (
+        "capacity",
+        "times",
+        "cols",
+        "labels",
+        "_alloc",
+        "_head",
+        "_count",
+        "_pushes",
+        "_back_at",
+    )
 
     def __init__(self, columns: Sequence[str], capacity: int, labels: bool = False) -> None:
         self.capacity = capacity
-        self.times = array("d", [NAN]) * capacity
-        self.cols = {c: array("d", [NAN]) * capacity for c in columns}
-        self.labels: list[str] | None = [""] * capacity if labels else None
+        self._alloc = min(capacity, RING_START)  # slots allocated now (the modulus until full)
+        self.times = array("d", [NAN]) * self._alloc
+        self.cols = {c: array("d", [NAN]) * self._alloc for c in columns}
+        self.labels: list[str] | None = [""] * self._alloc if labels else None
         self._head = 0  # next write position
         self._count = 0
         self._pushes = 0  # points ever pushed
@@ -99,8 +116,10 @@ class Ring:
 
     def push(self, t: float, values: dict[str, float | None], label: str = "") -> None:
         """Append one point; missing columns are stored as NaN."""
+        if self._count == self._alloc < self.capacity:
+            self._grow()
         i = self._head
-        if t != t or (self._count and t < self.times[(i - 1) % self.capacity]):
+        if t != t or (self._count and t < self.times[(i - 1) % self._alloc]):
             self._back_at = self._pushes  # the bisecting readers fall back while it is held
         self._pushes += 1
         self.times[i] = t
@@ -109,14 +128,28 @@ class Ring:
             col[i] = NAN if v is None else float(v)
         if self.labels is not None:
             self.labels[i] = label
-        self._head = (i + 1) % self.capacity
-        if self._count < self.capacity:
+        self._head = (i + 1) % self._alloc
+        if self._count < self._alloc:
             self._count += 1
 
+    def _grow(self) -> None:
+        """Double the columns (never past ``capacity``). Only called while the ring has not
+        wrapped, so the points sit in order at [0, alloc) and the next one goes at ``alloc``."""
+        old = self._alloc
+        new = min(self.capacity, old * 2)
+        pad = array("d", [NAN]) * (new - old)
+        self.times.extend(pad)
+        for col in self.cols.values():
+            col.extend(pad)
+        if self.labels is not None:
+            self.labels.extend([""] * (new - old))
+        self._alloc = new
+        self._head = old
+
     def _indices(self, since: float | None) -> Iterator[int]:
-        start = (self._head - self._count) % self.capacity
+        start = (self._head - self._count) % self._alloc
         for k in range(self._count):
-            i = (start + k) % self.capacity
+            i = (start + k) % self._alloc
             if since is None or self.times[i] >= since:
                 yield i
 
@@ -142,12 +175,10 @@ class Ring:
         n = self._count
         if not n:
             return []
-        start = (self._head - n) % self.capacity
+        start = (self._head - n) % self._alloc
 
         def chrono(a: array) -> array:
-            return (
-                a[start : start + n] if start + n <= self.capacity else a[start:] + a[: self._head]
-            )
+            return a[start : start + n] if start + n <= self._alloc else a[start:] + a[: self._head]
 
         col = chrono(self.cols[column])
         if since is not None:
@@ -160,20 +191,20 @@ class Ring:
 
     def _from(self, a: array | list, k: int) -> array | list:
         """Column ``a`` from its ``k``-th held point on, oldest first (sliced in C, one copy)."""
-        n, start = self._count, (self._head - self._count) % self.capacity
-        first = min(n, self.capacity - start)  # held points before the wrap
+        n, start = self._count, (self._head - self._count) % self._alloc
+        first = min(n, self._alloc - start)  # held points before the wrap
         if k >= first:
             return a[k - first : n - first]
         if n == first:
             return a[start + k : start + n]
-        return a[start + k : self.capacity] + a[: n - first]
+        return a[start + k : self._alloc] + a[: n - first]
 
     def _start(self, since: float | None) -> int:
         """How many held points are older than ``since`` (bisected: the times ascend)."""
         if since is None:
             return 0
-        n, start = self._count, (self._head - self._count) % self.capacity
-        first = min(n, self.capacity - start)
+        n, start = self._count, (self._head - self._count) % self._alloc
+        first = min(n, self._alloc - start)
         k = bisect_left(self.times, since, start, start + first) - start
         return k if k < first else first + bisect_left(self.times, since, 0, n - first)
 
@@ -212,7 +243,7 @@ class Ring:
         """Time of the newest point, or None when empty."""
         if not self._count:
             return None
-        return self.times[(self._head - 1) % self.capacity]
+        return self.times[(self._head - 1) % self._alloc]
 
 
 def mean(values: Sequence[float]) -> float | None:
