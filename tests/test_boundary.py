@@ -312,3 +312,22 @@ def test_a_flood_of_host_names_costs_little_per_host() -> None:
     tracemalloc.stop()
     assert len(store.hosts) == 1000
     assert peak < 20 * 2**20  # full-size rings took ~150 KB a host (150 MB here)
+
+
+def test_refused_input_and_clock_offset_are_visible_on_host_row_and_node_screen() -> None:
+    from verl_top.model import ClockOffset
+    from verl_top.ui.node_screen import render_info
+    from verl_top.ui.panes.throughput import build_host_cells
+
+    store = Store(wall_clock=lambda: T)
+    store.ingest(Hello(host="n1", t=T, backend="replay"), received=T)
+    store.ingest(Dropped(host="n1", t=T, reason="drop:gpu.index", count=12))
+    store.ingest(Dropped(host="n1", t=T, reason="field:gpu.util_gpu", count=3))
+    store.ingest(ClockOffset(host="n1", t=T, offset=-3600.0, applied=True))
+    h = store.hosts["n1"]
+    row = build_host_cells(store, h, [], {})
+    assert row[-1].plain.endswith("15 refused")
+    info = render_info(store, h, {}).plain
+    assert "refused input: 15 (drop:gpu.index ×12, field:gpu.util_gpu ×3)" in info
+    assert "clock offset -3600.0 s (corrected)" in info
+    assert store.input_health()["clock_offset_s"] == {"n1": -3600.0}

@@ -128,3 +128,65 @@ def test_an_export_killed_by_sigterm_leaves_no_temporary_files(
         snapshot.write_snapshot(_store(), None, tmp_path / "snap")
     assert list(tmp_path.iterdir()) == []
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored
+
+
+def test_diagnose_json_lists_refused_input_per_host(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    rec = tmp_path / "hostile.ndjson"
+    lines = [{"v": 1, "type": "hello", "host": "n1", "t": 1000.0, "gpus": [{"index": 0}]}]
+    for i in range(5):
+        lines.append({"v": 1, "type": "gpu", "host": "n1", "t": 1001.0 + i, "index": 0})
+    lines.append({"v": 1, "type": "gpu", "host": "n1", "t": 1006.0, "index": 1.5})
+    lines.append({"v": 1, "type": "gpu", "host": "n1", "t": 1e300, "index": 0})
+    lines.append({"v": 1, "type": "gpu", "host": "n1", "t": 1007.0, "index": 0, "temp_c": "hot"})
+    text = "\n".join(json.dumps(x) for x in lines) + '\n{"v":1,"type":"gpu","host":"n1","t":NaN}\n'
+    rec.write_text(text + "[" * 10_000 + "\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "verl_top", "diagnose", "--replay", str(rec), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    dropped = json.loads(out.stdout)["inputs"]["dropped"]
+    assert dropped["n1"] == {
+        "drop:gpu.index": 1,
+        "drop:gpu.t": 2,  # 1e300 and NaN (not a number once parsed)
+        "field:gpu.temp_c": 1,
+    }
+    assert dropped[""] == {"json": 1}  # no host to name: the line is not JSON
+
+
+async def test_replay_streams_its_recording(tmp_path: Path) -> None:
+    """A replay holds one line at a time, not the recording (20 000 records here)."""
+    import gzip
+    import tracemalloc
+
+    from verl_top.model import GpuSample
+    from verl_top.protocol import encode
+    from verl_top.sources.replay import ReplayControl, ReplaySource
+
+    rec = tmp_path / "big.ndjson.gz"
+    with gzip.open(rec, "wt") as fh:
+        for i in range(20_000):
+            g = GpuSample(host="n1", t=1000.0 + i * 0.01, index=i % 8, util_gpu=50.0, temp_c=60.0)
+            fh.write(encode(g) + "\n")
+        fh.write("x" * 100 + "\n")  # a bad line at the end is counted, not fatal
+    seen = 0
+
+    def emit(record: object) -> None:
+        nonlocal seen
+        seen += 1
+
+    tracemalloc.start()
+    source = ReplaySource(rec, ReplayControl(speed=1e9))
+    await source.run(emit)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert source.records is None  # nothing was loaded up front
+    assert seen == 20_000 + 1  # every record, plus one drop report
+    assert source.decoder.drops == {("", "json"): 1}
+    assert peak < 4 * 2**20  # the 20 000 records as objects take ~15 MB
