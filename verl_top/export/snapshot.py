@@ -39,6 +39,8 @@ from verl_top import __version__
 from verl_top.export.redact import REDACTED, redact_mapping, redact_text, redact_tree
 from verl_top.export.schema import SNAPSHOT_VERSION
 from verl_top.model import (
+    ClockOffset,
+    Dropped,
     GpuSample,
     Heartbeat,
     HostSample,
@@ -227,6 +229,10 @@ def recording_records(store: Store) -> list[Record]:
         tail.append(LogLines(host=next(iter(store.hosts)), t=store.now, kind="mark"))
     for h in store.hosts.values():
         tail.append(HostState(host=h.name, t=store.now, state=h.state, reason=h.reason))
+        if h.clock_offset is not None:
+            tail.append(ClockOffset(host=h.name, t=store.now, offset=h.clock_offset))
+    for host, reasons in store.drops.items():  # what the boundary refused replays as counted
+        tail.extend(Dropped(host=host, t=store.now, reason=r, count=n) for r, n in reasons.items())
     return [redact_record(r) for r in head + body + tail]
 
 
@@ -355,6 +361,7 @@ def build_snapshot(
             "screen": SCREEN_FILE if screen else None,
         },
         "notes": list(store.notes),
+        "inputs": store.input_health(),  # refused input per host and reason, clock offsets
     }
     doc = redact_tree(_clean(doc))
     # Added after the pass: the rules' own wording would otherwise be "redacted".
