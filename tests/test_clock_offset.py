@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+
+import pytest
 
 from verl_top.agent import node_agent
 from verl_top.model import ClockOffset, Record
@@ -103,3 +106,63 @@ def test_a_clock_stepped_later_is_refused_then_relearned(h200_trace: Path) -> No
     last = [r for r in got if r.TYPE == "gpu"][-1]
     assert abs(last.t - clock.now) < 1.0
     assert intake.decoder.drops[("n", "time_window")] == refused
+
+
+@pytest.mark.sshd
+@pytest.mark.timeout(60)
+async def test_over_ssh_a_node_an_hour_ahead_hides_nothing(
+    tmp_path: Path, ssh_keys, sshd_pool, h200_trace: Path, remote_python: str
+) -> None:
+    """Two real agents over real sshd; one's clock is +3600 s (time.time patched by a
+    sitecustomize on its PYTHONPATH). Both hosts' GPUs have data in the window."""
+    import shutil
+    import sys
+
+    from sshd import agent_args, make_settings, running, spec_for
+
+    from verl_top.sources.ssh import SshSource
+
+    skew = tmp_path / "skew"
+    skew.mkdir()
+    (skew / "sitecustomize.py").write_text(
+        f"import time\n_real = time.time\ntime.time = lambda: _real() + {SKEW}\n"
+    )
+    python = shutil.which(remote_python) or sys.executable
+    wrapper = tmp_path / "python-skewed"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={skew} exec {python} "$@"\n')
+    wrapper.chmod(0o755)
+    good, ahead = sshd_pool.start(), sshd_pool.start()
+    store = Store()
+    pipe = Pipeline(store)
+    sources = [
+        SshSource(
+            spec_for(good),
+            make_settings(tmp_path, ssh_keys, [good, ahead], remote_python),
+            agent_args(h200_trace),
+        ),
+        SshSource(
+            spec_for(ahead),
+            make_settings(tmp_path, ssh_keys, [good, ahead], str(wrapper)),
+            agent_args(h200_trace),
+        ),
+    ]
+    async with running(sources, pipe.emit):
+        for _ in range(200):
+            await asyncio.sleep(0.1)
+            if all(
+                len(store.hosts.get(d.name).gpus if d.name in store.hosts else ()) == 2
+                for d in (good, ahead)
+            ) and all(
+                e.history.last_time() is not None and len(e.history) >= 3
+                for d in (good, ahead)
+                for e in store.hosts[d.name].gpus.values()
+            ):
+                break
+    assert abs(store.now - store.wall_clock()) < 5.0  # not an hour ahead
+    for d in (good, ahead):
+        for entry in store.hosts[d.name].gpus.values():
+            assert store.gpu_mean(entry, "util_gpu", window_s=30) is not None, d.name
+            # its samples sit at the receiving host's time, so they age out when it stops
+            assert abs(entry.history.last_time() - store.wall_clock()) < 5.0, d.name
+    assert abs(store.hosts[ahead.name].clock_offset + SKEW) < 2.0
+    assert abs(store.hosts[good.name].clock_offset) < 1.0
