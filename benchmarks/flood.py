@@ -19,11 +19,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
 import time
 import tracemalloc
+
+from _common import REPO, ensure_repo_on_path, write_json
+
+ensure_repo_on_path()
 
 T0 = 1_800_000_000.0
 CASES = ("normal", "gpu_index_flood", "in_range_flood", "host_flood")
@@ -57,7 +62,7 @@ def run_case(case: str, lines: int) -> dict[str, object]:
         rec = dec.decode(_line(case, i))
         if rec is not None:
             pipe.emit(rec)
-        if i % 1000 == 999 and hasattr(dec, "take_drops"):  # (absent before issue 16)
+        if (i % 1000 == 999 or i == lines - 1) and hasattr(dec, "take_drops"):  # (new in #16)
             for dropped in dec.take_drops("node-01" if case != "host_flood" else None):
                 pipe.emit(dropped)
     wall = time.perf_counter() - t0
@@ -81,6 +86,7 @@ def main() -> None:
     parser.add_argument(
         "--cases", default=",".join(CASES), help="comma list of " + ", ".join(CASES)
     )
+    parser.add_argument("--json-out", help="write the figures as JSON to this file")
     parser.add_argument("--case", choices=CASES, help=argparse.SUPPRESS)  # child mode
     args = parser.parse_args()
     if args.case:
@@ -88,11 +94,14 @@ def main() -> None:
         return
     rows = []
     for case in args.cases.split(","):
+        env = dict(os.environ)
+        env.setdefault("PYTHONPATH", str(REPO))  # a PYTHONPATH given (an old tree) wins
         out = subprocess.run(
             [sys.executable, __file__, "--case", case, "--lines", str(args.lines)],
             check=True,
             capture_output=True,
             text=True,
+            env=env,
         )
         rows.append(json.loads(out.stdout))
     base = rows[0]["peak_mib"]
@@ -106,6 +115,7 @@ def main() -> None:
             f"{r['maxrss_mib']:>11.0f} {r['hosts']:>6} {r['gpus']:>6} {r['refused']:>8} "
             f"{r['lines_per_s']:>9.0f}"
         )
+    write_json(args.json_out, {"benchmark": "flood", "argv": sys.argv[1:], "rows": rows})
 
 
 if __name__ == "__main__":
