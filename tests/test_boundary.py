@@ -59,6 +59,7 @@ def test_bad_number_becomes_no_data_and_is_counted(field: str, value: object) ->
         ({"t": "now"}, "drop:gpu.t"),
         ({"host": 5}, "drop:gpu.host"),
         ({"type": "no-such"}, "type"),
+        ({"type": "state", "state": "[bold]pwned"}, "drop:state.state"),
         ({"v": 99}, "version"),
     ],
 )

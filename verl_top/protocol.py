@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from verl_top.model import RECORD_TYPES, Dropped, Record
+from verl_top.model import HOST_STATES, RECORD_TYPES, Dropped, Record
 from verl_top.untrusted import (
     MAX_TEXT,
     UntrustedJSONError,
@@ -125,7 +125,11 @@ RANGES: dict[str, tuple[float, float]] = {
     ),
 }
 # Fields without which a record (or a list item) means nothing: a bad value drops it.
-KEY_FIELDS = frozenset(("host", "t", "index", "gpu_index", "pid", "step", "size_bytes", "node_id"))
+KEY_FIELDS = frozenset(
+    ("host", "t", "index", "gpu_index", "pid", "step", "size_bytes", "node_id", "state")
+)
+# Text fields with a closed set of values (a host state drives colours and staleness).
+ENUMS: dict[str, frozenset[str]] = {"state": frozenset(HOST_STATES)}
 # Text bounds by field name (default untrusted.MAX_TEXT).
 TEXT_LIMITS: dict[str, int] = {
     "host": 255,
@@ -231,6 +235,8 @@ def _scalar(kind: str, name: str, raw: Any, lo: float, hi: float) -> Any:
             return _BAD
         if name == "lines":  # log lines keep their length (up to MAX_LINE) and \r splits
             return clean_line(raw)
+        if name in ENUMS:
+            return raw if raw in ENUMS[name] else _BAD
         return clean_text(raw, TEXT_LIMITS.get(name, MAX_TEXT))
     if kind == "bool":
         return raw if isinstance(raw, bool) else _BAD
