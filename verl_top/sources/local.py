@@ -146,7 +146,7 @@ class LocalSource:
                     # pynvml getters take microseconds (PcieThroughput is never called) and the
                     # replay backend only does arithmetic: a thread hop would cost more.
                     dicts = self._tick(agent)
-                self.malformed += _decode(dicts, emit)
+                self.malformed += await _decode_paced(dicts, emit)
                 if self.count and agent.ticks >= self.count:
                     break
                 next_tick += agent.interval
@@ -195,7 +195,13 @@ class LocalFollowSource:
                 now = round(time.time(), 3)
                 for follower in followers:
                     # A stat and a read of what was appended: small local I/O, done inline.
-                    self.malformed += _decode(follower.poll(self.host, now), emit)
+                    # A big backlog (a log followed from its start) is read in CATCH_UP_READ
+                    # pieces, up to the agent's 8 MiB per interval, parsed in paced slices.
+                    for _ in range(node_agent.MAX_READ_PER_POLL // CATCH_UP_READ):
+                        dicts = follower.poll(self.host, now)
+                        if not dicts:
+                            break
+                        self.malformed += await _decode_paced(dicts, emit)
                 polls += 1
                 if not self.count or polls < self.count:
                     await asyncio.sleep(self.interval)
