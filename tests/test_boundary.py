@@ -332,3 +332,56 @@ def test_refused_input_and_clock_offset_are_visible_on_host_row_and_node_screen(
     assert "refused input: 15 (drop:gpu.index ×12, field:gpu.util_gpu ×3)" in info
     assert "clock offset -3600.0 s (corrected)" in info
     assert store.input_health()["clock_offset_s"] == {"n1": -3600.0}
+
+
+def test_property_any_wire_dict_decodes_or_is_refused_never_raises() -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from verl_top.protocol import _specs
+
+    names = sorted({s.name for cls in RECORD_TYPES.values() for s in _specs(cls)})
+    scalars = st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(min_value=-(2**70), max_value=2**70),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.text(max_size=40),
+    )
+    values = st.recursive(
+        scalars,
+        lambda inner: (
+            st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+        ),
+        max_leaves=12,
+    )
+    records = st.fixed_dictionaries(
+        {"type": st.sampled_from(sorted(RECORD_TYPES)), "v": st.sampled_from([1, 1, 2, "1"])},
+        optional={
+            "host": st.one_of(st.text(max_size=20), scalars),
+            "t": st.one_of(st.floats(0, 4e9), scalars),
+        },
+    ).flatmap(
+        lambda base: st.dictionaries(st.sampled_from(names), values, max_size=8).map(
+            lambda extra: {**extra, **base}
+        )
+    )
+
+    @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(records)
+    def check(data: dict) -> None:
+        dec = Decoder()
+        rec = dec.decode_dict(data)
+        if rec is None:
+            assert dec.malformed == 1
+            return
+        store = Store(StoreLimits(points=4))
+        store.ingest(rec, received=T)
+        encode(rec)
+        for v in vars(rec).values():
+            if isinstance(v, float):
+                assert math.isfinite(v)
+            if isinstance(v, str):
+                assert is_clean(v)
+
+    check()
