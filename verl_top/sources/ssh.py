@@ -36,6 +36,7 @@ from verl_top.protocol import Decoder
 from verl_top.sources.base import Emit
 from verl_top.sources.hosts import HostSpec, parse_entry
 from verl_top.sources.intake import Intake, read_lines
+from verl_top.untrusted import clean_text
 
 UNKNOWN_HOST_REASON = "host key not in known_hosts (use --accept-new-hosts or ssh once by hand)"
 STDERR_TAIL_LINES = 8
@@ -534,6 +535,7 @@ class SshSource:
     # run loop
 
     def _state(self, emit: Emit, state: str, reason: str = "") -> None:
+        reason = clean_text(reason, 2048)  # may quote the server (disconnect reason, stderr)
         self.state, self.reason = state, reason
         emit(HostState(host=self.name, t=time.time(), state=state, reason=reason))
 
@@ -667,8 +669,8 @@ def _fmt_delay(delay: float) -> str:
 async def _collect(stream: asyncssh.SSHReader, tail: collections.deque[str]) -> None:
     with contextlib.suppress(Exception):
         async for line in stream:
-            if line:
-                tail.append(line.rstrip("\n"))
+            if line:  # the node's stderr is foreign text: cleaned where it enters
+                tail.append(clean_text(line.rstrip("\n"), 512))
 
 
 async def _close(conn: asyncssh.SSHClientConnection, proc: Any) -> None:
