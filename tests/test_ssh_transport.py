@@ -96,3 +96,27 @@ async def test_read_lines_frames_any_chunking_and_skips_over_long_lines() -> Non
         chunks = [text[i : i + size] for i in range(0, len(text), size)]
         got = [line async for line in read_lines(_Chunks(chunks), limit=20)]
         assert got == ["a", "bb", None, "ccc", "last"], size
+
+
+async def test_escape_sequences_on_the_nodes_stderr_never_reach_the_host_reason(
+    tmp_path: Path, ssh_keys, sshd_pool: SshdFactory
+) -> None:
+    from sshd import Collector, make_settings, running, spec_for
+
+    from verl_top.sources.ssh import SshSource
+    from verl_top.untrusted import is_clean
+
+    fake = tmp_path / "python-evil"
+    fake.write_text(
+        "#!/bin/sh\nprintf '\\033]52;c;cm0gLXJmIH4=\\007\\033[2Jboom \\302\\233\\061m[red]x\\n' >&2\n"
+        "exit 3\n"
+    )
+    fake.chmod(0o755)
+    daemon = sshd_pool.start()
+    source = SshSource(spec_for(daemon), make_settings(tmp_path, ssh_keys, [daemon], str(fake)))
+    c = Collector()
+    async with running([source], c):
+        await c.wait(lambda: any(s == "down" for s, _ in c.states(daemon.name)), 20)
+    (reason,) = [r for s, r in c.states(daemon.name) if s == "down"][:1]
+    assert "agent exited with status 3: boom [red]x" in reason
+    assert is_clean(reason)
