@@ -189,3 +189,19 @@ def test_fetch_view_with_only_bad_nodes_says_why(server) -> None:
     srv = server(serve)
     with pytest.raises(RayError, match=r"lists no node that can be monitored \(Ray node n9: bad"):
         fetch_view(Dashboard(srv.url))
+
+
+def test_server_text_in_errors_is_cleaned(server) -> None:
+    body = b"\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2Jnope [link=http://x]y[/link]"
+
+    def serve(conn: socket.socket) -> None:
+        head = f"HTTP/1.1 500 Oops\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        conn.sendall(head + body)
+
+    srv = server(serve)
+    with pytest.raises(RayError) as err:
+        Dashboard(srv.url).get("/api/v0/nodes")
+    from verl_top.untrusted import is_clean
+
+    assert is_clean(str(err.value))
+    assert "HTTP 500: nope [link=http://x]y[/link]" in str(err.value)

@@ -70,7 +70,8 @@ class RayError(Exception):
     """The Ray dashboard cannot be used; ``kind`` is config | unreachable | auth | not_ray | api."""
 
     def __init__(self, message: str, kind: str = "api") -> None:
-        super().__init__(message)
+        # Messages quote the server (reply previews, error bodies): cleaned here, once.
+        super().__init__(clean_text(message, 2048))
         self.kind = kind
 
 
