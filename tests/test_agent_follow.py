@@ -68,3 +68,76 @@ def test_follow_spec_parsing() -> None:
     assert na.parse_follow("verl_config+start:/c.yaml") == ("verl_config", "/c.yaml", True)
     with pytest.raises(ValueError):
         na.parse_follow("bogus:/x")
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("kind", ["fifo", "dir", "device"])
+def test_non_regular_paths_are_refused_without_blocking(tmp_path: Path, kind: str) -> None:
+    """Opening a FIFO for reading blocks until a writer comes: the follower must not open it."""
+    import os
+
+    p = tmp_path / "x.log"
+    if kind == "fifo":
+        os.mkfifo(p)
+        what = "a FIFO"
+    elif kind == "dir":
+        p.mkdir()
+        what = "a directory"
+    else:
+        p = Path("/dev/null")
+        what = "a character device"
+    f = na.Follower("verl", str(p), from_start=True)
+    (event,) = poll(f)
+    assert event["type"] == "event" and event["kind"] == "error"
+    assert event["text"] == f"{p}: not a regular file ({what}); give the log file itself"
+    assert poll(f) == []  # said once
+    rec = from_dict(event)
+    assert rec.text == event["text"]
+
+
+def test_copytruncate_rotation_loses_no_line(tmp_path: Path) -> None:
+    """logrotate copytruncate: copy to x.log.1, truncate x.log. Lines written after our last
+    read and before the truncation exist only in the copy; they must still arrive, in order."""
+    import shutil
+
+    p = tmp_path / "driver.log"
+    p.write_text("".join(f"step:{i} - a:1\n" for i in range(1, 4)))
+    f = na.Follower("verl", str(p), from_start=True)
+    got = [line for r in poll(f) for line in r["lines"]]
+    with p.open("a") as fh:  # written, but not yet read by the follower ...
+        fh.write("step:4 - a:1\nstep:5 - a:1\n")
+    shutil.copyfile(p, tmp_path / "driver.log.1")  # ... when logrotate copies
+    with p.open("r+") as fh:
+        fh.truncate(0)  # and truncates
+    with p.open("a") as fh:
+        fh.write("step:6 - a:1\n")
+    recs = poll(f)
+    got += [line for r in recs for line in r["lines"]]
+    assert got == [f"step:{i} - a:1" for i in range(1, 7)]
+    assert [r["reset"] for r in recs] == [False, True]  # old lines first, then the new file
+
+
+def test_truncated_and_refilled_past_the_offset_is_seen(tmp_path: Path) -> None:
+    """The file was truncated and grew past our offset before the next poll: the size alone
+    does not show it; the changed first bytes do."""
+    import shutil
+
+    p = tmp_path / "d.log"
+    p.write_text("step:1 - a:1\n")
+    f = na.Follower("verl", str(p), from_start=True)
+    poll(f)
+    with p.open("a") as fh:
+        fh.write("step:2 - a:1\n")
+    shutil.copyfile(p, tmp_path / "d.log-20260101")
+    p.write_text("".join(f"step:{i} - b:2\n" for i in range(3, 9)))  # longer than before
+    got = [line for r in poll(f) for line in r["lines"]]
+    assert got == ["step:2 - a:1"] + [f"step:{i} - b:2" for i in range(3, 9)]
+
+
+def test_records_stay_small_whatever_the_line_length(tmp_path: Path) -> None:
+    p = tmp_path / "long.log"
+    p.write_text("".join(f"step:{i} - " + "x" * 20_000 + "\n" for i in range(100)))
+    recs = poll(na.Follower("verl", str(p), from_start=True))
+    assert sum(len(r["lines"]) for r in recs) == 100
+    assert all(sum(map(len, r["lines"])) <= na.MAX_CHARS_PER_RECORD + 20_100 for r in recs)
+    assert len(recs) >= 100 * 20_000 // na.MAX_CHARS_PER_RECORD

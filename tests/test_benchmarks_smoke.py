@@ -65,6 +65,20 @@ def test_parsers(tmp_path: Path) -> None:
     assert by[("parse_smi_csv + smi_gpu_fields", "smi_query.csv x8 GPUs")]["records_per_pass"] == 8
 
 
+def test_flood(tmp_path: Path) -> None:
+    stdout, data = run_bench("flood.py", ["--lines", "600"], tmp_path)
+    assert "peak MiB" in stdout
+    rows = {r["case"]: r for r in data["rows"]}
+    assert rows["gpu_index_flood"]["gpus"] == 256 and rows["gpu_index_flood"]["refused"] == 344
+    assert rows["host_flood"]["hosts"] == 600 and rows["normal"]["gpus"] == 8
+
+
+def test_catchup(tmp_path: Path) -> None:
+    stdout, data = run_bench("catchup.py", ["--steps", "300"], tmp_path)
+    assert "max stall ms" in stdout
+    assert [r["mode"] for r in data["rows"]] == ["unpaced", "paced"]
+
+
 def test_client_scale_wire(tmp_path: Path) -> None:
     stdout, data = run_bench(
         "client_scale.py", ["--gpus", "8", "--duration", "2", "--warmup", "0.5"], tmp_path

@@ -104,6 +104,7 @@ def test_bundle_holds_the_four_parts_but_no_screen(bundle: Path) -> None:
         "recording.ndjson.gz",
         "report.md",
         "snapshot.json",
+        "verl-top-manifest.json",
     ]
     doc = _strict_json(bundle / "snapshot.json")  # NaN never written: missing is null
     assert doc["files"]["screen"] is None
@@ -299,6 +300,7 @@ def test_force_replaces_an_old_bundle(tmp_path: Path) -> None:
         "recording.ndjson.gz",
         "report.md",
         "snapshot.json",
+        "verl-top-manifest.json",
     ]  # the old screen.svg went with the old bundle
     assert _leftovers(tmp_path) == []
 

@@ -153,7 +153,9 @@ def _run_diagnose(args: argparse.Namespace, settings: Settings | None = None) ->
     finally:
         inputs.close()
     if args.json:
-        print(json.dumps(to_json(verdict), indent=2))
+        doc = to_json(verdict)
+        doc["inputs"] = inputs.store.input_health()  # refused input per host, clock offsets
+        print(json.dumps(doc, indent=2))
     else:
         print(format_text(verdict))
     return 0

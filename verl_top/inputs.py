@@ -145,6 +145,29 @@ def build_inputs(args: argparse.Namespace) -> Inputs:
     return inputs
 
 
+def non_regular_reason(path: str) -> str:
+    """Why ``path`` is no file to follow ("a FIFO", "a directory", ...), or "" for a regular
+    file or one that does not exist (yet). Never opens it: opening a FIFO blocks."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return ""
+    if stat.S_ISREG(mode):
+        return ""
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return f"not a regular file ({name})"
+    return "not a regular file"
+
+
 def _open_recorder(path: str | None) -> Recorder | None:
     if not path:
         return None
@@ -177,8 +200,12 @@ def _add_replay(inputs: Inputs, args: argparse.Namespace) -> None:
 def _add_local_logs(inputs: Inputs, logs: list[LogSpec], finite: bool) -> None:
     local = [log for log in logs if log.host is None]
     for log in local:
+        option = {"verl": "--verl-log", "nccl": "--nccl-log"}.get(log.kind, "--verl-config")
         if not os.path.exists(log.path):
-            raise InputError(f"{log.path}: no such file (given to --{log.kind.replace('_', '-')})")
+            raise InputError(f"{log.path}: no such file (given to {option})")
+        refusal = non_regular_reason(log.path)
+        if refusal:
+            raise InputError(f"{log.path}: {refusal} (given to {option}); give the log file itself")
     if local:
         from verl_top.sources.local import LocalFollowSource
 

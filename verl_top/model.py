@@ -326,6 +326,35 @@ class RayActors(Record):
     note: str = ""
 
 
+@dataclass
+class Dropped(Record):
+    """How many records (or fields) from ``host`` were refused, and why (``reason``).
+
+    Emitted by a source when its decoder refuses foreign input (see ``protocol.validate``) and
+    by nothing else; the store adds ``count`` to the host's drop counts. Reasons are short
+    tags: ``json``, ``type``, ``version``, ``drop:<type>.<field>`` (record dropped),
+    ``field:<type>.<field>`` (that field set to "no data"), ``cap:<type>.<field>`` (list cut),
+    ``time_window`` (time too far from the receiving host's clock).
+    """
+
+    TYPE: ClassVar[str] = "drop"
+    reason: str = ""
+    count: int = 0
+
+
+@dataclass
+class ClockOffset(Record):
+    """A node's clock offset, measured by the client at connect (``t``: the client's clock).
+
+    ``offset`` is seconds to add to the node's times (arrival minus node time, least transit
+    delay seen); ``applied`` says whether the source adds it (only from 1 s on).
+    """
+
+    TYPE: ClassVar[str] = "clock"
+    offset: float = 0.0
+    applied: bool = False
+
+
 RECORD_TYPES: dict[str, type[Record]] = {
     cls.TYPE: cls
     for cls in (
@@ -342,6 +371,8 @@ RECORD_TYPES: dict[str, type[Record]] = {
         NcclInfo,
         LogEvent,
         RayActors,
+        Dropped,
+        ClockOffset,
     )
 }
 

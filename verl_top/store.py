@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from verl_top.model import (
+    ClockOffset,
+    Dropped,
     GpuSample,
     Heartbeat,
     Hello,
@@ -39,6 +41,9 @@ from verl_top.model import (
 )
 
 NAN = float("nan")
+RING_START = 16  # points a new ring allocates; it doubles up to its capacity
+# Records that create a host entry (the hosts cap applies to them).
+_HOST_RECORDS = (Hello, GpuSample, HostSample, ProcessList, HostState, Heartbeat, LogLines)
 
 GPU_METRICS: tuple[str, ...] = (
     "util_gpu",
@@ -76,15 +81,31 @@ HOST_METRICS: tuple[str, ...] = (
 
 
 class Ring:
-    """Fixed-capacity columnar ring buffer of timestamped points."""
+    """Fixed-capacity columnar ring buffer of timestamped points.
 
-    __slots__ = ("capacity", "times", "cols", "labels", "_head", "_count", "_pushes", "_back_at")
+    The columns start small and double until they reach ``capacity`` (only then does the ring
+    wrap), so a host or GPU that sent one record costs ~2 KB, not the full history: a flood of
+    new host names stays cheap up to the store's host cap.
+    """
+
+    __slots__ = (
+        "capacity",
+        "times",
+        "cols",
+        "labels",
+        "_alloc",
+        "_head",
+        "_count",
+        "_pushes",
+        "_back_at",
+    )
 
     def __init__(self, columns: Sequence[str], capacity: int, labels: bool = False) -> None:
         self.capacity = capacity
-        self.times = array("d", [NAN]) * capacity
-        self.cols = {c: array("d", [NAN]) * capacity for c in columns}
-        self.labels: list[str] | None = [""] * capacity if labels else None
+        self._alloc = min(capacity, RING_START)  # slots allocated now (the modulus until full)
+        self.times = array("d", [NAN]) * self._alloc
+        self.cols = {c: array("d", [NAN]) * self._alloc for c in columns}
+        self.labels: list[str] | None = [""] * self._alloc if labels else None
         self._head = 0  # next write position
         self._count = 0
         self._pushes = 0  # points ever pushed
@@ -95,8 +116,10 @@ class Ring:
 
     def push(self, t: float, values: dict[str, float | None], label: str = "") -> None:
         """Append one point; missing columns are stored as NaN."""
+        if self._count == self._alloc < self.capacity:
+            self._grow()
         i = self._head
-        if t != t or (self._count and t < self.times[(i - 1) % self.capacity]):
+        if t != t or (self._count and t < self.times[(i - 1) % self._alloc]):
             self._back_at = self._pushes  # the bisecting readers fall back while it is held
         self._pushes += 1
         self.times[i] = t
@@ -105,14 +128,28 @@ class Ring:
             col[i] = NAN if v is None else float(v)
         if self.labels is not None:
             self.labels[i] = label
-        self._head = (i + 1) % self.capacity
-        if self._count < self.capacity:
+        self._head = (i + 1) % self._alloc
+        if self._count < self._alloc:
             self._count += 1
 
+    def _grow(self) -> None:
+        """Double the columns (never past ``capacity``). Only called while the ring has not
+        wrapped, so the points sit in order at [0, alloc) and the next one goes at ``alloc``."""
+        old = self._alloc
+        new = min(self.capacity, old * 2)
+        pad = array("d", [NAN]) * (new - old)
+        self.times.extend(pad)
+        for col in self.cols.values():
+            col.extend(pad)
+        if self.labels is not None:
+            self.labels.extend([""] * (new - old))
+        self._alloc = new
+        self._head = old
+
     def _indices(self, since: float | None) -> Iterator[int]:
-        start = (self._head - self._count) % self.capacity
+        start = (self._head - self._count) % self._alloc
         for k in range(self._count):
-            i = (start + k) % self.capacity
+            i = (start + k) % self._alloc
             if since is None or self.times[i] >= since:
                 yield i
 
@@ -138,12 +175,10 @@ class Ring:
         n = self._count
         if not n:
             return []
-        start = (self._head - n) % self.capacity
+        start = (self._head - n) % self._alloc
 
         def chrono(a: array) -> array:
-            return (
-                a[start : start + n] if start + n <= self.capacity else a[start:] + a[: self._head]
-            )
+            return a[start : start + n] if start + n <= self._alloc else a[start:] + a[: self._head]
 
         col = chrono(self.cols[column])
         if since is not None:
@@ -156,20 +191,20 @@ class Ring:
 
     def _from(self, a: array | list, k: int) -> array | list:
         """Column ``a`` from its ``k``-th held point on, oldest first (sliced in C, one copy)."""
-        n, start = self._count, (self._head - self._count) % self.capacity
-        first = min(n, self.capacity - start)  # held points before the wrap
+        n, start = self._count, (self._head - self._count) % self._alloc
+        first = min(n, self._alloc - start)  # held points before the wrap
         if k >= first:
             return a[k - first : n - first]
         if n == first:
             return a[start + k : start + n]
-        return a[start + k : self.capacity] + a[: n - first]
+        return a[start + k : self._alloc] + a[: n - first]
 
     def _start(self, since: float | None) -> int:
         """How many held points are older than ``since`` (bisected: the times ascend)."""
         if since is None:
             return 0
-        n, start = self._count, (self._head - self._count) % self.capacity
-        first = min(n, self.capacity - start)
+        n, start = self._count, (self._head - self._count) % self._alloc
+        first = min(n, self._alloc - start)
         k = bisect_left(self.times, since, start, start + first) - start
         return k if k < first else first + bisect_left(self.times, since, 0, n - first)
 
@@ -208,7 +243,7 @@ class Ring:
         """Time of the newest point, or None when empty."""
         if not self._count:
             return None
-        return self.times[(self._head - 1) % self.capacity]
+        return self.times[(self._head - 1) % self._alloc]
 
 
 def mean(values: Sequence[float]) -> float | None:
@@ -246,7 +281,7 @@ class HostEntry:
     gpus: dict[int, GpuEntry] = field(default_factory=dict)
     heartbeat: Heartbeat | None = None
     log_tail: deque[str] = field(default_factory=lambda: deque(maxlen=200))
-    malformed: int = 0  # lines from this host that could not be decoded
+    clock_offset: float | None = None  # seconds added to this host's times (None: not measured)
 
 
 @dataclass
@@ -259,6 +294,12 @@ class StoreLimits:
     probes: int = 200
     events: int = 500
     latencies: int = 4096
+    hosts: int = 2048  # hosts the store tracks; records of further hosts are dropped, counted
+    gpus_per_host: int = 256  # GPU series per host (the wire's index cap is 0..255)
+    gpus: int = 8192  # GPU series over all hosts (~100 KB each at 600 points)
+    nccl: int = 1024  # NCCL summaries (one per host and log path)
+    drop_reasons: int = 64  # distinct drop reasons kept per host (then "other")
+    future_s: float = 300.0  # a live record this far ahead of arrival does not move ``now``
 
 
 class Store:
@@ -288,6 +329,10 @@ class Store:
         self.ray_actors: list[RayActor] = []
         self.ray_by_pid: dict[tuple[str, int], RayActor] = {}
         self.ray_driver_log = ""
+        # Foreign input refused or cut, by host and reason (see protocol.validate).
+        self.drops: dict[str, dict[str, int]] = {}
+        self._gpu_total = 0
+        self._capped: set[tuple[str, str]] = set()  # (host, cap) already said once
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -299,11 +344,18 @@ class Store:
             self.hosts[name] = entry
         return entry
 
-    def gpu(self, host: str, index: int) -> GpuEntry:
-        """The entry of GPU ``index`` on ``host``, created on first use."""
+    def gpu(self, host: str, index: int) -> GpuEntry | None:
+        """The entry of GPU ``index`` on ``host``, created on first use; None over a cap."""
         h = self.host(host)
         entry = h.gpus.get(index)
         if entry is None:
+            if len(h.gpus) >= self.limits.gpus_per_host:
+                self._cap_hit(host, "gpus_per_host", self.limits.gpus_per_host, f"GPU {index}")
+                return None
+            if self._gpu_total >= self.limits.gpus:
+                self._cap_hit(host, "gpus", self.limits.gpus, f"GPU {index}")
+                return None
+            self._gpu_total += 1
             entry = GpuEntry(
                 host=host,
                 index=index,
@@ -312,10 +364,52 @@ class Store:
             h.gpus[index] = entry
         return entry
 
-    def ingest(self, record: Record, received: float | None = None) -> None:
-        """Apply one record. Never raises for well-typed records."""
+    def count_drop(self, host: str, reason: str, count: int = 1) -> None:
+        """Count ``count`` refused records (or fields) of ``host`` under ``reason`` (bounded)."""
+        per = self.drops.get(host)
+        if per is None:
+            if len(self.drops) >= self.limits.hosts:
+                host = "(other hosts)"
+            per = self.drops.setdefault(host, {})
+        if reason not in per and len(per) >= self.limits.drop_reasons:
+            reason = "other"
+        per[reason] = per.get(reason, 0) + count
         self.version += 1
-        if record.t and record.t > self.now and not isinstance(record, HostState):
+
+    def dropped(self, host: str) -> int:
+        """How many records or fields of ``host`` were refused or cut, all reasons."""
+        return sum(self.drops.get(host, {}).values())
+
+    def _cap_hit(self, host: str, cap: str, limit: int, what: str) -> None:
+        """Count a record refused by a store cap; say it once per host and cap, with the number."""
+        self.count_drop(host, f"cap:{cap}>{limit}")
+        if (host, cap) not in self._capped and len(self._capped) < 4 * self.limits.hosts:
+            self._capped.add((host, cap))
+            self.notes.append(
+                f"{host}: {what} refused: the store keeps at most {limit} "
+                f"{cap.replace('_', ' ')} (further ones are counted, not kept)"
+            )
+
+    def _admit(self, record: Record) -> bool:
+        """False when ``record`` would add a host past the cap (then it is counted)."""
+        if record.host in self.hosts or not isinstance(record, _HOST_RECORDS):
+            return True
+        if len(self.hosts) < self.limits.hosts:
+            return True
+        self._cap_hit(record.host, "hosts", self.limits.hosts, "host")
+        return False
+
+    def ingest(self, record: Record, received: float | None = None) -> None:
+        """Apply one record. Never raises for records built by ``protocol.validate``."""
+        self.version += 1
+        if not self._admit(record):
+            return
+        if (
+            record.t
+            and record.t > self.now
+            and not isinstance(record, HostState | Dropped | ClockOffset)
+            and (self.replay or received is None or record.t <= received + self.limits.future_s)
+        ):
             self.now = record.t
         handler = self._HANDLERS.get(type(record))
         if handler is not None:
@@ -341,7 +435,8 @@ class Store:
         h = self.host(rec.host)
         h.hello = rec
         for info in rec.gpus:
-            self.gpu(rec.host, info.index)
+            if self.gpu(rec.host, info.index) is None:
+                break
         if rec.gpus:
             h.state, h.reason = "up", ""
         else:
@@ -351,6 +446,8 @@ class Store:
     def _on_gpu(self, rec: GpuSample, received: float | None) -> None:
         self._touch(rec, received)
         g = self.gpu(rec.host, rec.index)
+        if g is None:
+            return
         g.latest = rec
         values = {name: getattr(rec, name) for name in GPU_METRICS}
         values["activity"] = rec.activity
@@ -396,7 +493,22 @@ class Store:
         self.probes.append(rec)
 
     def _on_nccl(self, rec: NcclInfo, received: float | None) -> None:
-        self.nccl[f"{rec.host}:{rec.path}"] = rec
+        key = f"{rec.host}:{rec.path}"
+        if key not in self.nccl and len(self.nccl) >= self.limits.nccl:
+            self._cap_hit(rec.host, "nccl", self.limits.nccl, f"NCCL log {rec.path}")
+            return
+        self.nccl[key] = rec
+
+    def _on_clock(self, rec: ClockOffset, received: float | None) -> None:
+        if rec.host in self.hosts or len(self.hosts) < self.limits.hosts:
+            self.host(rec.host).clock_offset = rec.offset
+
+    def _on_drop(self, rec: Dropped, received: float | None) -> None:
+        self.count_drop(rec.host, rec.reason, rec.count)
+        if rec.reason.startswith("cap:") and (rec.host, rec.reason) not in self._capped:
+            if len(self._capped) < 4 * self.limits.hosts:
+                self._capped.add((rec.host, rec.reason))
+                self.notes.append(f"{rec.host}: input cut at a cap ({rec.reason[4:]})")
 
     def _on_event(self, rec: LogEvent, received: float | None) -> None:
         self.events.append(rec)
@@ -423,6 +535,8 @@ class Store:
         NcclInfo: _on_nccl,
         LogEvent: _on_event,
         RayActors: _on_ray,
+        Dropped: _on_drop,
+        ClockOffset: _on_clock,
     }  # type: ignore[dict-item]
 
     def mark_stale(self, stale_after: float, now_wall: float | None = None) -> list[str]:
@@ -468,6 +582,17 @@ class Store:
     def ray_actor(self, host: str, pid: int) -> RayActor | None:
         """The Ray actor running as ``pid`` on ``host`` (``--ray`` only), if any."""
         return self.ray_by_pid.get((host, pid))
+
+    def input_health(self) -> dict[str, object]:
+        """What the boundary refused or cut, per host and reason, and each host's clock offset."""
+        return {
+            "dropped": {h: dict(sorted(r.items())) for h, r in self.drops.items()},
+            "clock_offset_s": {
+                h.name: round(h.clock_offset, 3)
+                for h in self.hosts.values()
+                if h.clock_offset is not None
+            },
+        }
 
     def is_live(self, host: str) -> bool:
         """True when the host's data is current (up, not stale or down)."""

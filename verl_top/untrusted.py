@@ -32,13 +32,17 @@ MAX_LINE = 64 * 1024  # one log line (a verl step line with 200 metrics is ~12 K
 # the rest too, and keeping it would let the payload show.
 _ESCAPES = re.compile(
     r"""
-    (?:\x1b\[|\x9b)[\x20-\x3f]*[\x40-\x7e]?            # CSI: params, intermediates, final
+    (?=[\x1b\x90\x98\x9b\x9d\x9e\x9f])  # cheap reject of every other position (3x faster)
+    (?:
+      (?:\x1b\[|\x9b)[\x20-\x3f]*[\x40-\x7e]?            # CSI: params, intermediates, final
     | (?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])          # OSC, DCS, SOS, PM, APC ...
       [^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c|$)           # ... up to BEL / ST / end
     | \x1b[\x20-\x2f]*[\x30-\x7e]?                      # other ESC sequences (charset, RIS, ...)
+    )
     """,
     re.VERBOSE,
 )
+_ESCAPE_START = re.compile(r"[\x1b\x90\x98\x9b\x9d\x9e\x9f]")
 # Controls that survive escape removal: C0 (but tab/newline handled apart), DEL, C1, and the
 # Unicode bidi controls (LRE..RLO, LRI..PDI) and line/paragraph separators.
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -47,11 +51,12 @@ _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069
 
 def strip_escapes(text: str) -> str:
     """Remove every terminal escape sequence, to a fixpoint (nesting cannot smuggle one through)."""
-    while True:
+    while _ESCAPE_START.search(text) is not None:  # one pass usually leaves none
         cleaned = _ESCAPES.sub("", text)
         if cleaned == text:
-            return cleaned
+            break
         text = cleaned
+    return text
 
 
 def _bound(text: str, limit: int) -> str:
@@ -137,8 +142,32 @@ class UntrustedJSONError(ValueError):
     """A foreign JSON document that is too large, too deep or not JSON."""
 
 
+# A JSON string literal (unrolled loop: runs in C, linear in the text).
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
 def _depth_ok(text: str, max_depth: int) -> bool:
-    """Scan brackets outside strings; False as soon as nesting passes ``max_depth``."""
+    """False when brackets outside strings nest deeper than ``max_depth``.
+
+    Strings are cut out by a regex first, so only the few structural brackets are walked in
+    Python: a 5 MB log record costs milliseconds, not the half second a per-character loop took.
+    """
+    if text.count("[") + text.count("{") <= max_depth:
+        return True  # cannot nest deeper than there are brackets
+    depth = 0
+    for ch in _BRACKETS.findall(_JSON_STRING.sub("", text)):
+        if ch in "[{":
+            depth += 1
+            if depth > max_depth:
+                return False
+        else:
+            depth -= 1
+    return True
+
+
+def _depth_ok_slow(text: str, max_depth: int) -> bool:
+    """The reference scan (one character at a time), kept for the equivalence test."""
     depth = 0
     in_string = escaped = False
     for ch in text:

@@ -21,6 +21,7 @@ import random
 import re
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -34,6 +35,8 @@ FOLLOW_KINDS = ("verl", "nccl", "verl_config")
 MAX_LINES_PER_RECORD = 500
 MAX_READ_PER_POLL = 8 * 1024 * 1024  # bytes read from one followed file per tick
 MAX_PARTIAL = 1024 * 1024  # a "line" longer than this is emitted without its newline
+MAX_CHARS_PER_RECORD = 256 * 1024  # log lines per record also stop here (fast to decode)
+HEAD_BYTES = 4096  # fingerprint of a followed file: its first bytes (copytruncate detection)
 HEARTBEAT_S = 5.0
 PROCS_FORCE_S = 30.0
 LOST_RETRY_S = 30.0
@@ -1276,29 +1279,102 @@ def no_gpu_message(nvml_reason, smi_reason):
 class Follower:
     """Follows one file like ``tail -F``: growth, truncation, rotation, late creation."""
 
-    def __init__(self, kind, path, from_start=False, max_lines=MAX_LINES_PER_RECORD):
+    def __init__(
+        self, kind, path, from_start=False, max_lines=MAX_LINES_PER_RECORD, max_read=None
+    ):
         self.kind = kind
         self.path = path
         self.max_lines = max_lines
+        self.max_read = max_read or MAX_READ_PER_POLL
         self._fh = None
         self._ino = None
         self._offset = 0
+        self._head = b""  # the file's first bytes when opened (to recognise its rotated copy)
         self._partial = b""
         self._reset = False
         self._from_start = from_start
+        self.error = ""  # why the path is not followed (not a regular file), said once
+        self._said = ""
         self._open(initial=True)
 
     def _open(self, initial=False):
-        """Open the file; start at its end unless from_start or it appeared after we began."""
+        """Open the file; start at its end unless from_start or it appeared after we began.
+
+        Only regular files are followed: opening a FIFO would block until a writer comes, and a
+        directory or device is no log. O_NONBLOCK makes the open itself never wait.
+        """
         try:
-            fh = open(self.path, "rb")
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         except OSError:
             return False
-        st = os.fstat(fh.fileno())
-        self._fh = fh
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            self.error = "%s: not a regular file (%s); give the log file itself" % (
+                self.path,
+                _file_kind(st.st_mode),
+            )
+            return False
+        self.error = ""
+        self._fh = os.fdopen(fd, "rb")
         self._ino = (st.st_dev, st.st_ino)
         self._offset = 0 if (self._from_start or not initial) else st.st_size
+        self._head = self._read_head()
         return True
+
+    def _read_head(self):
+        try:
+            self._fh.seek(0)
+            return self._fh.read(HEAD_BYTES)
+        except OSError:
+            return b""
+
+    def _rewritten(self, size):
+        """True when the file (same inode) no longer starts as it did: truncated and refilled."""
+        if not self._head or size < len(self._head):
+            return bool(self._head)
+        return self._read_head()[: len(self._head)] != self._head
+
+    def _rescue_copy(self, out):
+        """After a copytruncate rotation, read the lines that reached the copy but not us.
+
+        ``logrotate copytruncate`` copies the file (``x.log.1``, ``x.log-20260101``) and then
+        truncates it: what was appended since our last read is only in the copy. The copy is
+        recognised by its first bytes (our fingerprint) and a size past our offset.
+        """
+        folder = os.path.dirname(self.path) or "."
+        base = os.path.basename(self.path)
+        best = None
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            return
+        for name in names:
+            if name == base or not name.startswith(base) or name[len(base) : len(base) + 1] not in ".-_":
+                continue
+            if name.endswith((".gz", ".xz", ".bz2", ".zst", ".lz4")):
+                continue
+            full = os.path.join(folder, name)
+            try:
+                st = os.stat(full)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_size > self._offset:
+                if best is None or st.st_mtime > best[0]:
+                    best = (st.st_mtime, full)
+        if best is None:
+            return
+        try:
+            with open(best[1], "rb") as fh:
+                if fh.read(len(self._head)) != self._head:
+                    return
+                fh.seek(self._offset)
+                data = self._partial + fh.read(self.max_read)
+        except OSError:
+            return
+        self._partial = b""
+        text = data.decode("utf-8", "replace")
+        out.extend(line[:-1] if line.endswith("\r") else line for line in text.split("\n") if line)
 
     def _close(self):
         if self._fh is not None:
@@ -1312,7 +1388,7 @@ class Follower:
         """Read what was appended since the last call into ``out`` (complete lines only)."""
         fh = self._fh
         fh.seek(self._offset)
-        data = fh.read(MAX_READ_PER_POLL)
+        data = fh.read(self.max_read)
         if not data:
             return
         self._offset += len(data)
@@ -1354,13 +1430,25 @@ class Follower:
                 lines = []
                 self._close()
                 self._reset = True
-            elif st.st_size < self._offset:
+            elif st.st_size < self._offset or (
+                st.st_size != self._offset and self._rewritten(st.st_size)
+            ):
+                # Truncated (copytruncate): the lines written since our last read are in the copy.
+                self._rescue_copy(lines)
+                self._emit(records, host, t, lines)
+                lines = []
                 self._offset = 0
                 self._partial = b""
                 self._reset = True
+                self._head = b""
         if self._fh is None:
             if st is None or not self._open():
+                if self.error and self.error != self._said:
+                    self._said = self.error
+                    records.append(_record("event", host, t, _error_event(self)))
                 return records
+        if not self._head and self._offset == 0:
+            self._head = self._read_head()
         if st is not None and st.st_size == self._offset and not self._reset:
             return records
         try:
@@ -1375,16 +1463,21 @@ class Follower:
     def _emit(self, records, host, t, lines):
         if not lines and not self._reset:
             return
-        step = self.max_lines
-        for k in range(0, max(1, len(lines)), step):
-            fields = (
-                ("path", self.path),
-                ("kind", self.kind),
-                ("lines", lines[k : k + step]),
-                ("reset", self._reset),
-            )
-            records.append(_record("log", host, t, fields))
-            self._reset = False
+        chunk, size = [], 0
+        for line in lines:
+            # At most max_lines lines and about MAX_CHARS_PER_RECORD characters per record.
+            if chunk and (len(chunk) >= self.max_lines or size + len(line) > MAX_CHARS_PER_RECORD):
+                self._emit_one(records, host, t, chunk)
+                chunk, size = [], 0
+            chunk.append(line)
+            size += len(line)
+        if chunk or self._reset:
+            self._emit_one(records, host, t, chunk)
+
+    def _emit_one(self, records, host, t, lines):
+        fields = (("path", self.path), ("kind", self.kind), ("lines", lines), ("reset", self._reset))
+        records.append(_record("log", host, t, fields))
+        self._reset = False
 
     def flush(self, host, t):
         """Log records for a last line that has no newline yet (the file is known finished)."""
@@ -1397,6 +1490,28 @@ class Follower:
 
     def close(self):
         self._close()
+
+
+def _file_kind(mode):
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _error_event(follower):
+    return (
+        ("kind", "error"),
+        ("text", follower.error),
+        ("path", follower.path),
+        ("severity", 0.5),
+    )
 
 
 def parse_follow(spec):

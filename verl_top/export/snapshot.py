@@ -18,6 +18,7 @@ bundle only once the new one is whole.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import gzip
@@ -25,7 +26,9 @@ import json
 import math
 import os
 import shutil
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
@@ -36,6 +39,8 @@ from verl_top import __version__
 from verl_top.export.redact import REDACTED, redact_mapping, redact_text, redact_tree
 from verl_top.export.schema import SNAPSHOT_VERSION
 from verl_top.model import (
+    ClockOffset,
+    Dropped,
     GpuSample,
     Heartbeat,
     HostSample,
@@ -53,6 +58,10 @@ SNAPSHOT_FILE = "snapshot.json"
 REPORT_FILE = "report.md"
 RECORDING_FILE = "recording.ndjson.gz"
 SCREEN_FILE = "screen.svg"
+# Written last into every bundle: the proof that verl-top wrote the directory. ``--force``
+# replaces only a directory whose every entry this manifest lists.
+MANIFEST_FILE = "verl-top-manifest.json"
+MANIFEST_KIND = "verl-top.snapshot-manifest/1"
 
 MIN_STEPS = 20  # snapshot.json keeps at least this many last steps, even if older than the window
 REDACTION_RULES = [
@@ -220,6 +229,10 @@ def recording_records(store: Store) -> list[Record]:
         tail.append(LogLines(host=next(iter(store.hosts)), t=store.now, kind="mark"))
     for h in store.hosts.values():
         tail.append(HostState(host=h.name, t=store.now, state=h.state, reason=h.reason))
+        if h.clock_offset is not None:
+            tail.append(ClockOffset(host=h.name, t=store.now, offset=h.clock_offset))
+    for host, reasons in store.drops.items():  # what the boundary refused replays as counted
+        tail.extend(Dropped(host=host, t=store.now, reason=r, count=n) for r, n in reasons.items())
     return [redact_record(r) for r in head + body + tail]
 
 
@@ -348,6 +361,7 @@ def build_snapshot(
             "screen": SCREEN_FILE if screen else None,
         },
         "notes": list(store.notes),
+        "inputs": store.input_health(),  # refused input per host and reason, clock offsets
     }
     doc = redact_tree(_clean(doc))
     # Added after the pass: the rules' own wording would otherwise be "redacted".
@@ -433,18 +447,76 @@ def _reason(exc: OSError) -> str:
 
 
 def _check_target(target: Path, force: bool) -> bool:
-    """Whether ``target`` exists (as a directory); raise when it may not be written."""
+    """Whether ``target`` exists (as a directory); raise when it may not be written.
+
+    With ``force``, a non-empty directory is replaced only when it is a bundle verl-top wrote:
+    its manifest lists every entry in it. Anything else (``-o . --force`` in a project folder)
+    is refused and nothing is deleted.
+    """
     try:
         if not target.exists():
             return False
         if not target.is_dir():
             raise SnapshotError(f"{target} exists and is not a directory")
-        non_empty = any(target.iterdir())
+        entries = sorted(p.name for p in target.iterdir())
     except OSError as exc:
         raise SnapshotError(f"cannot use {target}: {_reason(exc)}") from exc
-    if non_empty and not force:
+    if entries and not force:
         raise SnapshotError(f"{target} exists; use --force to overwrite")
+    if entries:
+        foreign = sorted(set(entries) - _manifest_files(target))
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (
+                f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+            )
+            raise SnapshotError(
+                f"{target} holds files verl-top did not write ({shown}); --force only replaces a "
+                "previous snapshot (one with a verl-top-manifest.json listing its files): "
+                "choose a new directory"
+            )
     return True
+
+
+def _manifest_files(target: Path) -> set[str]:
+    """Entries a bundle's manifest vouches for (itself included); empty without a valid one."""
+    try:
+        path = target / MANIFEST_FILE
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > 1 << 20:
+            return set()
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+    if not isinstance(doc, dict) or doc.get("kind") != MANIFEST_KIND:
+        return set()
+    files = doc.get("files")
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        return set()
+    return {f for f in files if "/" not in f and f not in ("", ".", "..")} | {MANIFEST_FILE}
+
+
+def _write_manifest(tmp: Path, created: float) -> None:
+    files = sorted(p.name for p in tmp.iterdir())
+    doc = {"kind": MANIFEST_KIND, "tool": "verl-top", "version": __version__, "created": created}
+    doc["files"] = files
+    _write_file(tmp / MANIFEST_FILE, [(json.dumps(doc, indent=1) + "\n").encode()])
+
+
+@contextlib.contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """While the bundle is written, SIGTERM unwinds like Ctrl-C, so the temporary directory
+    is removed (the default action would kill the process and leave it behind)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _fill(
@@ -508,11 +580,13 @@ def write_snapshot(
     except OSError as exc:
         raise SnapshotError(f"cannot write the snapshot to {target}: {_reason(exc)}") from exc
     try:
-        os.chmod(tmp, 0o755)  # mkdtemp makes 0700; a bundle is meant to be read and shared
-        _fill(tmp, store, verdict, screen_svg, created)
-        _fsync_dir(tmp)
-        _install(tmp, target, exists)
-        _fsync_dir(target.parent)
+        with _sigterm_as_exit():
+            os.chmod(tmp, 0o755)  # mkdtemp makes 0700; a bundle is meant to be read and shared
+            _fill(tmp, store, verdict, screen_svg, created)
+            _write_manifest(tmp, created)
+            _fsync_dir(tmp)
+            _install(tmp, target, exists)
+            _fsync_dir(target.parent)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise SnapshotError(f"cannot write the snapshot to {target}: {_reason(exc)}") from exc

@@ -25,8 +25,56 @@ _USER_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]*\$?$")
 _LOCAL_NAMES = ("localhost", "localhost.localdomain", "127.0.0.1", "::1")
 
 
+_ZONE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")  # an interface name or number (IFNAMSIZ)
+MAX_HOSTS = 2048  # hosts one run may name (the store keeps as many)
+
+
 class HostsError(ValueError):
     """A hosts file, ``--hosts`` list or Slurm node list that cannot be used."""
+
+
+def host_problem(host: str) -> str:
+    """Why ``host`` may not be handed to SSH, or "" when it is a hostname, an IPv4 address or
+    an IPv6 address (with an optional ``%zone``).
+
+    Host strings reach ssh options and ``%h`` in a user's ProxyCommand, so only these forms
+    pass: no leading ``-`` (``-oProxyCommand=…``), no spaces, quotes, ``$``, ``;`` or control
+    characters, at most 253 characters with labels of at most 63.
+    """
+    if not isinstance(host, str) or not host:
+        return "empty host name"
+    if ":" in host:  # only an IPv6 address has a colon here
+        addr, _, zone = host.partition("%")
+        try:
+            socket.inet_pton(socket.AF_INET6, addr)
+        except (OSError, ValueError):
+            return f"bad IPv6 address {_show(host)}"
+        if "%" in host and not _ZONE_RE.match(zone):
+            return f"bad IPv6 zone {_show(zone)} in {_show(host)} (an interface name like eth0)"
+        return ""
+    if len(host) > 253:
+        return f"host name of {len(host)} characters (at most 253)"
+    if host.startswith("-"):
+        return f"host name {_show(host)} starts with '-' (it would be read as an ssh option)"
+    if not _NAME_RE.match(host):
+        return f"bad host name {_show(host)} (letters, digits, '.', '-', '_' only)"
+    if any(len(label) > 63 for label in host.split(".")):
+        return f"bad host name {_show(host)} (a label longer than 63 characters)"
+    return ""
+
+
+def _show(text: str) -> str:
+    from verl_top.untrusted import clean_text
+
+    return repr(clean_text(text, 80))
+
+
+def check_host(host: str, where: str) -> str:
+    """``host`` when it is safe to hand to SSH; else HostsError naming ``where`` it came from."""
+    problem = host_problem(host)
+    if problem:
+        raise HostsError(f"{where}: {problem}")
+    return host
 
 
 @dataclass(frozen=True)
@@ -133,12 +181,16 @@ def parse_entry(entry: str) -> list[HostSpec]:
             raise ValueError(f"bad user name {user!r} in {entry!r}")
     host, port, ipv6 = _split_host_port(rest, entry)
     if ipv6:
-        try:
-            socket.inet_pton(socket.AF_INET6, host.split("%", 1)[0])
-        except OSError:
-            raise ValueError(f"bad IPv6 address {host!r} in {entry!r}") from None
+        problem = host_problem(host)
+        if problem:
+            raise ValueError(f"{problem} in {entry!r}")
         return [HostSpec(user, host, port)]
-    return [HostSpec(user, name, port) for name in _expand_host(host, entry)]
+    names = _expand_host(host, entry)
+    for name in names:
+        problem = host_problem(name)
+        if problem:
+            raise ValueError(f"{problem} in {entry!r}")
+    return [HostSpec(user, name, port) for name in names]
 
 
 def _dedupe(specs: Iterable[HostSpec]) -> list[HostSpec]:
@@ -154,6 +206,8 @@ def _dedupe(specs: Iterable[HostSpec]) -> list[HostSpec]:
 def _parse_lines(lines: Iterable[str], where: str, numbered: bool = True) -> list[HostSpec]:
     specs: list[HostSpec] = []
     for lineno, raw in enumerate(lines, 1):
+        if len(specs) > MAX_HOSTS:
+            raise HostsError(f"{where}: more than {MAX_HOSTS} hosts (verl-top's cap)")
         text = raw.split("#", 1)[0].strip()
         for entry in _split_entries(text):
             try:
@@ -210,11 +264,16 @@ def hosts_from_slurm(env: Mapping[str, str] | None = None) -> list[HostSpec]:
             "--slurm: SLURM_JOB_NODELIST is not set (run verl-top inside the job's allocation, "
             "e.g. `srun --jobid <id> --overlap --pty verl-top --slurm`, or pass --hosts)"
         )
+    var = "SLURM_JOB_NODELIST" if env.get("SLURM_JOB_NODELIST") else "SLURM_NODELIST"
+    if len(nodelist) > 1 << 16:
+        raise HostsError(f"{var}: node list of {len(nodelist)} characters refused")
     try:
         names = hostlist.expand_hostlist(nodelist.strip())
     except hostlist.BadHostlist as exc:
-        raise HostsError(f"SLURM_JOB_NODELIST: bad node list {nodelist!r} ({exc})") from None
-    return _dedupe(HostSpec(None, name) for name in names)
+        raise HostsError(f"{var}: bad node list {_show(nodelist)} ({exc})") from None
+    if len(names) > MAX_HOSTS:
+        raise HostsError(f"{var}: {len(names)} nodes (verl-top monitors at most {MAX_HOSTS})")
+    return _dedupe(HostSpec(None, check_host(name, var)) for name in names)
 
 
 def is_local(spec: HostSpec) -> bool:

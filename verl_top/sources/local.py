@@ -17,10 +17,12 @@ from typing import Any
 
 from verl_top.agent import node_agent
 from verl_top.model import Record
-from verl_top.protocol import from_dict
+from verl_top.protocol import Decoder
 from verl_top.sources.base import Emit
 
 FollowSpec = str | tuple[str, str] | tuple[str, str, bool]
+SLICE_S = 0.005  # catch-up yields once its work passes this (one record adds <~15 ms)
+CATCH_UP_READ = 512 * 1024  # bytes of a finished log read per poll (parsed in ~10 ms slices)
 
 
 def _follow_args(follows: Iterable[FollowSpec]) -> list[tuple[str, str, bool]]:
@@ -35,16 +37,30 @@ def _follow_args(follows: Iterable[FollowSpec]) -> list[tuple[str, str, bool]]:
     return out
 
 
-def _decode(dicts: Sequence[dict[str, Any]], emit: Emit) -> int:
-    """Emit the records of wire dicts; returns how many could not be decoded."""
-    bad = 0
+def _decode(dicts: Sequence[dict[str, Any]], emit: Emit, decoder: Decoder | None = None) -> int:
+    """Emit the records of wire dicts (validated like remote ones) and what was refused;
+    returns how many could not be decoded."""
+    decoder = decoder or Decoder()
+    before = decoder.malformed
     for d in dicts:
-        try:
-            record: Record = from_dict(d)
-        except (ValueError, TypeError):
-            bad += 1
-            continue
-        emit(record)
+        record: Record | None = decoder.decode_dict(d)
+        if record is not None:
+            emit(record)
+    for dropped in decoder.take_drops():
+        emit(dropped)
+    return decoder.malformed - before
+
+
+async def _decode_paced(dicts: Sequence[dict[str, Any]], emit: Emit) -> int:
+    """``_decode`` one record at a time, yielding to the event loop every ``SLICE_S``, so a
+    big log's catch-up never holds the UI for longer than about that."""
+    bad = 0
+    start = time.perf_counter()
+    for d in dicts:
+        bad += _decode([d], emit)
+        if time.perf_counter() - start > SLICE_S:
+            await asyncio.sleep(0)
+            start = time.perf_counter()
     return bad
 
 
@@ -130,7 +146,7 @@ class LocalSource:
                     # pynvml getters take microseconds (PcieThroughput is never called) and the
                     # replay backend only does arithmetic: a thread hop would cost more.
                     dicts = self._tick(agent)
-                self.malformed += _decode(dicts, emit)
+                self.malformed += await _decode_paced(dicts, emit)
                 if self.count and agent.ticks >= self.count:
                     break
                 next_tick += agent.interval
@@ -166,7 +182,10 @@ class LocalFollowSource:
 
     async def run(self, emit: Emit) -> None:
         """Poll every followed file each interval and emit what was appended."""
-        followers = [node_agent.Follower(k, p, s) for k, p, s in self.follows]
+        # A catch-up reads CATCH_UP_READ per poll: each chunk is parsed within the loop budget.
+        followers = [
+            node_agent.Follower(k, p, s, max_read=CATCH_UP_READ) for k, p, s in self.follows
+        ]
         polls = 0
         try:
             if self.until_eof:
@@ -176,7 +195,13 @@ class LocalFollowSource:
                 now = round(time.time(), 3)
                 for follower in followers:
                     # A stat and a read of what was appended: small local I/O, done inline.
-                    self.malformed += _decode(follower.poll(self.host, now), emit)
+                    # A big backlog (a log followed from its start) is read in CATCH_UP_READ
+                    # pieces, up to the agent's 8 MiB per interval, parsed in paced slices.
+                    for _ in range(node_agent.MAX_READ_PER_POLL // CATCH_UP_READ):
+                        dicts = follower.poll(self.host, now)
+                        if not dicts:
+                            break
+                        self.malformed += await _decode_paced(dicts, emit)
                 polls += 1
                 if not self.count or polls < self.count:
                     await asyncio.sleep(self.interval)
@@ -196,7 +221,7 @@ class LocalFollowSource:
                 dicts = follower.poll(self.host, now)
                 if not dicts:
                     break
-                self.malformed += _decode(dicts, emit)
-                await asyncio.sleep(0)  # let the UI breathe between chunks of a big log
+                self.malformed += await _decode_paced(dicts, emit)
+                await asyncio.sleep(0)  # and between polls
             # A last line without a newline is complete once the file is finished.
             self.malformed += _decode(follower.flush(self.host, now), emit)

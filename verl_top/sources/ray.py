@@ -20,11 +20,13 @@ import argparse
 import asyncio
 import contextlib
 import http.client
+import ipaddress
 import json
 import os
 import re
 import socket
 import ssl
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -35,12 +37,19 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from verl_top.model import HostState, RayActor, RayActors, RayNode
+from verl_top.protocol import Decoder, to_dict
 from verl_top.roles import classify
 from verl_top.sources.base import Emit
+from verl_top.sources.hosts import host_problem
+from verl_top.untrusted import UntrustedJSONError, clean_text, loads
 
 DEFAULT_PORT = 8265
 POLL_S = 10.0
 HTTP_TIMEOUT_S = 5.0
+HTTP_DEADLINE_S = 10.0  # one whole request, however slowly the server drips its reply
+MAX_BODY_BYTES = 64 * 1024 * 1024  # a state-API page of 10 000 detailed actors is ~20 MB
+READ_CHUNK = 256 * 1024
+MAX_NODES = 4096
 DEFAULT_LOGS_DIR = "/tmp/ray/session_latest/logs"
 TOKEN_FILE = "~/.ray/auth_token"
 LIST_LIMIT = 10000  # the state API's largest page (RAY_MAX_LIMIT_FROM_API_SERVER default)
@@ -61,7 +70,8 @@ class RayError(Exception):
     """The Ray dashboard cannot be used; ``kind`` is config | unreachable | auth | not_ray | api."""
 
     def __init__(self, message: str, kind: str = "api") -> None:
-        super().__init__(message)
+        # Messages quote the server (reply previews, error bodies): cleaned here, once.
+        super().__init__(clean_text(message, 2048))
         self.kind = kind
 
 
@@ -173,10 +183,17 @@ class Dashboard:
     HTTP client dependency (aiohttp comes with ray[default], which this machine may not have).
     """
 
-    def __init__(self, url: str, token: Token | None = None, timeout: float = HTTP_TIMEOUT_S):
+    def __init__(
+        self,
+        url: str,
+        token: Token | None = None,
+        timeout: float = HTTP_TIMEOUT_S,
+        deadline: float = HTTP_DEADLINE_S,
+    ):
         self.url = url
         self.token = token
-        self.timeout = timeout
+        self.timeout = timeout  # per socket operation (connect, each read)
+        self.deadline = deadline  # the whole request, reply body included
         self.requests = 0
 
     def get(self, path: str, params: Sequence[tuple[str, str]] = ()) -> Any:
@@ -187,9 +204,10 @@ class Dashboard:
         if self.token is not None:
             request.add_header("Authorization", f"Bearer {self.token.value}")
         self.requests += 1
+        deadline = time.monotonic() + self.deadline
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as resp:
-                body = resp.read()
+                body = self._read_body(resp, path, deadline)
         except urllib.error.HTTPError as exc:
             raise self._http_error(exc, path) from None
         except urllib.error.URLError as exc:
@@ -199,13 +217,54 @@ class Dashboard:
         except OSError as exc:  # a timeout or reset while reading the reply
             raise self._network_error(exc) from None
         try:
-            return json.loads(body)
-        except ValueError:
+            return loads(body, max_bytes=MAX_BODY_BYTES)
+        except UntrustedJSONError as exc:
+            if "deeper" in str(exc):
+                raise RayError(f"{self.url}{path}: {exc}; reply refused", "api") from None
             raise RayError(
                 f"{self.url}{path} answered, but not with JSON (it starts {_preview(body)}): is "
                 f"this the Ray dashboard (port {DEFAULT_PORT})?",
                 "not_ray",
             ) from None
+
+    def _read_body(self, resp: Any, path: str, deadline: float) -> bytes:
+        """The reply body, read in chunks: at most MAX_BODY_BYTES (a larger Content-Length is
+        refused before reading) and within the request's total deadline (a server dripping
+        one byte at a time would otherwise never hit the per-read socket timeout)."""
+        where = f"{self.url}{path}"
+        length = resp.headers.get("Content-Length")
+        if length and length.isdigit() and int(length) > MAX_BODY_BYTES:
+            raise RayError(
+                f"{where}: a reply of {int(length)} bytes refused (at most {MAX_BODY_BYTES})",
+                "api",
+            )
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            left = deadline - time.monotonic()
+            late = RayError(
+                f"{where}: no complete answer within {self.deadline:g} s ({size} bytes so "
+                "far): the dashboard is overloaded, or this is not a Ray dashboard",
+                "unreachable",
+            )
+            if left <= 0:
+                raise late
+            with contextlib.suppress(AttributeError, OSError):
+                resp.fp.raw._sock.settimeout(min(self.timeout, left))  # noqa: SLF001
+            try:
+                chunk = resp.read1(READ_CHUNK)
+            except TimeoutError:
+                if time.monotonic() >= deadline - 0.05:
+                    raise late from None
+                raise
+            if not chunk:
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise RayError(
+                    f"{where}: a reply larger than {MAX_BODY_BYTES} bytes refused", "api"
+                )
+            chunks.append(chunk)
 
     def state(self, path: str, params: Sequence[tuple[str, str]] = ()) -> Any:
         """``data.result`` of a state-API reply (``{"result": ok, "msg": ..., "data": ...}``)."""
@@ -325,15 +384,30 @@ class ClusterView:
     nodes: list[RayNode]
     actors: list[dict[str, Any]] = field(default_factory=list)
     extras: dict[str, NodeExtra] = field(default_factory=dict)
+    refused: list[str] = field(default_factory=list)  # nodes not monitored, and why
 
 
-def parse_nodes(rows: Any) -> list[RayNode]:
-    """RayNodes from ``/api/v0/nodes`` rows (``node_id``, ``node_ip``, ``state``, ...)."""
+def parse_nodes(rows: Any, refused: list[str] | None = None) -> list[RayNode]:
+    """RayNodes from ``/api/v0/nodes`` rows (``node_id``, ``node_ip``, ``state``, ...).
+
+    A node whose IP is not an IPv4/IPv6 address is refused (it would reach SSH) and said in
+    ``refused`` with its node id; at most MAX_NODES nodes are kept.
+    """
     nodes = []
     for row in _rows(rows):
         node_id, ip = row.get("node_id"), row.get("node_ip")
         if not isinstance(node_id, str) or not isinstance(ip, str) or not ip:
             continue
+        node_id = clean_text(node_id, 128)
+        problem = ip_problem(ip)
+        if problem:
+            if refused is not None:
+                refused.append(f"Ray node {node_id}: {problem}; not monitored")
+            continue
+        if len(nodes) >= MAX_NODES:
+            if refused is not None:
+                refused.append(f"more than {MAX_NODES} Ray nodes: the rest are not monitored")
+            break
         resources = row.get("resources_total")
         gpus = resources.get("GPU") if isinstance(resources, dict) else None
         nodes.append(
@@ -362,12 +436,23 @@ def parse_summary(body: Any) -> dict[str, NodeExtra]:
         if not isinstance(raylet, dict) or not isinstance(raylet.get("nodeId"), str):
             continue
         hostname = item.get("hostname") or raylet.get("nodeManagerHostname") or ""
+        if not isinstance(hostname, str) or host_problem(hostname):
+            hostname = ""  # shown and keyed by its IP instead: a name must be safe for SSH
         sock = raylet.get("rayletSocketName")
         logs_dir = ""
         if isinstance(sock, str) and sock.endswith("/sockets/raylet"):
-            logs_dir = f"{sock[: -len('/sockets/raylet')]}/logs"
-        out[raylet["nodeId"]] = NodeExtra(str(hostname), logs_dir)
+            logs_dir = clean_text(f"{sock[: -len('/sockets/raylet')]}/logs", 4096)
+        out[clean_text(raylet["nodeId"], 128)] = NodeExtra(hostname, logs_dir)
     return out
+
+
+def ip_problem(ip: str) -> str:
+    """Why a Ray node IP may not be handed to SSH ("" for an IPv4 or IPv6 address)."""
+    try:
+        ipaddress.ip_address(ip.split("%", 1)[0])
+    except ValueError:
+        return f"bad node IP {clean_text(repr(ip), 80)}"
+    return host_problem(ip)
 
 
 def _rows(result: Any) -> list[dict[str, Any]]:
@@ -454,9 +539,11 @@ def _worker_ranks(actors: Sequence[RayActor]) -> None:
 
 def fetch_view(dash: Dashboard, detail: bool = False) -> ClusterView:
     """Nodes, node extras and live actors in three or four requests (blocking)."""
-    nodes = parse_nodes(dash.state("/api/v0/nodes", [("limit", str(LIST_LIMIT))]))
+    refused: list[str] = []
+    nodes = parse_nodes(dash.state("/api/v0/nodes", [("limit", str(LIST_LIMIT))]), refused)
     if not nodes:
-        raise RayError(f"the Ray dashboard at {dash.url} lists no node", "api")
+        why = f" that can be monitored ({'; '.join(refused[:3])})" if refused else ""
+        raise RayError(f"the Ray dashboard at {dash.url} lists no node{why}", "api")
     try:
         extras = parse_summary(dash.get("/nodes", [("view", "summary")]))
     except RayError as exc:
@@ -472,7 +559,7 @@ def fetch_view(dash: Dashboard, detail: bool = False) -> ClusterView:
     if detail:
         params.append(("detail", "true"))
     actors = _rows(dash.state("/api/v0/actors", params))
-    return ClusterView(nodes=nodes, actors=actors, extras=extras)
+    return ClusterView(nodes=nodes, actors=actors, extras=extras, refused=refused)
 
 
 def list_logs(dash: Dashboard, node_id: str, pattern: str) -> list[str]:
@@ -560,6 +647,7 @@ class RaySource:
         self._last: tuple[Any, ...] | None = None
         self.polls = 0
         self.on_stop = on_stop  # e.g. close the SSH bastions the node sources share
+        self.decoder = Decoder()
 
     # naming
 
@@ -606,10 +694,10 @@ class RaySource:
         self.polls += 1
         try:
             # Only ask for the (larger) detail view when actors we have not seen appear.
-            view = await asyncio.to_thread(fetch_view, self.dash, False)
+            view = await in_daemon_thread(fetch_view, self.dash, False)
             new = {r.get("actor_id") for r in view.actors} - set(self._detail)
             if new:
-                view = await asyncio.to_thread(fetch_view, self.dash, True)
+                view = await in_daemon_thread(fetch_view, self.dash, True)
                 for row in view.actors:
                     res = row.get("required_resources")
                     gpus = res.get("GPU") if isinstance(res, dict) else None
@@ -624,6 +712,11 @@ class RaySource:
         self._nodes = self.name_nodes(view)
         if self._note.startswith("Ray: "):
             self._note = ""  # the dashboard answers again
+        if view.refused:  # said while it lasts (the RayActors record repeats only changes)
+            more = f" (+{len(view.refused) - 2} more)" if len(view.refused) > 2 else ""
+            self._note = "; ".join(view.refused[:2]) + more
+        elif self._note.startswith("Ray node ") or self._note.startswith("more than "):
+            self._note = ""
         by_id = {n.node_id: n for n in self._nodes}
         self._actors = map_actors(view.actors, by_id)
         for actor in self._actors:
@@ -640,16 +733,21 @@ class RaySource:
         if state == self._last:
             return  # the recorder keeps every record: send a snapshot only when it changed
         self._last = (list(self._nodes), list(self._actors), driver, self._note)
-        emit(
-            RayActors(
-                host=self.name,
-                t=time.time(),
-                nodes=list(self._nodes),
-                actors=list(self._actors),
-                driver_log=driver,
-                note=self._note,
-            )
+        record = RayActors(
+            host=self.name,
+            t=time.time(),
+            nodes=list(self._nodes),
+            actors=list(self._actors),
+            driver_log=driver,
+            note=self._note,
         )
+        # Actor names, classes and job ids are the dashboard's strings: through the record
+        # boundary like an agent's records (cleaned, bounded, counted).
+        checked = self.decoder.decode_dict(to_dict(record))
+        if checked is not None:
+            emit(checked)
+        for dropped in self.decoder.take_drops(self.name, record.t):
+            emit(dropped)
 
     async def _sync_nodes(self, emit: Emit) -> None:
         alive: dict[str, RayNode] = {}
@@ -686,7 +784,7 @@ class RaySource:
         if self._driver is not None and (key is None or key == self._driver_for):
             return  # following it already (or the job ended: keep the last log)
         try:
-            found = await asyncio.to_thread(self._locate_driver_log, view, by_id, runner)
+            found = await in_daemon_thread(self._locate_driver_log, view, by_id, runner)
         except RayError as exc:
             self._note = f"Ray: driver log not found: {exc}"
             return
@@ -756,6 +854,32 @@ class RaySource:
     def _logs_dir(view: ClusterView, node: RayNode) -> str:
         extra = view.extras.get(node.node_id)
         return extra.logs_dir if extra and extra.logs_dir else DEFAULT_LOGS_DIR
+
+
+async def in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a daemon thread, awaited: unlike ``asyncio.to_thread``, a cancelled or
+    abandoned call never holds up shutdown (asyncio.run waits for its executor's threads, and
+    a dashboard dripping its reply would keep one busy for the whole request deadline)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if not future.done():
+            if error is None:
+                future.set_result(result)
+            else:
+                future.set_exception(error)
+
+    def run() -> None:
+        try:
+            result, error = fn(*args), None
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name="verl-top-ray-http", daemon=True).start()
+    return await future
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:

@@ -7,14 +7,16 @@ down while it runs; the UI drives it through ``ReplayControl``.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from verl_top.model import Record
-from verl_top.protocol import Decoder, read_recording
+from verl_top.protocol import MAX_RECORD_BYTES, Decoder, Rejected, open_recording
 from verl_top.sources.base import Emit
 
 MAX_GAP_S = 5.0  # long silences in a recording are shortened to this (scaled) wait
+YIELD_EVERY = 256  # records played between yields to the event loop when nothing waits
 
 
 @dataclass
@@ -57,25 +59,64 @@ class ReplayControl:
         await self._resume.wait()
 
 
-def load(path: str | Path) -> tuple[list[Record], Decoder]:
-    """Read a recording, raising a clear error for a missing or empty file."""
+def _check(path: Path) -> None:
+    if not path.exists():
+        raise FileNotFoundError(f"recording not found: {path}")
+    if not path.is_file():
+        raise ValueError(f"{path}: not a regular file (a recording is an .ndjson[.gz] file)")
+
+
+def _stream(path: Path, decoder: Decoder) -> Iterator[Record]:
+    """The records of ``path``, one line at a time (a recording is never held whole).
+
+    A line longer than ``MAX_RECORD_BYTES`` is skipped in pieces and counted as ``size``.
+    """
+    with open_recording(path) as fh:
+        while True:
+            line = fh.readline(MAX_RECORD_BYTES + 1)
+            if not line:
+                return
+            if len(line) > MAX_RECORD_BYTES and not line.endswith("\n"):
+                while line and not line.endswith("\n"):  # skip the rest of the over-long line
+                    line = fh.readline(MAX_RECORD_BYTES + 1)
+                decoder.refuse(Rejected("size", f"line over {MAX_RECORD_BYTES} characters"))
+                continue
+            record = decoder.decode(line)
+            if record is not None:
+                yield record
+
+
+def first_record(path: str | Path) -> Record:
+    """The first valid record of a recording; a clear error for a missing or empty file.
+
+    Reads no further than that record (the whole file only when it holds none).
+    """
     p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"recording not found: {p}")
+    _check(p)
     decoder = Decoder()
-    records = read_recording(p, decoder)
-    if not records:
-        detail = (
-            f" ({decoder.malformed} malformed lines; last: {decoder.last_error})"
-            if decoder.malformed
-            else ""
-        )
-        raise ValueError(f"{p} holds no verl-top records{detail}")
-    return records, decoder
+    try:
+        for record in _stream(p, decoder):
+            return record
+    except (OSError, EOFError, UnicodeDecodeError) as exc:  # gzip.BadGzipFile is an OSError
+        raise ValueError(f"{p}: cannot read the recording ({exc})") from None
+    detail = (
+        f" ({decoder.malformed} malformed lines; last: {decoder.last_error})"
+        if decoder.malformed
+        else ""
+    )
+    raise ValueError(f"{p} holds no verl-top records{detail}")
+
+
+def load(path: str | Path) -> tuple[list[Record], Decoder]:
+    """Read a whole recording (tests and tools; the replay source streams instead)."""
+    p = Path(path)
+    first_record(p)
+    decoder = Decoder()
+    return list(_stream(p, decoder)), decoder
 
 
 class ReplaySource:
-    """Plays records from a recording file."""
+    """Plays records from a recording file, read as it plays (memory stays flat)."""
 
     def __init__(
         self,
@@ -89,15 +130,21 @@ class ReplaySource:
         self.control = control or ReplayControl()
         self.decoder = Decoder()
         if records is None:
-            records, self.decoder = load(self.path)
-        self.records = records
+            first_record(self.path)  # fail now, with the reason, not inside the UI
+        self.records = records  # given records (tests), else None: streamed from the file
         self.step_interval = step_interval
+
+    def _records(self) -> Iterator[Record]:
+        if self.records is not None:
+            return iter(self.records)
+        return _stream(self.path, self.decoder)
 
     async def run(self, emit: Emit) -> None:
         ctl = self.control
         prev_t: float | None = None
         step_until: float | None = None  # while paused: play freely up to this data time
-        for rec in self.records:
+        played = 0
+        for rec in self._records():
             if ctl.paused:
                 if step_until is None or (rec.t and rec.t >= step_until):
                     step_until = await self._next_step(rec)
@@ -108,6 +155,13 @@ class ReplaySource:
                 prev_t = rec.t
                 ctl.position = rec.t
             emit(rec)
+            for dropped in self.decoder.take_drops():
+                emit(dropped)
+            played += 1
+            if played % YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # a fast replay still lets the UI draw
+        for dropped in self.decoder.take_drops():
+            emit(dropped)
         ctl.finished = True
 
     async def _next_step(self, rec: Record) -> float | None:

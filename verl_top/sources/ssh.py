@@ -31,10 +31,12 @@ from typing import Any
 import asyncssh
 from asyncssh.config import SSHClientConfig
 
-from verl_top.model import Hello, HostState, Record
+from verl_top.model import Hello, HostState
 from verl_top.protocol import Decoder
 from verl_top.sources.base import Emit
 from verl_top.sources.hosts import HostSpec, parse_entry
+from verl_top.sources.intake import Intake, read_lines
+from verl_top.untrusted import clean_text
 
 UNKNOWN_HOST_REASON = "host key not in known_hosts (use --accept-new-hosts or ssh once by hand)"
 STDERR_TAIL_LINES = 8
@@ -500,6 +502,7 @@ class SshSource:
         self.agent_args = list(agent_args)
         self.follows = list(follows)
         self.decoder = Decoder()
+        self.intake: Intake | None = None  # the current connection's (clock offset, drops)
         self.attempts = 0
         self.state = "connecting"
         self.reason = ""
@@ -532,6 +535,7 @@ class SshSource:
     # run loop
 
     def _state(self, emit: Emit, state: str, reason: str = "") -> None:
+        reason = clean_text(reason, 2048)  # may quote the server (disconnect reason, stderr)
         self.state, self.reason = state, reason
         emit(HostState(host=self.name, t=time.time(), state=state, reason=reason))
 
@@ -601,18 +605,18 @@ class SshSource:
             proc.stdin.write(agent_payload())
             self._stdin = proc.stdin
             stderr_task = asyncio.create_task(_collect(proc.stderr, stderr_tail))
+            intake = Intake(self.name, self.decoder)
+            self.intake = intake
             try:
-                async for line in proc.stdout:
-                    rec = self.decoder.decode(line)
-                    if rec is None:
-                        continue
+                # Framed by read_lines, not readline: a long record arrives whole (intake.py).
+                async for line in read_lines(proc.stdout):
+                    rec = intake.accept(line, emit)
                     if isinstance(rec, Hello):
                         self.agent_pid = rec.pid
                         if up_since is None:
                             up_since = time.monotonic()
                             self._state(emit, "up")
-                    _rename(rec, self.name)
-                    emit(rec)
+                intake.report(emit, force=True)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001
@@ -658,12 +662,6 @@ def _since(t0: float | None) -> float:
     return 0.0 if t0 is None else time.monotonic() - t0
 
 
-def _rename(rec: Record, name: str) -> None:
-    # The UI keys hosts by the name the user gave, not the node's own hostname.
-    if rec.host != name:
-        rec.host = name
-
-
 def _fmt_delay(delay: float) -> str:
     return f"{delay:.1f} s" if delay < 10 else f"{delay:.0f} s"
 
@@ -671,8 +669,8 @@ def _fmt_delay(delay: float) -> str:
 async def _collect(stream: asyncssh.SSHReader, tail: collections.deque[str]) -> None:
     with contextlib.suppress(Exception):
         async for line in stream:
-            if line:
-                tail.append(line.rstrip("\n"))
+            if line:  # the node's stderr is foreign text: cleaned where it enters
+                tail.append(clean_text(line.rstrip("\n"), 512))
 
 
 async def _close(conn: asyncssh.SSHClientConnection, proc: Any) -> None:

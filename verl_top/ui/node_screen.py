@@ -222,6 +222,13 @@ def render_info(store: Store, h: HostEntry, palette: dict[str, str]) -> Text:
         text.append(f" ({h.reason})", style=palette.get("error", "red") if not live else "")
     age = None if h.last_received is None else store.wall_clock() - h.last_received
     text.append(f" · last seen {fmt_age(age)} ago", style="dim")
+    drops = store.drops.get(h.name)
+    if drops:  # what the record boundary refused from this host, worst reasons first
+        top = sorted(drops.items(), key=lambda kv: -kv[1])[:3]
+        text.append(f"\nrefused input: {sum(drops.values())} (", style="yellow")
+        text.append(", ".join(f"{reason} ×{n}" for reason, n in top) + ")", style="yellow")
+    if h.clock_offset is not None and abs(h.clock_offset) >= 1.0:
+        text.append(f"\nclock offset {h.clock_offset:+.1f} s (corrected)", style="yellow")
     hello = h.hello
     if hello is None:
         text.append("\nno hello from the agent yet: backend, driver and versions unknown")

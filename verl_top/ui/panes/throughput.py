@@ -219,8 +219,17 @@ def build_host_cells(
         cell(mem or DASH),
         cell(fmt_bytes_rate(None if hs is None else hs.net_rx_bps)),
         cell(fmt_bytes_rate(None if hs is None else hs.net_tx_bps)),
-        Text(h.reason or "", style=palette.get("error", "red") if not live else "dim"),
+        _reason_cell(store, h, live, palette),
     )
+
+
+def _reason_cell(store: Store, h: HostEntry, live: bool, palette: dict[str, str]) -> Text:
+    """The host's reason, plus how much of its input the boundary refused (issue 16)."""
+    text = Text(h.reason or "", style=palette.get("error", "red") if not live else "dim")
+    dropped = store.dropped(h.name)
+    if dropped:
+        text.append(("; " if h.reason else "") + f"{dropped} refused", style="yellow")
+    return text
 
 
 def verl_summary(store: Store) -> Text:
