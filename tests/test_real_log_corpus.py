@@ -26,7 +26,7 @@ from verl_top.cli import main
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "real_logs"
 CASES = yaml.safe_load((CORPUS / "expected.yaml").read_text())
 # Upper bound on collection: the logs are finite files, read to their end well within it.
-DURATION_S = "2"
+DURATION_S = "1"
 # The five steps by rule-id prefix (docs/diagnosis.md).
 STEP_OF_PREFIX = {
     "gpu": 1,
