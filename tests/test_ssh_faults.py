@@ -198,4 +198,8 @@ async def test_dead_bastion_fails_all_nodes_once_not_in_turn(
         server.close()
     print(f"dead bastion: 6 nodes down after {waited:.2f} s")
     for s in specs:
-        assert c.last_state(s.name)[1].startswith(f"bastion 127.0.0.32:{port}: timed out")
+        reason = c.last_state(s.name)[1]
+        # The effective target of the failing hop is named.
+        assert reason.startswith(
+            f"bastion 127.0.0.32: timed out after 1 s connecting to root@127.0.0.32:{port}"
+        ), reason
