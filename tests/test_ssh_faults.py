@@ -203,3 +203,20 @@ async def test_dead_bastion_fails_all_nodes_once_not_in_turn(
         assert reason.startswith(
             f"bastion 127.0.0.32: timed out after 1 s connecting to root@127.0.0.32:{port}"
         ), reason
+
+
+async def test_down_hint_names_the_effective_port_from_the_config(
+    tmp_path: Path, ssh_keys, h200_trace: Path, remote_python: str
+) -> None:
+    port = free_port("127.0.0.31")  # nothing listens there
+    settings = make_settings(tmp_path, ssh_keys, [], remote_python)
+    Path(settings.ssh_config).write_text(
+        f"Host gpu7\n  HostName 127.0.0.31\n  Port {port}\n  User ops\n"
+    )
+    c = Collector()
+    async with running([SshSource(HostSpec(None, "gpu7"), settings, agent_args(h200_trace))], c):
+        await c.wait(state_is(c, "gpu7", "down"), 5)
+    reason = c.last_state("gpu7")[1]
+    assert reason.startswith(
+        f"connection refused by ops@127.0.0.31:{port} (is sshd running on port {port}?)"
+    ), reason

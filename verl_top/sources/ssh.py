@@ -235,11 +235,19 @@ class HostKeyPolicy:
         return out
 
     def trusted(self, _host: str, _addr: str, _port: int | None) -> tuple[list, list, list]:
-        """asyncssh's ``known_hosts`` callable: (keys, CA keys, revoked) for this host."""
+        """asyncssh's ``known_hosts`` callable: (keys, CA keys, revoked) for this host.
+
+        Like ssh, a host on another port than 22 with no ``[host]:port`` entry is also
+        checked against plain ``host`` entries ("checking without port identifier"); a key
+        that differs there counts as unknown, not as changed.
+        """
+        found = self._each(self.name)
+        if not found and self.name != self.hc.hostname and not self.hc.host_key_alias:
+            found = self._each(self.hc.hostname)
         keys: list = []
         ca: list = []
         revoked: list = []
-        for _path, (k, c, r) in self._each(self.name):
+        for _path, (k, c, r) in found:
             keys += k
             ca += c
             revoked += r
