@@ -34,6 +34,7 @@ from verl_top.model import Hello, HostState, Record
 from verl_top.protocol import Decoder
 from verl_top.sources.base import Emit
 from verl_top.sources.hosts import HostSpec, parse_entry
+from verl_top.sources.liveness import Liveness, hang_limit, watch
 from verl_top.sources.ssh_config import (
     CliOverrides,
     HostConfig,
@@ -66,6 +67,8 @@ class SshSettings:
     healthy_after: float = 30.0  # a stream this long resets the backoff
     attention_backoff: float = 300.0  # auth and host-key failures need a person: retry rarely
     python: str = "python3"  # interpreter started on the node
+    hang_intervals: float = 10.0  # an agent silent this many intervals is replaced...
+    hang_min_s: float = 5.0  # ...but never sooner than this
     _shared: SshShared | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
@@ -777,7 +780,9 @@ class SshSource:
         stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         up_since: float | None = None
         stderr_task: asyncio.Task[None] | None = None
+        watchdog: asyncio.Task[None] | None = None
         proc: asyncssh.SSHClientProcess | None = None
+        live = Liveness()
         try:
             args = ["--host", self.name, *self.agent_args]
             for kind, path in self.follows:
@@ -787,13 +792,17 @@ class SshSource:
             proc.stdin.write(agent_payload())
             self._stdin = proc.stdin
             stderr_task = asyncio.create_task(_collect(proc.stderr, stderr_tail))
+            watchdog = asyncio.create_task(self._watch(emit, live, conn, proc))
             try:
                 async for line in proc.stdout:
                     rec = self.decoder.decode(line)
                     if rec is None:
                         continue
+                    if live.seen():
+                        self._state(emit, "up", self.warning)
                     if isinstance(rec, Hello):
                         self.agent_pid = rec.pid
+                        self._hello(live, rec)
                         if up_since is None:
                             up_since = time.monotonic()
                             self._state(emit, "up", self.warning)
@@ -806,6 +815,14 @@ class SshSource:
                 fail.healthy_for = _since(up_since)
                 raise fail from None
             # stdout ended: the agent exited (or the channel closed).
+            if live.hung_for is not None:
+                fail = _HostFailure(
+                    "down",
+                    f"agent hung: no data for {live.hung_for:.0f} s while the connection "
+                    f"stayed up; killed it (pid {self.agent_pid}) and starting a new one",
+                )
+                fail.healthy_for = _since(up_since)
+                raise fail
             if stderr_task is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(asyncio.shield(stderr_task), 1.0)
@@ -818,9 +835,29 @@ class SshSource:
             raise fail
         finally:
             self._stdin = None
-            if stderr_task is not None:
-                stderr_task.cancel()
+            for task in (stderr_task, watchdog):
+                if task is not None:
+                    task.cancel()
             await _close(conn, proc)
+
+    def _hello(self, live: Liveness, hello: Hello) -> None:
+        interval = hello.interval if hello.interval and hello.interval > 0 else 1.0
+        live.interval, live.up = interval, True
+        s = self.settings
+        live.hang_after = hang_limit(interval, s.hang_intervals, s.hang_min_s)
+
+    async def _watch(
+        self,
+        emit: Emit,
+        live: Liveness,
+        conn: asyncssh.SSHClientConnection,
+        proc: asyncssh.SSHClientProcess,
+    ) -> None:
+        async def replace(_silent: float) -> None:
+            await _kill_agent(conn, proc, self.agent_pid)
+            proc.close()  # ends the read loop, which reports the hang
+
+        await watch(live, lambda reason: self._state(emit, "stale", reason), replace)
 
     def _exit_failure(self, status: int | None, tail: list[str], had_hello: bool) -> _HostFailure:
         text = " | ".join(line.strip() for line in tail if line.strip())[-400:]
@@ -859,6 +896,27 @@ async def _collect(stream: asyncssh.SSHReader, tail: collections.deque[str]) -> 
         async for line in stream:
             if line:
                 tail.append(line.rstrip("\n"))
+
+
+async def _kill_agent(
+    conn: asyncssh.SSHClientConnection, proc: asyncssh.SSHClientProcess, pid: int | None
+) -> None:
+    """Kill a hung agent on the node so that nothing is left behind; never raises.
+
+    SIGKILL also ends a stopped process. It goes through the channel first (sshd >= 8.1
+    delivers signal requests); if the agent is still there a second later, a separate
+    command kills its pid, checked to still be our agent (the bootstrap names it).
+    """
+    with contextlib.suppress(Exception):
+        proc.send_signal("KILL")
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(proc.wait_closed(), 1.0)
+        return
+    if pid is None:
+        return
+    cmd = f"grep -q verl-top-agent /proc/{int(pid)}/cmdline 2>/dev/null && kill -KILL {int(pid)}"
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(conn.run(cmd, check=False), 5.0)
 
 
 async def _close(conn: asyncssh.SSHClientConnection, proc: Any) -> None:
