@@ -18,7 +18,7 @@ from pathlib import Path
 
 import asyncssh
 import pytest
-from sshd import SshDaemon, SshdFactory, free_port
+from sshd import SshDaemon, SshdFactory, free_port, sshd_version
 
 from verl_top.sources.hosts import HostSpec
 from verl_top.sources.ssh import (
@@ -38,6 +38,7 @@ class Lab:
     t: SshDaemon
     a: SshDaemon
     b: SshDaemon
+    local: SshDaemon  # on 127.0.0.1, reached as "localhost"
     silent: tuple[str, int]
     dead: tuple[str, int]
     keys: dict[str, Path]
@@ -48,7 +49,7 @@ class Lab:
     def fill(self, text: str, d: Path, cfg: Path) -> str:
         t, a, b = self.t, self.a, self.b
         return text.format(
-            T=t.addr, Tp=t.port, A=a.addr, Ap=a.port, B=b.addr, Bp=b.port,
+            T=t.addr, Tp=t.port, A=a.addr, Ap=a.port, B=b.addr, Bp=b.port, Lp=self.local.port,
             S=self.silent[0], Sp=self.silent[1], D=self.dead[0], Dp=self.dead[1],
             key=self.keys["client"], wrong=self.keys["wrong"], dir=d, cfg=cfg,
         )  # fmt: skip
@@ -59,6 +60,7 @@ class Lab:
         t = self.t
         alg, b64 = t.host_key.export_public_key("openssh").decode().split()[:2]
         other = self.other_key.export_public_key("openssh").decode().split()[1]
+        local_b64 = self.local.host_key.export_public_key("openssh").decode().split()[1]
         lines = {
             "T": t.known_hosts_line(),
             "A": self.a.known_hosts_line(),
@@ -67,6 +69,8 @@ class Lab:
             "T_noport": f"{t.addr} {alg} {b64}\n",
             "T_noport_old": f"{t.addr} {alg} {other}\n",
             "T_alias": f"nodealias {alg} {b64}\n",
+            "L": f"[localhost]:{self.local.port} {alg} {local_b64}\n",
+            "L_ip_old": f"[127.0.0.1]:{self.local.port} {alg} {other}\n",
         }
         return lines[token]
 
@@ -79,11 +83,16 @@ def lab(sshd_pool: SshdFactory, ssh_keys: dict[str, Path]) -> Iterator[Lab]:
     silent.bind((s_addr, 0))
     silent.listen(64)  # accepts TCP (kernel backlog), never speaks SSH
     d_addr = "127.0.0.28"
-    lab = Lab(t, a, b, silent.getsockname()[:2], (d_addr, free_port(d_addr)), ssh_keys)
+    local = SshDaemon(
+        "127.0.0.1", free_port("127.0.0.1"), sshd_pool.root / "sshd-local", t.authorized_keys
+    )
+    local.start(sshd_version() >= (9, 8))
+    lab = Lab(t, a, b, local, silent.getsockname()[:2], (d_addr, free_port(d_addr)), ssh_keys)
     try:
         yield lab
     finally:
         silent.close()
+        local.stop()
 
 
 JUMPS = """
@@ -216,6 +225,13 @@ ROWS = [
     ),
     Row("CheckHostIP yes", TARGET + KEY + "  CheckHostIP yes\n", "ok"),
     Row(
+        "CheckHostIP yes, other key for the IP (off for loopback, as in ssh)",
+        "Host target\n  HostName localhost\n  Port {Lp}\n  User root\n  CheckHostIP yes\n" + KEY,
+        "ok",
+        known={"known_hosts": ("L", "L_ip_old")},
+        compare_known=True,
+    ),
+    Row(
         "ConnectTimeout",
         "Host target\n  HostName {S}\n  Port {Sp}\n  ConnectTimeout 1\n" + KEY,
         "timeout",
@@ -330,7 +346,7 @@ def _setup(lab: Lab, row: Row, d: Path) -> Path:
 def _ssh_outcome(rc: int, err: str) -> str:
     if rc == 0:
         return "ok"
-    if "REMOTE HOST IDENTIFICATION HAS CHANGED" in err:
+    if "REMOTE HOST IDENTIFICATION HAS CHANGED" in err or "differs from the key for the IP" in err:
         return "changed"
     if "Host key verification failed" in err or "No ED25519 host key is known" in err:
         return "unknown"

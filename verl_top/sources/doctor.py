@@ -213,7 +213,7 @@ class Doctor:
         except _HostFailure as exc:
             r.failed("host key" if "host key" in exc.reason else "tcp", exc.reason, _fix(exc))
             raise _Stop from None
-        client = make_client(hc, tunnel)
+        client = make_client(hc, tunnel, self.shared)
         try:
             conn = await connect_host(self.shared, hc, tunnel, client)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a step's message

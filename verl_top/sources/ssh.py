@@ -208,6 +208,28 @@ def _read_known_hosts(path: str) -> asyncssh.SSHKnownHosts | None:
         return asyncssh.import_known_hosts("\n".join(good))
 
 
+class KnownHostsCache:
+    """Parsed known_hosts files, re-read only when a file changes (size or mtime): hundreds of
+    hosts connecting at once must not parse a large file hundreds of times."""
+
+    def __init__(self) -> None:
+        self._files: dict[str, tuple[tuple[int, int], asyncssh.SSHKnownHosts | None]] = {}
+
+    def get(self, path: str) -> asyncssh.SSHKnownHosts | None:
+        """The parsed file, or None when it cannot be read."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        stamp = (st.st_mtime_ns, st.st_size)
+        hit = self._files.get(path)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        known = _read_known_hosts(path)
+        self._files[path] = (stamp, known)
+        return known
+
+
 def _lookup(known: asyncssh.SSHKnownHosts, name: str) -> tuple[list, list, list]:
     # By name only, exactly (OpenSSH does not fall back to the IP address or to the entry
     # without the port, as asyncssh's public match() does).
@@ -219,8 +241,9 @@ class HostKeyPolicy:
     """OpenSSH host-key checking for one host: its known_hosts files, StrictHostKeyChecking,
     HostKeyAlias and CheckHostIP, as computed in :class:`HostConfig`."""
 
-    def __init__(self, hc: HostConfig, direct: bool) -> None:
+    def __init__(self, hc: HostConfig, direct: bool, cache: KnownHostsCache | None = None) -> None:
         self.hc = hc
+        self.cache = cache or KnownHostsCache()
         self.direct = direct  # no jump or ProxyCommand: the peer address is the host's
         self.name = hc.known_hosts_name
         self.problem: tuple[str, str] | None = None  # ("unknown" | "changed", detail)
@@ -230,7 +253,7 @@ class HostKeyPolicy:
     def _each(self, name: str) -> list[tuple[str, tuple[list, list, list]]]:
         out = []
         for path in self.hc.known_hosts_files:
-            known = _read_known_hosts(path)
+            known = self.cache.get(path)
             if known is not None:
                 found = _lookup(known, name)
                 if any(found):
@@ -289,7 +312,7 @@ class HostKeyPolicy:
         self._append(key)
         return True
 
-    def _append(self, key: asyncssh.SSHKey) -> None:
+    def _append(self, key: asyncssh.SSHKey, name: str | None = None) -> None:
         """accept-new / no: remember the key in the first user file, as ssh does."""
         if not self.hc.user_known_hosts:
             return
@@ -297,7 +320,7 @@ class HostKeyPolicy:
         with contextlib.suppress(OSError):  # ssh only warns when it cannot write
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             fields = key.export_public_key("openssh").decode().split()
-            line = f"{self.name} {fields[0]} {fields[1]}\n"
+            line = f"{name or self.name} {fields[0]} {fields[1]}\n"
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             with os.fdopen(fd, "a", encoding="utf-8") as fh:
                 if path.is_file() and fh.tell() > 0 and not path.read_bytes().endswith(b"\n"):
@@ -306,21 +329,31 @@ class HostKeyPolicy:
             self.added_to = str(path)
 
     def check_ip(self, addr: str, key: asyncssh.SSHKey | None) -> str | None:
-        """CheckHostIP: a different key recorded for the peer's address. Returns the refusal
-        (strict yes) or sets a warning; None when fine or not applicable."""
+        """CheckHostIP, as ssh does it: the peer address's known_hosts entry must not hold
+        another key. Returns the refusal (any StrictHostKeyChecking but no) or sets a warning;
+        remembers the address when it has no entry yet. Off, as in ssh, for proxied
+        connections, loopback peers and host names that are the address itself."""
         if not (self.hc.check_host_ip and self.direct and addr and key is not None):
             return None
-        with contextlib.suppress(ValueError):
-            ipaddress.ip_address(self.hc.hostname)
-            return None  # the host name is the address: already checked
+        try:
+            if ipaddress.ip_address(addr).is_loopback or addr == self.hc.hostname:
+                return None
+        except ValueError:
+            return None
         ip_name = _known_host_pattern(addr, self.hc.port)
         recorded = [k for _p, (ks, _c, _r) in self._each(ip_name) for k in ks]
-        if not recorded or key in recorded:
+        if not recorded:
+            self._append(key, ip_name)
             return None
-        text = f"the host key for '{self.name}' differs from the key recorded for its IP address '{ip_name}'"
-        if self.hc.strict in ("yes", "ask"):
+        if key in recorded:
+            return None
+        text = (
+            f"the host key for '{self.name}' differs from the key recorded for its IP address "
+            f"'{ip_name}' (CheckHostIP)"
+        )
+        if self.hc.strict != "no":
             return text
-        self.warning = f"WARNING: {text} (CheckHostIP)"
+        self.warning = f"WARNING: {text}"
         return None
 
 
@@ -400,6 +433,7 @@ class SshShared:
         self.client_keys: list[asyncssh.SSHKeyPair] | None = None
         self._sem: asyncio.Semaphore | None = None
         self.bastions: dict[str, Bastion] = {}
+        self.known_hosts = KnownHostsCache()
         self.handshakes = 0  # connections opened to nodes (for tests and stats)
 
     def load_keys(self) -> None:
@@ -478,9 +512,12 @@ class SshShared:
             await b.close()
 
 
-def make_client(hc: HostConfig, tunnel: asyncssh.SSHClientConnection | None) -> _Client:
+def make_client(
+    hc: HostConfig, tunnel: asyncssh.SSHClientConnection | None, shared: SshShared | None = None
+) -> _Client:
     """The asyncssh client for one connection to ``hc``, with its host-key policy."""
-    return _Client(HostKeyPolicy(hc, direct=tunnel is None and not hc.proxy_command))
+    direct = tunnel is None and not hc.proxy_command
+    return _Client(HostKeyPolicy(hc, direct, shared.known_hosts if shared else None))
 
 
 async def connect_host(
@@ -537,7 +574,7 @@ class Bastion:
         self.attempts += 1
         conn: asyncssh.SSHClientConnection | None = None
         for i, hc in enumerate(self.chain):
-            client = make_client(hc, conn)
+            client = make_client(hc, conn, self.shared)
             try:
                 # The next hop goes through the previous one.
                 conn = await connect_host(self.shared, hc, conn, client)
@@ -761,7 +798,7 @@ class SshSource:
         self.route = route
         async with self.shared.semaphore:
             tunnel = await self.shared.bastion(route.chain).get() if route.chain else None
-            client = make_client(route.hc, tunnel)
+            client = make_client(route.hc, tunnel, self.shared)
             try:
                 conn = await connect_host(self.shared, route.hc, tunnel, client)
             except asyncio.CancelledError:
