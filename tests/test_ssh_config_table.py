@@ -124,7 +124,7 @@ class Row:
 
     id: str
     config: str
-    expect: str  # ok | unknown | changed | auth | refused | timeout
+    expect: str  # ok | unknown | changed | auth | refused | closed | timeout
     known: dict[str, tuple[str, ...]] = field(default_factory=lambda: {"known_hosts": ("T",)})
     host: str = "target"
     flags: dict[str, object] = field(default_factory=dict)  # SshSettings fields
@@ -265,6 +265,25 @@ ROWS = [
         known={"known_hosts": ("T", "A")},
     ),
     Row(
+        "ProxyCommand before ProxyJump (the first one wins)",
+        TARGET
+        + KEY
+        + "  ProxyCommand ssh -F {cfg} -o BatchMode=yes -W %h:%p jumpA\n"
+        + "  ProxyJump root@{D}:{Dp}\n",
+        "ok",
+        known={"known_hosts": ("T", "A")},
+    ),
+    Row(
+        "ProxyCommand none blocks a later ProxyJump",
+        TARGET + KEY + "  ProxyCommand none\nHost *\n  ProxyJump root@{D}:{Dp}\n",
+        "ok",
+    ),
+    Row(
+        "ProxyJump none does not block a later ProxyCommand",
+        TARGET + KEY + "  ProxyJump none\nHost *\n  ProxyCommand /bin/false\n",
+        "closed",
+    ),
+    Row(
         "Include",
         "Include {dir}/cluster.conf\n",
         "ok",
@@ -354,6 +373,8 @@ def _ssh_outcome(rc: int, err: str) -> str:
         return "auth"
     if "Connection refused" in err:
         return "refused"
+    if "Connection closed by" in err:
+        return "closed"
     if "timed out" in err:
         return "timeout"
     return f"other: {err.strip()[-300:]}"
@@ -371,6 +392,8 @@ def _our_outcome(exc: RemoteCommandError | None) -> str:
         return "unknown"
     if "connection refused" in reason:
         return "refused"
+    if "connection closed by peer" in reason:
+        return "closed"
     if "timed out" in reason:
         return "timeout"
     return f"other: {exc.state}: {reason}"

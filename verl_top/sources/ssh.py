@@ -529,7 +529,12 @@ async def connect_host(
     """Open one SSH connection to ``hc`` (through ``tunnel`` when given). Raises what asyncssh
     raises; ``client`` keeps why a host key was refused and any warning."""
     kwargs = shared.connect_kwargs(hc, client)
-    conn = await asyncssh.connect(hc.name, hc.port, username=hc.user, tunnel=tunnel, **kwargs)
+    # The proxy is passed explicitly: OpenSSH's "first of ProxyJump/ProxyCommand wins" is
+    # decided in ssh_config.py, not by asyncssh's own reading of the same file.
+    proxy = None if tunnel is not None else hc.proxy_command
+    conn = await asyncssh.connect(
+        hc.name, hc.port, username=hc.user, tunnel=tunnel, proxy_command=proxy, **kwargs
+    )
     if client.problem:  # CheckHostIP refused the key after login
         conn.abort()
         raise asyncssh.HostKeyNotVerifiable(client.problem[1])

@@ -44,11 +44,28 @@ def _set_strict(self: SSHClientConfig, option: str, args: list[str]) -> None:
         self._options[option] = STRICT_VALUES[value]
 
 
+def _set_proxy(self: SSHClientConfig, option: str, args: list[str]) -> None:
+    # ProxyJump and ProxyCommand exclude each other, the first one obtained winning, as in
+    # OpenSSH (asyncssh keeps both). Checked against ssh 9.2: any ProxyCommand, "none" too,
+    # blocks a later ProxyJump; "ProxyJump none" does not block a later ProxyCommand.
+    blocked = (
+        "ProxyCommand" in self._options
+        if option == "ProxyJump"
+        else self._options.get("ProxyJump") is not None
+    )
+    if blocked:
+        args.clear()
+        return
+    SSHClientConfig._set_string(self, option, args)
+
+
 class _Config(SSHClientConfig):
     """asyncssh's client config parser with the host-key options it does not read."""
 
     _handlers = {
         **SSHClientConfig._handlers,
+        "proxyjump": ("ProxyJump", _set_proxy),
+        "proxycommand": ("ProxyCommand", _set_proxy),
         "stricthostkeychecking": ("StrictHostKeyChecking", _set_strict),
         "checkhostip": ("CheckHostIP", SSHClientConfig._set_bool),
         "batchmode": ("BatchMode", SSHClientConfig._set_bool),
