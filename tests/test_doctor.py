@@ -92,3 +92,20 @@ def test_cli_exit_status_and_report(
     assert "=> fails at host key:" in res.stdout
     bad = subprocess.run([*argv[:4], "bad host"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "verl-top doctor:" in bad.stderr
+
+
+async def test_host_behind_a_jump_host_from_the_config(
+    tmp_path: Path, ssh_keys, sshd_pool: SshdFactory, h200_trace: Path, remote_python: str
+) -> None:
+    bastion, node = sshd_pool.start(), sshd_pool.start()
+    settings = make_settings(tmp_path, ssh_keys, [bastion, node], remote_python)
+    Path(settings.ssh_config).write_text(
+        f"Host jb\n  HostName {bastion.addr}\n  Port {bastion.port}\n"
+        f"Host gpu1\n  HostName {node.addr}\n  Port {node.port}\n  ProxyJump jb\n"
+        "Host *\n  User root\n"
+    )
+    (rep,) = await doctor_hosts(settings, [HostSpec(None, "gpu1")], replay(h200_trace), 15)
+    print(format_reports([rep]))
+    assert rep.ok
+    assert rep.target == f"root@{node.addr}:{node.port} via root@{bastion.addr}:{bastion.port}"
+    assert rep.step("resolve").detail == f"{node.addr} is resolved by the jump host"
