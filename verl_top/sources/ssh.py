@@ -231,8 +231,8 @@ class KnownHostsCache:
 
 
 def _lookup(known: asyncssh.SSHKnownHosts, name: str) -> tuple[list, list, list]:
-    # By name only, exactly (OpenSSH does not fall back to the IP address or to the entry
-    # without the port, as asyncssh's public match() does).
+    # Exactly this name: asyncssh's public match() would also take entries for the peer's IP
+    # address, which ssh does not (CheckHostIP is a separate check in HostKeyPolicy).
     keys, ca_keys, revoked = known._match(name, "")[:3]
     return (list(keys), list(ca_keys), list(revoked))
 
