@@ -945,9 +945,10 @@ async def _kill_agent(
 ) -> None:
     """Kill a hung agent on the node so that nothing is left behind; never raises.
 
-    SIGKILL also ends a stopped process. It goes through the channel first (sshd >= 8.1
-    delivers signal requests); if the agent is still there a second later, a separate
-    command kills its pid, checked to still be our agent (the bootstrap names it).
+    SIGKILL also ends a stopped process. It goes through the channel first (OpenSSH >= 8.1
+    delivers signal requests, but not in every setup: the test sshd answers "session
+    signalling requires privilege separation"); if the agent is still there a second later, a
+    separate command kills its pid, checked to still be our agent (the bootstrap names it).
     """
     with contextlib.suppress(Exception):
         proc.send_signal("KILL")
