@@ -78,6 +78,9 @@ async def test_hung_agent_is_killed_and_replaced(
         print(f"replaced after {time.monotonic() - t0:.2f} s; states {c.states(d.name)[-4:]}")
         states = [s for s, _ in c.states(d.name)]
         assert states[-4:] == ["stale", "down", "connecting", "up"]
+        # While stale, the age shown keeps growing (renewed every second).
+        ages = [float(r.split()[3]) for s, r in c.states(d.name) if s == "stale"]
+        assert len(ages) >= 2 and ages == sorted(ages) and ages[-1] > ages[0] + 0.9, ages
         down = [r for s, r in c.states(d.name) if s == "down"][-1]
         assert down.startswith("agent hung: no data for ") and f"pid {first.pid}" in down
         second = hellos(c, d.name)[1]

@@ -60,7 +60,12 @@ async def watch(
     on_stale: Callable[[str], None],
     replace: Callable[[float], Awaitable[None]],
 ) -> None:
-    """Check the stream a few times per interval until the agent is replaced (then return)."""
+    """Check the stream a few times per interval until the agent is replaced (then return).
+
+    While the host is stale the reason is renewed every second (or interval), so the age it
+    shows keeps growing.
+    """
+    reported = 0.0
     while True:
         await asyncio.sleep(min(max(live.interval / 4, 0.05), 0.5))
         if not live.up:
@@ -68,6 +73,9 @@ async def watch(
         silent = live.silent_for()
         if not live.stale and silent > STALE_INTERVALS * live.interval:
             live.stale = True
+            reported = 0.0
+        if live.stale and time.monotonic() - reported >= max(1.0, live.interval):
+            reported = time.monotonic()
             on_stale(live.stale_reason())
         if silent > live.hang_after:
             live.hung_for = silent
