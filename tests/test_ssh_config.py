@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from verl_top.sources.ssh_config import CliOverrides, jump_chain, resolve, split_jump
+from verl_top.sources.ssh_config import (
+    CliOverrides,
+    config_files,
+    jump_chain,
+    resolve,
+    split_jump,
+)
 
 CONFIG = """
 Host gpu*
@@ -102,3 +108,17 @@ def test_loops_and_bad_values_are_errors(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="Invalid StrictHostKeyChecking value: maybe"):
         resolve([str(bad)], "x", None, None, CliOverrides())
     assert split_jump("a@[::1]:2200,b") == [("a", "::1", 2200), (None, "b", None)]
+
+
+def test_config_files_like_ssh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    system = tmp_path / "ssh_config_system"
+    assert config_files(None, str(system)) == []  # neither is there
+    system.write_text("Host *\n  Port 2200\n")
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "config").write_text("Host gpu1\n  Port 2222\n")
+    paths = config_files(None, str(system))
+    assert paths == [str(tmp_path / ".ssh" / "config"), str(system)]  # user file first
+    assert resolve(paths, "gpu1", None, None, CliOverrides()).port == 2222
+    assert resolve(paths, "gpu2", None, None, CliOverrides()).port == 2200
+    assert config_files("/x/given", str(system)) == ["/x/given"]  # like ssh -F: that one only

@@ -10,6 +10,9 @@ written in the row. Rows that let the client add a host key also compare what ea
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import hmac
 import shutil
 import socket
 import time
@@ -204,6 +207,13 @@ ROWS = [
     Row(
         "StrictHostKeyChecking no (unknown key)",
         TARGET + KEY + "  StrictHostKeyChecking no\n",
+        "ok",
+        known={"known_hosts": ()},
+        compare_known=True,
+    ),
+    Row(
+        "HashKnownHosts yes (accept-new writes a hashed entry)",
+        TARGET + KEY + "  StrictHostKeyChecking accept-new\n  HashKnownHosts yes\n",
         "ok",
         known={"known_hosts": ()},
         compare_known=True,
@@ -434,8 +444,25 @@ async def run_ours(lab: Lab, row: Row, d: Path, cfg: Path) -> tuple[str, str, fl
     return _our_outcome(err), err.reason if err else "", time.monotonic() - t0
 
 
-def _known_entries(path: Path) -> set[tuple[str, ...]]:
-    return {tuple(line.split()[:3]) for line in path.read_text().splitlines() if line.strip()}
+def _unhash(pattern: str, names: list[str]) -> str:
+    """A hashed host field (``|1|salt|hash``) as the name it hashes, among ``names``."""
+    if not pattern.startswith("|1|"):
+        return pattern
+    salt, digest = (base64.b64decode(x) for x in pattern[3:].split("|"))
+    for name in names:
+        if hmac.new(salt, name.encode(), hashlib.sha1).digest() == digest:
+            return f"hashed:{name}"
+    return "hashed:?"
+
+
+def _known_entries(path: Path, lab: Lab) -> set[tuple[str, ...]]:
+    names = [f"[{d.addr}]:{d.port}" for d in (lab.t, lab.a, lab.b)]
+    out = set()
+    for line in path.read_text().splitlines():
+        if line.strip():
+            pattern, alg, key = line.split()[:3]
+            out.add((_unhash(pattern, names), alg, key))
+    return out
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
@@ -451,6 +478,6 @@ async def test_option_behaves_like_openssh(lab: Lab, row: Row, tmp_path: Path) -
     if row.expect == "timeout":  # both gave up after the configured timeout, not another
         assert abs(our_s - ssh_s) < 0.8, (our_s, ssh_s)
     if row.compare_known:
-        ssh_known = _known_entries(ssh_dir / "known_hosts")
-        ours_known = _known_entries(our_dir / "known_hosts")
+        ssh_known = _known_entries(ssh_dir / "known_hosts", lab)
+        ours_known = _known_entries(our_dir / "known_hosts", lab)
         assert ours_known == ssh_known

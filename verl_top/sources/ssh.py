@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import collections
 import contextlib
 import errno
+import hashlib
+import hmac
 import ipaddress
 import json
 import os
@@ -237,6 +240,13 @@ def _lookup(known: asyncssh.SSHKnownHosts, name: str) -> tuple[list, list, list]
     return (list(keys), list(ca_keys), list(revoked))
 
 
+def _hashed(name: str) -> str:
+    """A known_hosts host field hashed as ssh's HashKnownHosts writes it (``|1|salt|hash``)."""
+    salt = os.urandom(20)
+    digest = hmac.new(salt, name.encode(), hashlib.sha1).digest()
+    return f"|1|{base64.b64encode(salt).decode()}|{base64.b64encode(digest).decode()}"
+
+
 class HostKeyPolicy:
     """OpenSSH host-key checking for one host: its known_hosts files, StrictHostKeyChecking,
     HostKeyAlias and CheckHostIP, as computed in :class:`HostConfig`."""
@@ -320,7 +330,10 @@ class HostKeyPolicy:
         with contextlib.suppress(OSError):  # ssh only warns when it cannot write
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             fields = key.export_public_key("openssh").decode().split()
-            line = f"{name or self.name} {fields[0]} {fields[1]}\n"
+            pattern = name or self.name
+            if self.hc.hash_known_hosts:
+                pattern = _hashed(pattern)
+            line = f"{pattern} {fields[0]} {fields[1]}\n"
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             with os.fdopen(fd, "a", encoding="utf-8") as fh:
                 if path.is_file() and fh.tell() > 0 and not path.read_bytes().endswith(b"\n"):

@@ -34,6 +34,7 @@ STRICT_VALUES = {
     "false": "no",
 }
 MAX_JUMP_DEPTH = 8
+SYSTEM_CONFIG = "/etc/ssh/ssh_config"
 
 
 def _set_strict(self: SSHClientConfig, option: str, args: list[str]) -> None:
@@ -69,6 +70,7 @@ class _Config(SSHClientConfig):
         "stricthostkeychecking": ("StrictHostKeyChecking", _set_strict),
         "checkhostip": ("CheckHostIP", SSHClientConfig._set_bool),
         "batchmode": ("BatchMode", SSHClientConfig._set_bool),
+        "hashknownhosts": ("HashKnownHosts", SSHClientConfig._set_bool),
     }
 
 
@@ -102,6 +104,7 @@ class HostConfig:
     strict: str  # yes | ask | accept-new | no
     host_key_alias: str | None
     check_host_ip: bool
+    hash_known_hosts: bool  # new known_hosts entries are written hashed
     connect_timeout: float | None
     keepalive_interval: float | None
     keepalive_count_max: int | None
@@ -140,12 +143,13 @@ def local_user() -> str:
         return "root"
 
 
-def config_files(path: str | None) -> list[str]:
-    """The ssh_config files to read: ``path``, else ~/.ssh/config when readable."""
+def config_files(path: str | None, system: str = SYSTEM_CONFIG) -> list[str]:
+    """The ssh_config files to read, as ssh does: ``path`` alone (``ssh -F``), else
+    ~/.ssh/config and then the system-wide file, each when readable."""
     if path:
         return [path]
-    default = Path("~/.ssh/config").expanduser()
-    return [str(default)] if os.access(default, os.R_OK) else []
+    found = [Path("~/.ssh/config").expanduser(), Path(system)]
+    return [str(p) for p in found if os.access(p, os.R_OK)]
 
 
 def load(paths: Sequence[str], host: str, port: int | None, user: str | None) -> _Config:
@@ -222,6 +226,7 @@ def resolve(
         strict=cli.strict or str(get("StrictHostKeyChecking", "ask")),
         host_key_alias=str(get("HostKeyAlias")) if get("HostKeyAlias") else None,
         check_host_ip=bool(get("CheckHostIP", False)),
+        hash_known_hosts=bool(get("HashKnownHosts", False)),
         connect_timeout=float(timeout) if timeout is not None else None,  # type: ignore[arg-type]
         keepalive_interval=float(interval) if interval is not None else None,  # type: ignore[arg-type]
         keepalive_count_max=int(count) if count is not None else None,  # type: ignore[call-overload]
