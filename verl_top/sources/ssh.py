@@ -127,7 +127,10 @@ def add_ssh_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the SSH options (``--ssh-config``, ``-i``, ``--jump``, ...) to ``parser``."""
     g = parser.add_argument_group("SSH (remote nodes)")
     g.add_argument(
-        "--ssh-config", metavar="FILE", help="ssh_config file to use instead of ~/.ssh/config"
+        "--ssh-config",
+        metavar="FILE",
+        help="ssh_config file to read instead of ~/.ssh/config and /etc/ssh/ssh_config "
+        "(like ssh -F)",
     )
     g.add_argument(
         "-i",
