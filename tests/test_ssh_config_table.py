@@ -13,8 +13,10 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import os
 import shutil
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -43,6 +45,7 @@ class Lab:
     a: SshDaemon
     b: SshDaemon
     local: SshDaemon  # on 127.0.0.1, reached as "localhost"
+    agent_sock: Path  # an ssh-agent holding the authorized client key
     silent: tuple[str, int]
     dead: tuple[str, int]
     keys: dict[str, Path]
@@ -93,10 +96,20 @@ def lab(sshd_pool: SshdFactory, ssh_keys: dict[str, Path]) -> Iterator[Lab]:
         "127.0.0.1", free_port("127.0.0.1"), sshd_pool.root / "sshd-local", t.authorized_keys
     )
     local.start(sshd_version() >= (9, 8))
-    lab = Lab(t, a, b, local, silent.getsockname()[:2], (d_addr, free_port(d_addr)), ssh_keys)
+    sock = ssh_keys["dir"] / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
     try:
-        yield lab
+        for _ in range(100):
+            if sock.exists():
+                break
+            time.sleep(0.02)
+        env = {**os.environ, "SSH_AUTH_SOCK": str(sock)}
+        subprocess.run(["ssh-add", "-q", str(ssh_keys["client"])], env=env, check=True)
+        d_port = free_port(d_addr)
+        yield Lab(t, a, b, local, sock, silent.getsockname()[:2], (d_addr, d_port), ssh_keys)
     finally:
+        agent.kill()
+        agent.wait(timeout=5)
         silent.close()
         local.stop()
 
@@ -136,6 +149,7 @@ class Row:
     flags: dict[str, object] = field(default_factory=dict)  # SshSettings fields
     ssh_flags: tuple[str, ...] = ()  # the same, as ssh options
     files: dict[str, str] = field(default_factory=dict)  # extra files (Include)
+    agent: bool = False  # SSH_AUTH_SOCK points at the lab's ssh-agent (else unset)
     compare_known: bool = False  # the client adds a key: both must add the same line
 
 
@@ -148,6 +162,24 @@ ROWS = [
         "IdentityFile (two, second one works)",
         TARGET + "  IdentityFile {wrong}\n" + KEY,
         "ok",
+    ),
+    Row(
+        "ssh-agent key (no IdentityFile)",
+        TARGET + "  IdentitiesOnly no\n",
+        "ok",
+        agent=True,
+    ),
+    Row(
+        "IdentitiesOnly yes: agent keys not named are not offered",
+        TARGET + "  IdentityFile {wrong}\n  IdentitiesOnly yes\n",
+        "auth",
+        agent=True,
+    ),
+    Row(
+        "IdentitiesOnly no: agent keys are offered too",
+        TARGET + "  IdentityFile {wrong}\n  IdentitiesOnly no\n",
+        "ok",
+        agent=True,
     ),
     Row(
         "UserKnownHostsFile (own file)",
@@ -416,8 +448,11 @@ async def run_ssh(lab: Lab, row: Row, d: Path, cfg: Path) -> tuple[str, str, flo
     flags = [lab.fill(f, d, cfg) for f in row.ssh_flags]
     argv = ["ssh", "-F", str(cfg), "-o", "BatchMode=yes", *flags, row.host, "true"]
     t0 = time.monotonic()
+    env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
+    if row.agent:
+        env["SSH_AUTH_SOCK"] = str(lab.agent_sock)
     proc = await asyncio.create_subprocess_exec(
-        *argv, stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+        *argv, stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, env=env
     )
     _, err = await asyncio.wait_for(proc.communicate(), 40)
     text = err.decode(errors="replace")
@@ -466,7 +501,13 @@ def _known_entries(path: Path, lab: Lab) -> set[tuple[str, ...]]:
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
-async def test_option_behaves_like_openssh(lab: Lab, row: Row, tmp_path: Path) -> None:
+async def test_option_behaves_like_openssh(
+    lab: Lab, row: Row, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if row.agent:
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(lab.agent_sock))
+    else:
+        monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
     ssh_dir, our_dir = tmp_path / "ssh", tmp_path / "ours"
     ssh_cfg, our_cfg = _setup(lab, row, ssh_dir), _setup(lab, row, our_dir)
     ssh_got, ssh_err, ssh_s = await run_ssh(lab, row, ssh_dir, ssh_cfg)
