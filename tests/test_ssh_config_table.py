@@ -516,8 +516,8 @@ async def test_option_behaves_like_openssh(
     print(f"  verl-top reason: {our_err}")
     assert ssh_got == row.expect, ssh_err
     assert our_got == row.expect, our_err
-    if row.expect == "timeout":  # both gave up after the configured timeout, not another
-        assert abs(our_s - ssh_s) < 0.8, (our_s, ssh_s)
+    if row.expect == "timeout":  # both gave up after the 1 s timeout (not 30 s, not at once)
+        assert 0.9 <= our_s < 4 and 0.9 <= ssh_s < 4, (our_s, ssh_s)
     if row.compare_known:
         ssh_known = _known_entries(ssh_dir / "known_hosts", lab)
         ours_known = _known_entries(our_dir / "known_hosts", lab)
