@@ -699,7 +699,7 @@ def classify(
     if isinstance(exc, OSError):
         if exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
             return _HostFailure("down", f"no route to host ({route.text})")
-        if exc.errno == errno.ECONNRESET:
+        if exc.errno in (errno.ECONNRESET, errno.EPIPE):  # EPIPE: a ProxyCommand that exited
             return _HostFailure("down", f"connection closed by peer ({route.text})")
         return _HostFailure("down", f"network error on {route.text}: {exc.strerror or exc}")
     return _HostFailure("down", f"unexpected error: {type(exc).__name__}: {exc}")
