@@ -54,7 +54,7 @@ async def test_silent_agent_is_stale_then_recovers_by_itself(
             os.kill(hello.pid, signal.SIGCONT)
         # 3 intervals of 0.25 s, checked every interval/4.
         print(f"stale after {took:.2f} s: {reason}")
-        assert 0.7 <= took <= 2.0
+        assert 0.7 <= took <= 3.0
         assert reason.startswith("no data for ") and "intervals of 0.25 s" in reason
         mark = len(c.records)
         await c.wait(lambda: c.count(d.name, "gpu", mark) >= 2, 10)
