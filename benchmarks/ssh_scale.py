@@ -242,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     print()
     print(
-        f"agents: interval {args.interval:g} s, {args.gpus} GPUs each (replay); window {args.window:g} s"
+        f"agents: interval {args.interval:g} s, {args.gpus} GPUs each (replay); "
+        f"window {args.window:g} s"
     )
     print(table(HEADERS, rows, digits=2))
     write_json(args.json_out, {"benchmark": "ssh_scale", "argv": sys.argv[1:], "rows": results})

@@ -309,7 +309,8 @@ class Doctor:
             raise _Stop
         r.passed(
             "agent",
-            f"started (pid {hello.pid}, Python {clean_line(hello.python)}, backend {clean_line(hello.backend)})",
+            f"started (pid {hello.pid}, Python {clean_line(hello.python)}, "
+            f"backend {clean_line(hello.backend)})",
         )
         if not hello.gpus:
             why = clean_line(hello.error) or "no GPU found"
@@ -335,7 +336,10 @@ class Doctor:
 def _fix(fail: _HostFailure) -> str:
     text = fail.reason
     if fail.state == "auth_failed":
-        return "add your public key to the node's authorized_keys, or pass -i KEY / --ssh-user (or IdentityFile / User in the ssh config)"
+        return (
+            "add your public key to the node's authorized_keys, or pass -i KEY / --ssh-user "
+            "(or IdentityFile / User in the ssh config)"
+        )
     if fail.state == "hostkey_changed":
         return "verify the new key with the node's admin, then run the ssh-keygen -R command above"
     if "not in known_hosts" in text:

@@ -199,7 +199,8 @@ def resolve(
         user_kh = (os.path.expanduser(cli.known_hosts),)
     global_kh = _files(get("GlobalKnownHostsFile"), DEFAULT_GLOBAL_KNOWN_HOSTS, tokens)
     named = [os.path.expanduser(p) for p in cli.identities]
-    named += [os.path.expanduser(str(p)) for p in get("IdentityFile", []) or []]  # type: ignore[union-attr]
+    files: list[str] = get("IdentityFile", []) or []  # type: ignore[assignment]
+    named += [os.path.expanduser(str(p)) for p in files]
     if not named:
         named = [os.path.expanduser(f"~/.ssh/{n}") for n in DEFAULT_IDENTITIES]
         missing: tuple[str, ...] = ()
@@ -228,8 +229,8 @@ def resolve(
         check_host_ip=bool(get("CheckHostIP", False)),
         hash_known_hosts=bool(get("HashKnownHosts", False)),
         connect_timeout=float(timeout) if timeout is not None else None,  # type: ignore[arg-type]
-        keepalive_interval=float(interval) if interval is not None else None,  # type: ignore[arg-type]
-        keepalive_count_max=int(count) if count is not None else None,  # type: ignore[call-overload]
+        keepalive_interval=None if interval is None else float(interval),  # type: ignore[arg-type]
+        keepalive_count_max=None if count is None else int(count),  # type: ignore[call-overload]
         config_files=tuple(str(p) for p in paths),
     )
 
