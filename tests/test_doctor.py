@@ -109,3 +109,20 @@ async def test_host_behind_a_jump_host_from_the_config(
     assert rep.ok
     assert rep.target == f"root@{node.addr}:{node.port} via root@{bastion.addr}:{bastion.port}"
     assert rep.step("resolve").detail == f"{node.addr} is resolved by the jump host"
+
+
+def test_cli_takes_hosts_and_ssh_options_from_the_config_file(
+    tmp_path: Path, ssh_keys, sshd_pool: SshdFactory, h200_trace: Path, remote_python: str
+) -> None:
+    d = sshd_pool.start()
+    settings = make_settings(tmp_path, ssh_keys, [d], remote_python)
+    conf = tmp_path / "verl-top.toml"
+    conf.write_text(
+        f'hosts = "root@{d.addr}:{d.port}"\n[ssh]\nidentity = "{ssh_keys["client"]}"\n'
+        f'known_hosts = "{settings.known_hosts}"\nssh_config = "{settings.ssh_config}"\n'
+    )
+    argv = [sys.executable, "-m", "verl_top", "doctor", "--config", str(conf)]
+    argv += ["--python", remote_python, "--backend", "replay", "--replay-trace", str(h200_trace)]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.startswith(f"{d.addr}:{d.port}  root@{d.addr}:{d.port}")

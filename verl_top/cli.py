@@ -88,11 +88,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if command == "probe":
             return _run_probe(args_list[1:])
+        settings = _load_settings(args_list)
         if command == "doctor":
             from verl_top.sources.doctor import main_doctor
 
-            return main_doctor(args_list[1:])
-        settings = _load_settings(args_list)
+            return main_doctor(args_list[1:], lambda p, a: parse_args_with(p, a, settings))
         if command == "diagnose":
             args = parse_args_with(diagnose_parser(), args_list[1:], settings)
             return _run_diagnose(args, settings)

@@ -15,7 +15,7 @@ import contextlib
 import shlex
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import asyncssh
@@ -398,7 +398,14 @@ def doctor_parser() -> argparse.ArgumentParser:
         description="Check each host step by step (resolve, TCP, host key, auth, python3, "
         "agent, NVML, first sample) and say how to fix the first failing step.",
     )
-    p.add_argument("hosts", nargs="+", metavar="HOST", help="[user@]host[:port], alias or range")
+    p.add_argument(
+        "hosts",
+        nargs="*",
+        metavar="HOST",
+        help="[user@]host[:port], ssh config alias, range or hosts file (default: the "
+        "configuration file's hosts)",
+    )
+    p.add_argument("--config", metavar="FILE", help="verl-top configuration file")
     p.add_argument("--python", default="python3", help="python on the node (default python3)")
     p.add_argument(
         "--wait", type=float, default=15.0, metavar="S", help="seconds for the agent's first sample"
@@ -414,15 +421,25 @@ def doctor_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main_doctor(argv: Sequence[str]) -> int:
-    """``verl-top doctor``: exit 0 when every host passed, 1 when one failed, 2 for bad input."""
+def main_doctor(
+    argv: Sequence[str],
+    parse: Callable[[argparse.ArgumentParser, Sequence[str]], argparse.Namespace] | None = None,
+) -> int:
+    """``verl-top doctor``: exit 0 when every host passed, 1 when one failed, 2 for bad input.
+
+    ``parse`` parses with the configuration file's values as defaults (cli.py passes it).
+    """
     import os
     import sys
 
-    args = doctor_parser().parse_args(list(argv))
+    parser = doctor_parser()
+    args = parse(parser, argv) if parse else parser.parse_args(list(argv))
+    entries = [args.hosts] if isinstance(args.hosts, str) else list(args.hosts or [])
     try:
+        if not entries:
+            raise HostsError("give the hosts to check (or set hosts in the configuration file)")
         specs: list[HostSpec] = []
-        for entry in args.hosts:
+        for entry in entries:
             specs += parse_hosts_arg(entry)
         settings = SshSettings.from_args(args)
         settings.python = args.python
