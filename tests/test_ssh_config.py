@@ -60,6 +60,11 @@ def test_first_value_wins_and_tokens_expand(cfg: list[str], tmp_path: Path) -> N
     assert (hc.keepalive_interval, hc.keepalive_count_max, hc.connect_timeout) == (15, 4, 7)
     assert hc.identity_files == (f"{tmp_path}/id_gpu",)
     assert hc.proxy_jump == "inner"  # the first ProxyJump obtained, not Host *'s
+    from verl_top.sources.ssh import SshSettings, _keepalive
+
+    assert _keepalive(hc, SshSettings()) == (15, 4)
+    off = resolve(cfg, "lonely", None, None, CliOverrides())
+    assert _keepalive(off, SshSettings()) == (1.0, 3)  # not set: verl-top's fast default
 
 
 def test_entry_and_flags_override_the_file(cfg: list[str], tmp_path: Path) -> None:

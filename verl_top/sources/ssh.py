@@ -505,8 +505,8 @@ class SshShared:
             "connect_timeout": timeout,
             "login_timeout": timeout,
             # verl-top's fast keepalive unless the config sets one (then the config's).
-            "keepalive_interval": hc.keepalive_interval or s.keepalive_interval,
-            "keepalive_count_max": hc.keepalive_count_max or s.keepalive_count_max,
+            "keepalive_interval": _keepalive(hc, s)[0],  # 0 (ServerAliveInterval 0): off
+            "keepalive_count_max": _keepalive(hc, s)[1],
             "client_factory": lambda: client,
             "ignore_encrypted": True,  # a key with a passphrase must be in ssh-agent
         }
@@ -622,6 +622,13 @@ class Bastion:
             self._conn = None
 
 
+def _keepalive(hc: HostConfig, s: SshSettings) -> tuple[float, int]:
+    """(interval, misses allowed): the config's ServerAlive* when set, else verl-top's."""
+    interval = s.keepalive_interval if hc.keepalive_interval is None else hc.keepalive_interval
+    count = s.keepalive_count_max if hc.keepalive_count_max is None else hc.keepalive_count_max
+    return interval, count
+
+
 def _identities_text(hc: HostConfig) -> str:
     tried = [f"key {p}" for p in hc.identity_files]
     if os.environ.get("SSH_AUTH_SOCK"):
@@ -686,8 +693,7 @@ def classify(
     if isinstance(exc, asyncssh.ConnectionLost):
         if "keepalive" in str(exc.reason).lower():
             s = shared.settings
-            interval = hc.keepalive_interval or s.keepalive_interval
-            count = hc.keepalive_count_max or s.keepalive_count_max
+            interval, count = _keepalive(hc, s)
             return _HostFailure(
                 "down", f"keepalive timeout (no answer for ~{interval * (count + 1):g} s)"
             )
