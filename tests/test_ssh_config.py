@@ -19,7 +19,7 @@ Host gpu*
   User ops
   Port 2222
   IdentityFile {dir}/id_gpu
-  UserKnownHostsFile {dir}/kh_%h_%p {dir}/kh2
+  UserKnownHostsFile {dir}/kh_%h_%p ${{KH_DIR}}/kh2
   StrictHostKeyChecking accept-new
   ServerAliveInterval 15
   ServerAliveCountMax 4
@@ -51,7 +51,10 @@ def cfg(tmp_path: Path) -> list[str]:
     return [str(path)]
 
 
-def test_first_value_wins_and_tokens_expand(cfg: list[str], tmp_path: Path) -> None:
+def test_first_value_wins_and_tokens_expand(
+    cfg: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KH_DIR", str(tmp_path))
     hc = resolve(cfg, "gpu01", None, None, CliOverrides())
     assert hc.target == "ops@gpu01:2222"
     assert hc.user_known_hosts == (f"{tmp_path}/kh_gpu01_2222", f"{tmp_path}/kh2")

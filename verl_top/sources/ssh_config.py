@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,6 +161,8 @@ def load(paths: Sequence[str], host: str, port: int | None, user: str | None) ->
 
 
 def _expand(path: str, tokens: dict[str, str]) -> str:
+    """``%h``-style tokens, ``${VAR}`` environment variables and ``~``, as ssh expands paths."""
+    path = re.sub(r"\$\{(\w+)\}", lambda m: os.environ.get(m.group(1), ""), path)
     out, i = [], 0
     while i < len(path):
         ch = path[i]
