@@ -923,6 +923,9 @@ class SshSource:
 
         await watch(live, lambda reason: self._state(emit, "stale", reason), replace)
 
+    def _where(self) -> str:
+        return f" {self.route.text}" if self.route is not None else ""
+
     def _exit_failure(self, status: int | None, tail: list[str], had_hello: bool) -> _HostFailure:
         text = " | ".join(line.strip() for line in tail if line.strip())[-400:]
         not_found = status == 127 or any(
@@ -932,7 +935,8 @@ class SshSource:
         if not had_hello and not_found:
             return _HostFailure(
                 "no_python",
-                f"{self.settings.python} not found on the node (install Python >= 3.8 or put "
+                f"{self.settings.python} not found on the node{self._where()} (install Python "
+                ">= 3.8 or put "
                 f"python3 on the login PATH){': ' + text if text else ''}",
             )
         what = "agent exited" if status is not None else "agent stream closed"
