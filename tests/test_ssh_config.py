@@ -130,3 +130,41 @@ def test_config_files_like_ssh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert resolve(paths, "gpu1", None, None, CliOverrides()).port == 2222
     assert resolve(paths, "gpu2", None, None, CliOverrides()).port == 2200
     assert config_files("/x/given", str(system)) == ["/x/given"]  # like ssh -F: that one only
+
+
+def test_check_host_ip_policy(tmp_path: Path) -> None:
+    """CheckHostIP on a non-loopback address (the daemons of the table test are all loopback,
+    where ssh turns it off): refuse a different key for the IP, warn under 'no', else add it."""
+    import asyncssh
+
+    from verl_top.sources.ssh import HostKeyPolicy
+
+    def public() -> asyncssh.SSHKey:  # what the server presents
+        return asyncssh.import_public_key(
+            asyncssh.generate_private_key("ssh-ed25519").export_public_key()
+        )
+
+    key, other = public(), public()
+    cfg = tmp_path / "config"
+    known = tmp_path / "known_hosts"
+
+    def policy(strict: str) -> HostKeyPolicy:
+        cfg.write_text(
+            f"Host gpu1\n  Port 2222\n  CheckHostIP yes\n  StrictHostKeyChecking {strict}\n"
+            f"  UserKnownHostsFile {known}\n  GlobalKnownHostsFile none\n"
+        )
+        return HostKeyPolicy(resolve([str(cfg)], "gpu1", None, None, CliOverrides()), True)
+
+    alg, b64 = other.export_public_key("openssh").decode().split()[:2]
+    known.write_text(f"[10.0.0.5]:2222 {alg} {b64}\n")
+    refusal = policy("yes").check_ip("10.0.0.5", key)
+    assert refusal and "differs from the key recorded for its IP address '[10.0.0.5]:2222'" in (
+        refusal
+    )
+    lax = policy("no")
+    assert lax.check_ip("10.0.0.5", key) is None and lax.warning.startswith("WARNING: ")
+    assert policy("yes").check_ip("10.0.0.5", other) is None  # the same key: fine
+    assert policy("yes").check_ip("127.0.0.5", key) is None  # loopback: off, as in ssh
+    known.write_text("")
+    assert policy("yes").check_ip("10.0.0.6", key) is None
+    assert known.read_text().startswith("[10.0.0.6]:2222 ssh-ed25519 ")  # remembered
