@@ -115,3 +115,18 @@ def test_ssh_benchmarks(tmp_path: Path) -> None:
     (row,) = data["rows"]
     assert row["ok"] == 1, row["errors"]
     assert "all hosts streaming p50 s" in stdout
+
+
+@pytest.mark.sshd
+def test_ssh_scale(tmp_path: Path) -> None:
+    why = _sshd_missing()
+    if why:
+        pytest.skip(why)
+    stdout, data = run_bench(
+        "ssh_scale.py", ["--scenarios", "chain:2,bastion:2", "--window", "1"], tmp_path
+    )
+    chain, bastion = data["rows"]
+    assert "error" not in chain, chain.get("error")
+    assert chain["hosts_with_data"] == 2 and chain["hop_logins"] == [1, 1]
+    assert bastion["bastion_connects"] == [1] and not bastion["agents_left_behind"]
+    assert "all data s" in stdout

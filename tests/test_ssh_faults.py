@@ -198,4 +198,56 @@ async def test_dead_bastion_fails_all_nodes_once_not_in_turn(
         server.close()
     print(f"dead bastion: 6 nodes down after {waited:.2f} s")
     for s in specs:
-        assert c.last_state(s.name)[1].startswith(f"bastion 127.0.0.32:{port}: timed out")
+        reason = c.last_state(s.name)[1]
+        # The effective target of the failing hop is named.
+        assert reason.startswith(
+            f"bastion 127.0.0.32: timed out after 1 s connecting to root@127.0.0.32:{port}"
+        ), reason
+
+
+async def test_down_hint_names_the_effective_port_from_the_config(
+    tmp_path: Path, ssh_keys, h200_trace: Path, remote_python: str
+) -> None:
+    port = free_port("127.0.0.31")  # nothing listens there
+    settings = make_settings(tmp_path, ssh_keys, [], remote_python)
+    Path(settings.ssh_config).write_text(
+        f"Host gpu7\n  HostName 127.0.0.31\n  Port {port}\n  User ops\n"
+    )
+    c = Collector()
+    async with running([SshSource(HostSpec(None, "gpu7"), settings, agent_args(h200_trace))], c):
+        await c.wait(state_is(c, "gpu7", "down"), 5)
+    reason = c.last_state("gpu7")[1]
+    assert reason.startswith(
+        f"connection refused by ops@127.0.0.31:{port} (is sshd running on port {port}?)"
+    ), reason
+
+
+async def test_config_known_hosts_file_and_strict_no_with_changed_key(
+    tmp_path: Path, ssh_keys, sshd_pool: SshdFactory, h200_trace: Path, remote_python: str
+) -> None:
+    """The issue's case: a host whose config sets UserKnownHostsFile is reached (no
+    --known-hosts); and StrictHostKeyChecking no connects despite a changed key, as ssh does,
+    with the warning in the host's reason."""
+    own, lax = sshd_pool.start(), sshd_pool.start()
+    settings = make_settings(tmp_path, ssh_keys, [], remote_python, known_hosts=None)
+    (tmp_path / "cluster_known_hosts").write_text(own.known_hosts_line())
+    (tmp_path / "lax_known_hosts").write_text(
+        lax.known_hosts_line(asyncssh.generate_private_key("ssh-ed25519"))
+    )
+    Path(settings.ssh_config).write_text(
+        f"Host own\n  HostName {own.addr}\n  Port {own.port}\n"
+        f"  UserKnownHostsFile {tmp_path}/cluster_known_hosts\n"
+        f"Host lax\n  HostName {lax.addr}\n  Port {lax.port}\n  StrictHostKeyChecking no\n"
+        f"  UserKnownHostsFile {tmp_path}/lax_known_hosts\n"
+        "Host *\n  User root\n  GlobalKnownHostsFile none\n"
+    )
+    sources = [
+        SshSource(HostSpec(None, name), settings, agent_args(h200_trace)) for name in ("own", "lax")
+    ]
+    c = Collector()
+    async with running(sources, c):
+        await c.wait(lambda: c.count("own", "gpu") >= 1 and c.count("lax", "gpu") >= 1, 15)
+    assert c.states("own")[1] == ("up", "")
+    state, reason = c.states("lax")[1]
+    assert state == "up" and reason.startswith("WARNING: host key CHANGED for ")
+    assert "connected because StrictHostKeyChecking=no" in reason

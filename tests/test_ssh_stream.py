@@ -179,3 +179,43 @@ async def test_follows_files_given_at_start_and_over_the_control_channel(
             fh.write("NCCL INFO Channel 00/02 : 0 1\n")
         await c.wait(lambda: lines(later) == ["NCCL INFO Channel 00/02 : 0 1"], 10)
     assert {r.kind for r in c.records if r.TYPE == "log"} == {"verl", "nccl"}
+
+
+async def test_two_hop_proxyjump_chain_from_config(
+    tmp_path: Path, ssh_keys, sshd_factory: SshdFactory, h200_trace: Path, remote_python: str
+) -> None:
+    """ProxyJump a,b (three sshd): the nodes are reached through a, then b, over one chain
+    connection shared by both nodes."""
+    hop_a = sshd_factory.start(log_level="DEBUG1")
+    hop_b = sshd_factory.start(log_level="DEBUG1")
+    nodes = [sshd_factory.start() for _ in range(2)]
+    settings = make_settings(
+        tmp_path, ssh_keys, [hop_a, hop_b, *nodes], remote_python, identities=()
+    )
+    text = ""
+    for name, d in (("hopa", hop_a), ("hopb", hop_b)):
+        text += f"Host {name}\n  HostName {d.addr}\n  Port {d.port}\n"
+    for i, d in enumerate(nodes):
+        text += f"Host node{i}\n  HostName {d.addr}\n  Port {d.port}\n  ProxyJump hopa,hopb\n"
+    text += f"Host *\n  User root\n  IdentityFile {ssh_keys['client']}\n  IdentitiesOnly yes\n"
+    Path(settings.ssh_config).write_text(text)
+    sources = [
+        SshSource(HostSpec(None, f"node{i}"), settings, agent_args(h200_trace)) for i in range(2)
+    ]
+    c = Collector()
+    async with running(sources, c):
+        await c.wait(lambda: all(c.count(f"node{i}", "gpu") >= 2 for i in range(2)), 20)
+        (chain,) = settings.shared().bastions.values()
+        assert chain.connects == 1
+        assert [h.target for h in chain.chain] == [
+            f"root@{hop_a.addr}:{hop_a.port}",
+            f"root@{hop_b.addr}:{hop_b.port}",
+        ]
+    # a forwarded to b only; b forwarded to both nodes; each hop logged in once.
+    log_a, log_b = hop_a.log.read_text(), hop_b.log.read_text()
+    assert f"target {hop_b.addr} port {hop_b.port}" in log_a
+    for d in nodes:
+        assert f"target {d.addr} port {d.port}" not in log_a
+        assert f"target {d.addr} port {d.port}" in log_b
+        assert d.accepted_logins() == 1
+    assert (hop_a.accepted_logins(), hop_b.accepted_logins()) == (1, 1)

@@ -29,9 +29,9 @@ def parse(*argv: str) -> argparse.Namespace:
 def test_defaults_are_strict_and_bounded() -> None:
     s = SshSettings.from_args(parse())
     assert s.accept_new_hosts is False
-    assert s.known_hosts == "~/.ssh/known_hosts"
-    assert s.ssh_config is None  # asyncssh then reads ~/.ssh/config
-    assert (s.connect_timeout, s.max_handshakes) == (10.0, 16)
+    assert s.known_hosts is None  # UserKnownHostsFile from the config, else ~/.ssh/known_hosts
+    assert s.ssh_config is None  # ~/.ssh/config, then /etc/ssh/ssh_config, as ssh
+    assert (s.connect_timeout, s.max_handshakes) == (None, 16)  # ConnectTimeout, else 10 s
     # A frozen peer is noticed within ~3-5 s.
     assert 3 <= s.keepalive_interval * (s.keepalive_count_max + 1) <= 5
 

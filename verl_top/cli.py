@@ -4,6 +4,7 @@
     verl-top diagnose [INPUTS]        print the five-step verdict (text or --json)
     verl-top snapshot [INPUTS] -o DIR write a snapshot bundle
     verl-top probe nccl [...]         run an NCCL bandwidth probe
+    verl-top doctor HOST...           check each host step by step (ssh -v for humans)
 
 INPUTS are shared by all of them: --hosts/--slurm (SSH), --replay/--demo, --verl-log,
 --verl-config, --nccl-log, --record. Errors in inputs are reported in one plain sentence on
@@ -21,7 +22,7 @@ from verl_top import __version__
 from verl_top.inputs import InputError, add_input_arguments, build_inputs
 from verl_top.settings import Settings, SettingsError, config_arg, load_settings, parse_args_with
 
-SUBCOMMANDS = ("diagnose", "snapshot", "probe")
+SUBCOMMANDS = ("diagnose", "snapshot", "probe", "doctor")
 
 
 def _base_parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -88,6 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "probe":
             return _run_probe(args_list[1:])
         settings = _load_settings(args_list)
+        if command == "doctor":
+            from verl_top.sources.doctor import main_doctor
+
+            return main_doctor(args_list[1:], lambda p, a: parse_args_with(p, a, settings))
         if command == "diagnose":
             args = parse_args_with(diagnose_parser(), args_list[1:], settings)
             return _run_diagnose(args, settings)

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import collections
 import contextlib
 import errno
-import getpass
+import hashlib
+import hmac
+import ipaddress
 import json
 import os
 import random
@@ -29,17 +32,25 @@ from pathlib import Path
 from typing import Any
 
 import asyncssh
-from asyncssh.config import SSHClientConfig
 
 from verl_top.model import Hello, HostState
 from verl_top.protocol import Decoder
 from verl_top.sources.base import Emit
 from verl_top.sources.hosts import HostSpec, parse_entry
 from verl_top.sources.intake import Intake, read_lines
+from verl_top.sources.liveness import Liveness, hang_limit, watch
+from verl_top.sources.ssh_config import (
+    CliOverrides,
+    HostConfig,
+    config_files,
+    jump_chain,
+    resolve,
+)
 from verl_top.untrusted import clean_text
 
 UNKNOWN_HOST_REASON = "host key not in known_hosts (use --accept-new-hosts or ssh once by hand)"
 STDERR_TAIL_LINES = 8
+DEFAULT_TIMEOUT = 10.0  # s, when neither --connect-timeout nor ConnectTimeout is given
 
 
 @dataclass
@@ -49,9 +60,9 @@ class SshSettings:
     ssh_config: str | None = None  # None: ~/.ssh/config when readable (asyncssh default)
     identities: tuple[str, ...] = ()  # -i; empty: IdentityFile, default keys and ssh-agent
     jump: str | None = None  # --jump: one bastion shared by every host
-    known_hosts: str = "~/.ssh/known_hosts"
-    accept_new_hosts: bool = False
-    connect_timeout: float = 10.0
+    known_hosts: str | None = None  # None: UserKnownHostsFile from the config (ssh's default)
+    accept_new_hosts: bool = False  # True: StrictHostKeyChecking=accept-new over the config
+    connect_timeout: float | None = None  # None: ConnectTimeout from the config, else 10 s
     max_handshakes: int = 16
     user: str | None = None  # --ssh-user: default login name (user@ in the hosts file wins)
     keepalive_interval: float = 1.0
@@ -61,6 +72,8 @@ class SshSettings:
     healthy_after: float = 30.0  # a stream this long resets the backoff
     attention_backoff: float = 300.0  # auth and host-key failures need a person: retry rarely
     python: str = "python3"  # interpreter started on the node
+    hang_intervals: float = 10.0  # an agent silent this many intervals is replaced...
+    hang_min_s: float = 5.0  # ...but never sooner than this
     _shared: SshShared | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
@@ -81,17 +94,28 @@ class SshSettings:
                 raise ValueError(f"--jump {args.jump}: {exc}") from None
         if args.max_handshakes < 1:
             raise ValueError("--max-handshakes must be at least 1")
-        if args.connect_timeout <= 0:
+        if args.connect_timeout is not None and args.connect_timeout <= 0:
             raise ValueError("--connect-timeout must be positive")
         return cls(
             ssh_config=os.path.expanduser(config) if config else None,
             identities=identities,
             jump=args.jump or None,
-            known_hosts=args.known_hosts or "~/.ssh/known_hosts",
+            known_hosts=os.path.expanduser(args.known_hosts) if args.known_hosts else None,
             accept_new_hosts=bool(args.accept_new_hosts),
-            connect_timeout=float(args.connect_timeout),
+            connect_timeout=None if args.connect_timeout is None else float(args.connect_timeout),
             max_handshakes=int(args.max_handshakes),
             user=args.ssh_user or None,
+        )
+
+    def cli(self) -> CliOverrides:
+        """The flags that override the ssh_config file, as ``ssh -o`` would."""
+        return CliOverrides(
+            user=self.user,
+            identities=self.identities,
+            jump=self.jump,
+            known_hosts=self.known_hosts,
+            strict="accept-new" if self.accept_new_hosts else None,
+            connect_timeout=self.connect_timeout,
         )
 
     def shared(self) -> SshShared:
@@ -105,7 +129,10 @@ def add_ssh_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the SSH options (``--ssh-config``, ``-i``, ``--jump``, ...) to ``parser``."""
     g = parser.add_argument_group("SSH (remote nodes)")
     g.add_argument(
-        "--ssh-config", metavar="FILE", help="ssh_config file to use instead of ~/.ssh/config"
+        "--ssh-config",
+        metavar="FILE",
+        help="ssh_config file to read instead of ~/.ssh/config and /etc/ssh/ssh_config "
+        "(like ssh -F)",
     )
     g.add_argument(
         "-i",
@@ -123,17 +150,21 @@ def add_ssh_arguments(parser: argparse.ArgumentParser) -> None:
         "--accept-new-hosts",
         action="store_true",
         help="trust and remember host keys of nodes not yet in known_hosts (changed keys are "
-        "still refused), like OpenSSH StrictHostKeyChecking=accept-new",
+        "still refused): StrictHostKeyChecking=accept-new over the ssh config",
     )
     g.add_argument(
-        "--known-hosts", metavar="FILE", help="known_hosts file (default ~/.ssh/known_hosts)"
+        "--known-hosts",
+        metavar="FILE",
+        help="known_hosts file, over UserKnownHostsFile (default: the config's, else "
+        "~/.ssh/known_hosts)",
     )
     g.add_argument(
         "--connect-timeout",
         metavar="S",
         type=float,
-        default=10.0,
-        help="seconds to wait for TCP connect + SSH handshake (default 10)",
+        default=None,
+        help="seconds to wait for TCP connect + SSH handshake (default: ConnectTimeout from "
+        "the ssh config, else 10)",
     )
     g.add_argument(
         "--max-handshakes",
@@ -168,46 +199,197 @@ def _known_host_pattern(host: str, port: int | None) -> str:
     return host if port in (None, 22) else f"[{host}]:{port}"
 
 
-class KnownHosts:
-    """The known_hosts file: lookups for asyncssh, and OpenSSH-style accept-new appends."""
+def _read_known_hosts(path: str) -> asyncssh.SSHKnownHosts | None:
+    """One known_hosts file; lines asyncssh cannot parse are skipped, as ssh skips them."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    try:
+        return asyncssh.import_known_hosts(text)
+    except ValueError:
+        good = []
+        for line in text.splitlines():
+            with contextlib.suppress(ValueError):
+                asyncssh.import_known_hosts(line)
+                good.append(line)
+        return asyncssh.import_known_hosts("\n".join(good))
 
-    def __init__(self, path: str, accept_new: bool) -> None:
-        self.path = Path(path).expanduser()
-        self.accept_new = accept_new
 
-    def _load(self) -> asyncssh.SSHKnownHosts | None:
+class KnownHostsCache:
+    """Parsed known_hosts files, re-read only when a file changes (size or mtime): hundreds of
+    hosts connecting at once must not parse a large file hundreds of times."""
+
+    def __init__(self) -> None:
+        self._files: dict[str, tuple[tuple[int, int], asyncssh.SSHKnownHosts | None]] = {}
+
+    def get(self, path: str) -> asyncssh.SSHKnownHosts | None:
+        """The parsed file, or None when it cannot be read."""
         try:
-            return asyncssh.read_known_hosts(str(self.path))
-        except FileNotFoundError:
+            st = os.stat(path)
+        except OSError:
             return None
+        stamp = (st.st_mtime_ns, st.st_size)
+        hit = self._files.get(path)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        known = _read_known_hosts(path)
+        self._files[path] = (stamp, known)
+        return known
 
-    def match(self, host: str, addr: str, port: int | None) -> tuple[list, list, list]:
-        """(trusted keys, CA keys, revoked keys) for a host; read fresh on every connect."""
-        known = self._load()
-        if known is None:
-            return ([], [], [])
-        keys, ca_keys, revoked = known.match(host, addr, port)[:3]
-        return (list(keys), list(ca_keys), list(revoked))
 
-    def append(self, host: str, port: int | None, key: asyncssh.SSHKey) -> None:
-        """Remember ``key`` for ``host`` (creating the file 0600 when missing)."""
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fields = key.export_public_key("openssh").decode().split()
-        line = f"{_known_host_pattern(host, port)} {fields[0]} {fields[1]}\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        with os.fdopen(fd, "a", encoding="utf-8") as fh:
-            if fh.tell() > 0 and not self.path.read_bytes().endswith(b"\n"):
-                fh.write("\n")
-            fh.write(line)
+def _lookup(known: asyncssh.SSHKnownHosts, name: str) -> tuple[list, list, list]:
+    # Exactly this name: asyncssh's public match() would also take entries for the peer's IP
+    # address, which ssh does not (CheckHostIP is a separate check in HostKeyPolicy).
+    keys, ca_keys, revoked = known._match(name, "")[:3]
+    return (list(keys), list(ca_keys), list(revoked))
+
+
+def _hashed(name: str) -> str:
+    """A known_hosts host field hashed as ssh's HashKnownHosts writes it (``|1|salt|hash``)."""
+    salt = os.urandom(20)
+    digest = hmac.new(salt, name.encode(), hashlib.sha1).digest()
+    return f"|1|{base64.b64encode(salt).decode()}|{base64.b64encode(digest).decode()}"
+
+
+class HostKeyPolicy:
+    """OpenSSH host-key checking for one host: its known_hosts files, StrictHostKeyChecking,
+    HostKeyAlias and CheckHostIP, as computed in :class:`HostConfig`."""
+
+    def __init__(self, hc: HostConfig, direct: bool, cache: KnownHostsCache | None = None) -> None:
+        self.hc = hc
+        self.cache = cache or KnownHostsCache()
+        self.direct = direct  # no jump or ProxyCommand: the peer address is the host's
+        self.name = hc.known_hosts_name
+        self.problem: tuple[str, str] | None = None  # ("unknown" | "changed", detail)
+        self.warning = ""
+        self.added_to: str | None = None
+
+    def _each(self, name: str) -> list[tuple[str, tuple[list, list, list]]]:
+        out = []
+        for path in self.hc.known_hosts_files:
+            known = self.cache.get(path)
+            if known is not None:
+                found = _lookup(known, name)
+                if any(found):
+                    out.append((path, found))
+        return out
+
+    def trusted(self, _host: str, _addr: str, _port: int | None) -> tuple[list, list, list]:
+        """asyncssh's ``known_hosts`` callable: (keys, CA keys, revoked) for this host.
+
+        Like ssh, a host on another port than 22 with no ``[host]:port`` entry is also
+        checked against plain ``host`` entries ("checking without port identifier"); a key
+        that differs there counts as unknown, not as changed.
+        """
+        found = self._each(self.name)
+        if not found and self.name != self.hc.hostname and not self.hc.host_key_alias:
+            found = self._each(self.hc.hostname)
+        keys: list = []
+        ca: list = []
+        revoked: list = []
+        for _path, (k, c, r) in found:
+            keys += k
+            ca += c
+            revoked += r
+        return (keys, ca, revoked)
+
+    def files_text(self) -> str:
+        """The known_hosts files that were looked in, for messages."""
+        return (
+            ", ".join(self.hc.known_hosts_files) or "no known_hosts file (UserKnownHostsFile none)"
+        )
+
+    def decide(self, addr: str, key: asyncssh.SSHKey) -> bool:
+        """Called by asyncssh for a key known_hosts does not trust: accept it or not."""
+        fp = f"{key.get_algorithm()} {key.get_fingerprint()}"
+        holders = [path for path, (k, c, _r) in self._each(self.name) if k or c]
+        if holders:
+            where = holders[0]
+            text = (
+                f"host key CHANGED for '{self.name}': the server now offers {fp}, which differs "
+                f"from {where}; if the node was reinstalled, verify the new key, run "
+                f"`ssh-keygen -R '{self.name}' -f {where}` and connect again "
+                "(otherwise this may be an attack)"
+            )
+            if self.hc.strict == "no":  # ssh connects too (and only disables passwords)
+                self.warning = f"WARNING: {text}; connected because StrictHostKeyChecking=no"
+                return True
+            self.problem = ("changed", text)
+            return False
+        if self.hc.refuses_unknown:
+            self.problem = (
+                "unknown",
+                f"{UNKNOWN_HOST_REASON}; server key {fp}; looked up '{self.name}' in "
+                f"{self.files_text()}",
+            )
+            return False
+        self._append(key)
+        return True
+
+    def _append(self, key: asyncssh.SSHKey, name: str | None = None) -> None:
+        """accept-new / no: remember the key in the first user file, as ssh does."""
+        if not self.hc.user_known_hosts:
+            return
+        path = Path(self.hc.user_known_hosts[0])
+        with contextlib.suppress(OSError):  # ssh only warns when it cannot write
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fields = key.export_public_key("openssh").decode().split()
+            pattern = name or self.name
+            if self.hc.hash_known_hosts:
+                pattern = _hashed(pattern)
+            line = f"{pattern} {fields[0]} {fields[1]}\n"
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            with os.fdopen(fd, "a", encoding="utf-8") as fh:
+                if path.is_file() and fh.tell() > 0 and not path.read_bytes().endswith(b"\n"):
+                    fh.write("\n")
+                fh.write(line)
+            self.added_to = str(path)
+
+    def check_ip(self, addr: str, key: asyncssh.SSHKey | None) -> str | None:
+        """CheckHostIP, as ssh does it: the peer address's known_hosts entry must not hold
+        another key. Returns the refusal (any StrictHostKeyChecking but no) or sets a warning;
+        remembers the address when it has no entry yet. Off, as in ssh, for proxied
+        connections, loopback peers and host names that are the address itself."""
+        if not (self.hc.check_host_ip and self.direct and addr and key is not None):
+            return None
+        try:
+            if ipaddress.ip_address(addr).is_loopback or addr == self.hc.hostname:
+                return None
+        except ValueError:
+            return None
+        ip_name = _known_host_pattern(addr, self.hc.port)
+        recorded = [k for _p, (ks, _c, _r) in self._each(ip_name) for k in ks]
+        if not recorded:
+            self._append(key, ip_name)
+            return None
+        if key in recorded:
+            return None
+        text = (
+            f"the host key for '{self.name}' differs from the key recorded for its IP address "
+            f"'{ip_name}' (CheckHostIP)"
+        )
+        if self.hc.strict != "no":
+            return text
+        self.warning = f"WARNING: {text}"
+        return None
 
 
 class _Client(asyncssh.SSHClient):
     """Per-connection client: decides about untrusted host keys and remembers why it refused."""
 
-    def __init__(self, known: KnownHosts) -> None:
-        self.known = known
-        self.problem: tuple[str, str] | None = None  # ("unknown" | "changed", detail)
+    def __init__(self, policy: HostKeyPolicy) -> None:
+        self.policy = policy
         self.closed = False
+        self.conn: asyncssh.SSHClientConnection | None = None
+
+    @property
+    def problem(self) -> tuple[str, str] | None:
+        """("unknown" | "changed" | "ip", detail) when the host key was refused."""
+        return self.policy.problem
+
+    def connection_made(self, conn: asyncssh.SSHClientConnection) -> None:
+        self.conn = conn
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -216,24 +398,18 @@ class _Client(asyncssh.SSHClient):
         self, host: str, addr: str, port: int, key: asyncssh.SSHKey
     ) -> bool:
         # Called by asyncssh only for a key that known_hosts does not already trust.
-        wire_port = None if port == 22 else port
-        keys, ca_keys, _ = self.known.match(host, addr, wire_port)
-        fp = f"{key.get_algorithm()} {key.get_fingerprint()}"
-        if keys or ca_keys:
-            pattern = _known_host_pattern(host, port)
-            self.problem = (
-                "changed",
-                f"host key CHANGED: the server now offers {fp}, which differs from "
-                f"{self.known.path}; if the node was reinstalled, verify the new key, run "
-                f"`ssh-keygen -R '{pattern}' -f {self.known.path}` and connect again "
-                "(otherwise this may be an attack)",
-            )
-            return False
-        if self.known.accept_new:
-            self.known.append(host, port, key)
-            return True
-        self.problem = ("unknown", f"{UNKNOWN_HOST_REASON}; server key {fp}")
-        return False
+        return self.policy.decide(addr, key)
+
+    def auth_completed(self) -> None:
+        # The key is accepted by now; CheckHostIP compares it with the address's entry.
+        conn = self.conn
+        if conn is None:
+            return
+        peer = conn.get_extra_info("peername") or ("",)
+        refusal = self.policy.check_ip(str(peer[0]), conn.get_server_host_key())
+        if refusal:
+            self.policy.problem = ("ip", refusal)
+            conn.abort()
 
 
 # --- shared state ---------------------------------------------------------------------------
@@ -250,19 +426,36 @@ class _HostFailure(Exception):
         self.healthy_for = 0.0  # how long the stream had been up before this failure
 
 
+@dataclass
+class Route:
+    """How one node is reached: its effective config and the hops in front of it."""
+
+    hc: HostConfig
+    chain: list[HostConfig]
+
+    @property
+    def text(self) -> str:
+        """``user@host:port`` plus `` via hop -> hop`` (for messages)."""
+        via = " -> ".join(h.target for h in self.chain)
+        how = f" via {via}" if via else ""
+        if not via and self.hc.proxy_command:
+            how = f" via ProxyCommand {self.hc.proxy_command!r}"
+        return f"{self.hc.target}{how}"
+
+
 class SshShared:
-    """What all hosts of one :class:`SshSettings` share: keys, semaphore, bastions, known_hosts."""
+    """What all hosts of one :class:`SshSettings` share: keys, semaphore, bastions, config."""
 
     def __init__(self, settings: SshSettings) -> None:
         self.settings = settings
-        self.known = KnownHosts(settings.known_hosts, settings.accept_new_hosts)
         self.client_keys: list[asyncssh.SSHKeyPair] | None = None
         self._sem: asyncio.Semaphore | None = None
         self.bastions: dict[str, Bastion] = {}
+        self.known_hosts = KnownHostsCache()
         self.handshakes = 0  # connections opened to nodes (for tests and stats)
 
     def load_keys(self) -> None:
-        """Load ``-i`` keys once (raises ValueError for an unreadable key)."""
+        """Check that the ``-i`` keys load, once (raises ValueError for an unreadable key)."""
         if self.client_keys is None and self.settings.identities:
             try:
                 self.client_keys = asyncssh.load_keypairs(list(self.settings.identities))
@@ -276,42 +469,59 @@ class SshShared:
             self._sem = asyncio.Semaphore(self.settings.max_handshakes)
         return self._sem
 
-    def config_paths(self) -> Any:
-        """The ``config=`` argument for asyncssh: () means ~/.ssh/config when readable."""
-        return [self.settings.ssh_config] if self.settings.ssh_config else ()
+    def config_paths(self) -> list[str]:
+        """The ssh_config files read for every host (--ssh-config, else ~/.ssh/config)."""
+        return config_files(self.settings.ssh_config)
 
-    def host_config(self, host: str, port: int | None, user: str | None) -> Any:
-        """The ssh_config options that apply to ``host`` (for ProxyJump and messages)."""
-        paths = self.config_paths()
-        if paths == ():
-            default = Path("~/.ssh/config").expanduser()
-            paths = [str(default)] if os.access(default, os.R_OK) else []
-        local_user = _local_user()
-        return SSHClientConfig.load(
-            None, paths, False, False, False, local_user, user or local_user, host, port or ()
-        )
+    def host_config(self, host: str, port: int | None, user: str | None) -> HostConfig:
+        """The effective settings of ``[user@]host[:port]`` (raises _HostFailure for a config
+        file that cannot be parsed)."""
+        try:
+            return resolve(self.config_paths(), host, port, user, self.settings.cli())
+        except (asyncssh.Error, ValueError, OSError) as exc:
+            raise _HostFailure("down", f"ssh config: {exc}", True) from None
 
-    def connect_kwargs(self, client: _Client) -> dict[str, Any]:
-        """Keyword arguments for ``asyncssh.connect`` common to nodes and bastions."""
+    def route(self, spec: HostSpec) -> Route:
+        """The node's effective config and its jump chain (``--jump`` over ProxyJump)."""
+        hc = self.host_config(spec.host, spec.port, spec.user)
+        chain: list[HostConfig] = []
+        if hc.proxy_jump:
+            try:
+                chain = jump_chain(self.config_paths(), hc.proxy_jump, self.settings.cli())
+            except (asyncssh.Error, ValueError, OSError) as exc:
+                raise _HostFailure("down", f"ProxyJump {hc.proxy_jump}: {exc}", True) from None
+        return Route(hc, chain)
+
+    def connect_kwargs(self, hc: HostConfig, client: _Client) -> dict[str, Any]:
+        """Keyword arguments for ``asyncssh.connect`` to one host (node or hop).
+
+        asyncssh reads the same config files itself (HostName, IdentityFile, ProxyCommand,
+        ciphers, ...); what is passed here is what verl-top decides: the host-key policy,
+        the timeouts (flags over the config), keepalives and the keys named by ``-i``.
+        """
         s = self.settings
+        timeout = hc.connect_timeout if hc.connect_timeout is not None else DEFAULT_TIMEOUT
         kwargs: dict[str, Any] = {
             "config": self.config_paths(),
-            "known_hosts": self.known.match,
-            "connect_timeout": s.connect_timeout,
-            "login_timeout": s.connect_timeout,
-            "keepalive_interval": s.keepalive_interval,
-            "keepalive_count_max": s.keepalive_count_max,
+            "known_hosts": client.policy.trusted,
+            "connect_timeout": timeout,
+            "login_timeout": timeout,
+            # verl-top's fast keepalive unless the config sets one (then the config's).
+            "keepalive_interval": _keepalive(hc, s)[0],  # 0 (ServerAliveInterval 0): off
+            "keepalive_count_max": _keepalive(hc, s)[1],
             "client_factory": lambda: client,
+            "ignore_encrypted": True,  # a key with a passphrase must be in ssh-agent
         }
-        if self.client_keys is not None:
-            kwargs["client_keys"] = self.client_keys
+        if s.identities or hc.identity_files:
+            kwargs["client_keys"] = list(hc.identity_files)
         return kwargs
 
-    def bastion(self, jump: str) -> Bastion:
-        """The shared connection for a jump spec (``[user@]host[:port]``, ``a,b`` for hops)."""
-        b = self.bastions.get(jump)
+    def bastion(self, chain: list[HostConfig]) -> Bastion:
+        """The shared connection through ``chain`` (one per distinct chain of targets)."""
+        key = " -> ".join(h.target for h in chain)
+        b = self.bastions.get(key)
         if b is None:
-            b = self.bastions[jump] = Bastion(jump, self)
+            b = self.bastions[key] = Bastion(key, chain, self)
         return b
 
     async def close(self) -> None:
@@ -320,11 +530,41 @@ class SshShared:
             await b.close()
 
 
-class Bastion:
-    """One jump-host connection shared by every node behind it, reopened when it dies."""
+def make_client(
+    hc: HostConfig, tunnel: asyncssh.SSHClientConnection | None, shared: SshShared | None = None
+) -> _Client:
+    """The asyncssh client for one connection to ``hc``, with its host-key policy."""
+    direct = tunnel is None and not hc.proxy_command
+    return _Client(HostKeyPolicy(hc, direct, shared.known_hosts if shared else None))
 
-    def __init__(self, jump: str, shared: SshShared) -> None:
+
+async def connect_host(
+    shared: SshShared,
+    hc: HostConfig,
+    tunnel: asyncssh.SSHClientConnection | None,
+    client: _Client,
+) -> asyncssh.SSHClientConnection:
+    """Open one SSH connection to ``hc`` (through ``tunnel`` when given). Raises what asyncssh
+    raises; ``client`` keeps why a host key was refused and any warning."""
+    kwargs = shared.connect_kwargs(hc, client)
+    # The proxy is passed explicitly: OpenSSH's "first of ProxyJump/ProxyCommand wins" is
+    # decided in ssh_config.py, not by asyncssh's own reading of the same file.
+    proxy = None if tunnel is not None else hc.proxy_command
+    conn = await asyncssh.connect(
+        hc.name, hc.port, username=hc.user, tunnel=tunnel, proxy_command=proxy, **kwargs
+    )
+    if client.problem:  # CheckHostIP refused the key after login
+        conn.abort()
+        raise asyncssh.HostKeyNotVerifiable(client.problem[1])
+    return conn
+
+
+class Bastion:
+    """One jump-host connection (or chain) shared by every node behind it, reopened when it dies."""
+
+    def __init__(self, jump: str, chain: list[HostConfig], shared: SshShared) -> None:
         self.jump = jump
+        self.chain = chain
         self.shared = shared
         self.connects = 0
         self.attempts = 0
@@ -356,23 +596,18 @@ class Bastion:
     async def _open(self) -> asyncssh.SSHClientConnection:
         self.attempts += 1
         conn: asyncssh.SSHClientConnection | None = None
-        for hop in self.jump.split(","):
-            spec = parse_entry(hop.strip())[0]
-            client = _Client(self.shared.known)
-            kwargs = self.shared.connect_kwargs(client)
-            if conn is not None:
-                kwargs["tunnel"] = conn  # the next hop goes through the previous one
-            user = spec.user or self.shared.settings.user
+        for i, hc in enumerate(self.chain):
+            client = make_client(hc, conn, self.shared)
             try:
-                conn = await asyncssh.connect(
-                    spec.host, spec.port or (), username=user or (), **kwargs
-                )
+                # The next hop goes through the previous one.
+                conn = await connect_host(self.shared, hc, conn, client)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - classified for the hosts behind it
-                fail = classify(exc, client, spec, self.shared)
+                route = Route(hc, self.chain[:i])
+                fail = classify(exc, client, route, self.shared)
                 raise _HostFailure(
-                    fail.state, f"bastion {spec.name}: {fail.reason}", fail.attention
+                    fail.state, f"bastion {hc.name}: {fail.reason}", fail.attention
                 ) from None
             self._client = client
         assert conn is not None
@@ -389,69 +624,92 @@ class Bastion:
             self._conn = None
 
 
-def _local_user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "root"
+def _keepalive(hc: HostConfig, s: SshSettings) -> tuple[float, int]:
+    """(interval, misses allowed): the config's ServerAlive* when set, else verl-top's."""
+    interval = s.keepalive_interval if hc.keepalive_interval is None else hc.keepalive_interval
+    count = s.keepalive_count_max if hc.keepalive_count_max is None else hc.keepalive_count_max
+    return interval, count
+
+
+def _identities_text(hc: HostConfig) -> str:
+    tried = [f"key {p}" for p in hc.identity_files]
+    if os.environ.get("SSH_AUTH_SOCK"):
+        tried.append(
+            "ssh-agent keys" + (" matching them (IdentitiesOnly)" if hc.identities_only else "")
+        )
+    text = ", ".join(tried) if tried else "no key (no IdentityFile, no ~/.ssh/id_*, no ssh-agent)"
+    if hc.identities_missing:
+        text += "; not found: " + ", ".join(hc.identities_missing)
+    return text
 
 
 def classify(
-    exc: BaseException, client: _Client | None, spec: HostSpec, shared: SshShared
+    exc: BaseException, client: _Client | None, route: Route, shared: SshShared
 ) -> _HostFailure:
-    """Turn a connect/stream exception into a host state and a reason in plain words."""
-    s = shared.settings
+    """Turn a connect/stream exception into a host state and a reason in plain words.
+
+    Reasons name the effective values: ``user@host:port`` and the jump chain, the known_hosts
+    files looked in, and the keys tried.
+    """
+    hc = route.hc
     if isinstance(exc, _HostFailure):
         return exc
+    if client is not None and client.problem and client.problem[0] == "ip":
+        return _HostFailure("hostkey_changed", f"{client.problem[1]} ({route.text})", True)
     if isinstance(exc, asyncssh.HostKeyNotVerifiable):
         problem = client.problem if client is not None else None
-        if problem and problem[0] == "changed":
-            return _HostFailure("hostkey_changed", problem[1], True)
-        if problem:
+        if problem and problem[0] == "unknown":
             return _HostFailure("down", problem[1], True)
-        return _HostFailure("hostkey_changed", f"host key refused: {exc.reason}", True)
+        if problem:
+            return _HostFailure("hostkey_changed", problem[1], True)
+        return _HostFailure(
+            "hostkey_changed",
+            f"host key refused for {route.text}: {exc.reason} "
+            f"(known_hosts: {', '.join(hc.known_hosts_files)})",
+            True,
+        )
     if isinstance(exc, asyncssh.PermissionDenied):
-        user = spec.user or s.user
-        if not user:
-            with contextlib.suppress(Exception):
-                user = shared.host_config(spec.host, spec.port, None).get("User")
-        user = user or _local_user()
-        if s.identities:
-            tried = "keys " + ", ".join(s.identities)
-        else:
-            tried = "ssh-agent, IdentityFile from ssh config and ~/.ssh/id_*"
         return _HostFailure(
             "auth_failed",
-            f"server refused login as {user} (tried {tried}); add your public key to "
-            f"~{user}/.ssh/authorized_keys on {spec.host} or pass -i KEY / --ssh-user",
+            f"server refused login as {hc.user} on {route.text} (tried {_identities_text(hc)}); "
+            f"add your public key to ~{hc.user}/.ssh/authorized_keys on {hc.hostname} or "
+            "pass -i KEY / --ssh-user",
             True,
         )
     if isinstance(exc, ConnectionRefusedError):
         return _HostFailure(
-            "down", f"connection refused (is sshd running on port {spec.port or 22}?)"
+            "down",
+            f"connection refused by {route.text} (is sshd running on port {hc.port}?)",
         )
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        timeout = hc.connect_timeout if hc.connect_timeout is not None else DEFAULT_TIMEOUT
         return _HostFailure(
             "down",
-            f"timed out after {s.connect_timeout:g} s (no SSH answer; host down or firewalled?)",
+            f"timed out after {timeout:g} s connecting to {route.text} "
+            "(no SSH answer; host down or firewalled?)",
         )
     if isinstance(exc, socket.gaierror):
-        return _HostFailure("down", f"unknown host name {spec.host!r} ({exc.strerror})")
+        return _HostFailure(
+            "down", f"unknown host name {hc.hostname!r} for {hc.name!r} ({exc.strerror})"
+        )
     if isinstance(exc, asyncssh.ConnectionLost):
         if "keepalive" in str(exc.reason).lower():
-            waited = s.keepalive_interval * (s.keepalive_count_max + 1)
-            return _HostFailure("down", f"keepalive timeout (no answer for ~{waited:g} s)")
-        return _HostFailure("down", "connection closed by peer")
+            s = shared.settings
+            interval, count = _keepalive(hc, s)
+            return _HostFailure(
+                "down", f"keepalive timeout (no answer for ~{interval * (count + 1):g} s)"
+            )
+        return _HostFailure("down", f"connection closed by peer ({route.text})")
     if isinstance(exc, asyncssh.ChannelOpenError):
-        return _HostFailure("down", f"cannot open channel: {exc.reason}")
+        return _HostFailure("down", f"cannot open channel to {route.text}: {exc.reason}")
     if isinstance(exc, asyncssh.DisconnectError):
-        return _HostFailure("down", f"disconnected: {exc.reason}")
+        return _HostFailure("down", f"disconnected by {route.text}: {exc.reason}")
     if isinstance(exc, OSError):
         if exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
-            return _HostFailure("down", "no route to host")
-        if exc.errno == errno.ECONNRESET:
-            return _HostFailure("down", "connection closed by peer")
-        return _HostFailure("down", f"network error: {exc.strerror or exc}")
+            return _HostFailure("down", f"no route to host ({route.text})")
+        if exc.errno in (errno.ECONNRESET, errno.EPIPE):  # EPIPE: a ProxyCommand that exited
+            return _HostFailure("down", f"connection closed by peer ({route.text})")
+        return _HostFailure("down", f"network error on {route.text}: {exc.strerror or exc}")
     return _HostFailure("down", f"unexpected error: {type(exc).__name__}: {exc}")
 
 
@@ -507,6 +765,8 @@ class SshSource:
         self.state = "connecting"
         self.reason = ""
         self.agent_pid: int | None = None
+        self.route: Route | None = None  # effective config and jump chain of the last attempt
+        self.warning = ""  # host-key warning of the live connection (StrictHostKeyChecking=no)
         self._stdin: asyncssh.SSHWriter | None = None
 
     # control channel
@@ -555,36 +815,29 @@ class SshSource:
             except _HostFailure as exc:
                 fail = exc
             except Exception as exc:  # noqa: BLE001 - nothing a host does may stop the others
-                fail = classify(exc, None, self.spec, self.shared)
+                fail = (
+                    classify(exc, None, self.route, self.shared)
+                    if self.route is not None
+                    else _HostFailure("down", f"unexpected error: {type(exc).__name__}: {exc}")
+                )
             delay = backoff.next(fail.attention, fail.healthy_for)
             self._state(emit, fail.state, f"{fail.reason} (retry in {_fmt_delay(delay)})")
             await asyncio.sleep(delay)
 
     async def _connect(self) -> tuple[asyncssh.SSHClientConnection, _Client]:
-        spec, s = self.spec, self.settings
-        client = _Client(self.shared.known)
-        kwargs = self.shared.connect_kwargs(client)
-        jump = s.jump
-        if jump is None:
-            try:
-                cfg_jump = self.shared.host_config(spec.host, spec.port, spec.user).get("ProxyJump")
-            except Exception:  # noqa: BLE001 - a broken config is reported by asyncssh itself
-                cfg_jump = None
-            if isinstance(cfg_jump, str) and cfg_jump.lower() != "none":
-                jump = cfg_jump
+        route = self.shared.route(self.spec)
+        self.route = route
         async with self.shared.semaphore:
-            if jump:
-                kwargs["tunnel"] = await self.shared.bastion(jump).get()
-            user = spec.user or s.user
+            tunnel = await self.shared.bastion(route.chain).get() if route.chain else None
+            client = make_client(route.hc, tunnel, self.shared)
             try:
-                conn = await asyncssh.connect(
-                    spec.host, spec.port or (), username=user or (), **kwargs
-                )
+                conn = await connect_host(self.shared, route.hc, tunnel, client)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001
-                raise classify(exc, client, spec, self.shared) from None
+                raise classify(exc, client, route, self.shared) from None
             self.shared.handshakes += 1
+        self.warning = client.policy.warning
         return conn, client
 
     async def _session(self, emit: Emit) -> None:
@@ -595,7 +848,9 @@ class SshSource:
         stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         up_since: float | None = None
         stderr_task: asyncio.Task[None] | None = None
+        watchdog: asyncio.Task[None] | None = None
         proc: asyncssh.SSHClientProcess | None = None
+        live = Liveness()
         try:
             args = ["--host", self.name, *self.agent_args]
             for kind, path in self.follows:
@@ -607,23 +862,37 @@ class SshSource:
             stderr_task = asyncio.create_task(_collect(proc.stderr, stderr_tail))
             intake = Intake(self.name, self.decoder)
             self.intake = intake
+            watchdog = asyncio.create_task(self._watch(emit, live, conn, proc))
             try:
                 # Framed by read_lines, not readline: a long record arrives whole (intake.py).
                 async for line in read_lines(proc.stdout):
                     rec = intake.accept(line, emit)
+                    if rec is None:
+                        continue
+                    if live.seen():
+                        self._state(emit, "up", self.warning)
                     if isinstance(rec, Hello):
                         self.agent_pid = rec.pid
+                        self._hello(live, rec)
                         if up_since is None:
                             up_since = time.monotonic()
-                            self._state(emit, "up")
+                            self._state(emit, "up", self.warning)
                 intake.report(emit, force=True)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001
-                fail = classify(exc, client, self.spec, self.shared)
+                fail = classify(exc, client, self.route, self.shared)
                 fail.healthy_for = _since(up_since)
                 raise fail from None
             # stdout ended: the agent exited (or the channel closed).
+            if live.hung_for is not None:
+                fail = _HostFailure(
+                    "down",
+                    f"agent hung: no data for {live.hung_for:.0f} s while the connection "
+                    f"stayed up; killed it (pid {self.agent_pid}) and starting a new one",
+                )
+                fail.healthy_for = _since(up_since)
+                raise fail
             if stderr_task is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(asyncio.shield(stderr_task), 1.0)
@@ -636,9 +905,32 @@ class SshSource:
             raise fail
         finally:
             self._stdin = None
-            if stderr_task is not None:
-                stderr_task.cancel()
+            for task in (stderr_task, watchdog):
+                if task is not None:
+                    task.cancel()
             await _close(conn, proc)
+
+    def _hello(self, live: Liveness, hello: Hello) -> None:
+        interval = hello.interval if hello.interval and hello.interval > 0 else 1.0
+        live.interval, live.up = interval, True
+        s = self.settings
+        live.hang_after = hang_limit(interval, s.hang_intervals, s.hang_min_s)
+
+    async def _watch(
+        self,
+        emit: Emit,
+        live: Liveness,
+        conn: asyncssh.SSHClientConnection,
+        proc: asyncssh.SSHClientProcess,
+    ) -> None:
+        async def replace(_silent: float) -> None:
+            await _kill_agent(conn, proc, self.agent_pid)
+            proc.close()  # ends the read loop, which reports the hang
+
+        await watch(live, lambda reason: self._state(emit, "stale", reason), replace)
+
+    def _where(self) -> str:
+        return f" {self.route.text}" if self.route is not None else ""
 
     def _exit_failure(self, status: int | None, tail: list[str], had_hello: bool) -> _HostFailure:
         text = " | ".join(line.strip() for line in tail if line.strip())[-400:]
@@ -649,7 +941,8 @@ class SshSource:
         if not had_hello and not_found:
             return _HostFailure(
                 "no_python",
-                f"{self.settings.python} not found on the node (install Python >= 3.8 or put "
+                f"{self.settings.python} not found on the node{self._where()} (install Python "
+                ">= 3.8 or put "
                 f"python3 on the login PATH){': ' + text if text else ''}",
             )
         what = "agent exited" if status is not None else "agent stream closed"
@@ -671,6 +964,28 @@ async def _collect(stream: asyncssh.SSHReader, tail: collections.deque[str]) -> 
         async for line in stream:
             if line:  # the node's stderr is foreign text: cleaned where it enters
                 tail.append(clean_text(line.rstrip("\n"), 512))
+
+
+async def _kill_agent(
+    conn: asyncssh.SSHClientConnection, proc: asyncssh.SSHClientProcess, pid: int | None
+) -> None:
+    """Kill a hung agent on the node so that nothing is left behind; never raises.
+
+    SIGKILL also ends a stopped process. It goes through the channel first (OpenSSH >= 8.1
+    delivers signal requests, but not in every setup: the test sshd answers "session
+    signalling requires privilege separation"); if the agent is still there a second later, a
+    separate command kills its pid, checked to still be our agent (the bootstrap names it).
+    """
+    with contextlib.suppress(Exception):
+        proc.send_signal("KILL")
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(proc.wait_closed(), 1.0)
+        return
+    if pid is None:
+        return
+    cmd = f"grep -q verl-top-agent /proc/{int(pid)}/cmdline 2>/dev/null && kill -KILL {int(pid)}"
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(conn.run(cmd, check=False), 5.0)
 
 
 async def _close(conn: asyncssh.SSHClientConnection, proc: Any) -> None:
@@ -733,7 +1048,8 @@ async def run_remote(
                 if line:  # asyncssh ends with "" at EOF; a blank line is "\n"
                     yield line.rstrip("\n")
         except Exception as exc:  # noqa: BLE001 - classified like the agent stream's failures
-            fail = classify(exc, client, spec, source.shared)
+            assert source.route is not None
+            fail = classify(exc, client, source.route, source.shared)
             raise RemoteCommandError(spec.name, fail.state, fail.reason) from None
     finally:
         if proc is not None and proc.exit_status is None and proc.exit_signal is None:
