@@ -34,6 +34,8 @@ from verl_top.model import (
     RayActors,
     RayNode,
     Record,
+    RolloutSample,
+    SourceStatus,
     VerlConfig,
     VerlStep,
 )
@@ -73,6 +75,21 @@ HOST_METRICS: tuple[str, ...] = (
     "agent_cpu_pct",
     "cpu_max_core",  # derived: the busiest core (a single-threaded host loop pins one)
 )
+
+ROLLOUT_METRICS: tuple[str, ...] = (
+    "running",
+    "waiting",
+    "kv_cache_pct",
+    "gen_tokens_s",
+    "prompt_tokens_s",
+    "preemptions_s",
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "tpot_p50_s",
+    "e2e_p50_s",
+    "e2e_p90_s",
+)
+MAX_ROLLOUT_SERVERS = 4096  # a bound on foreign keys: more servers than this are dropped
 
 
 class Ring:
@@ -250,6 +267,15 @@ class HostEntry:
 
 
 @dataclass
+class RolloutEntry:
+    """One rollout server (vLLM / SGLang): its latest sample and its history."""
+
+    name: str
+    history: Ring
+    latest: RolloutSample | None = None
+
+
+@dataclass
 class StoreLimits:
     """Capacities of the store's buffers."""
 
@@ -288,6 +314,10 @@ class Store:
         self.ray_actors: list[RayActor] = []
         self.ray_by_pid: dict[tuple[str, int], RayActor] = {}
         self.ray_driver_log = ""
+        # Rollout servers (vLLM / SGLang metrics from --prometheus), by scrape address.
+        self.rollout: dict[str, RolloutEntry] = {}
+        # Sources that are not one host (Prometheus): their last state, by source name.
+        self.sources: dict[str, SourceStatus] = {}
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -409,6 +439,26 @@ class Store:
         if rec.note and (not self.notes or self.notes[-1] != rec.note):
             self.notes.append(rec.note)
 
+    def _on_rollout(self, rec: RolloutSample, received: float | None) -> None:
+        # Not a host: rollout servers must not create host rows without GPUs.
+        entry = self.rollout.get(rec.host)
+        if entry is None:
+            if len(self.rollout) >= MAX_ROLLOUT_SERVERS:
+                return
+            entry = RolloutEntry(rec.host, Ring(ROLLOUT_METRICS, self.limits.points))
+            self.rollout[rec.host] = entry
+        entry.latest = rec
+        entry.history.push(rec.t, {name: getattr(rec, name) for name in ROLLOUT_METRICS})
+
+    def _on_source(self, rec: SourceStatus, received: float | None) -> None:
+        old = self.sources.get(rec.host)
+        self.sources[rec.host] = rec
+        if old is None or (old.state, old.reason) != (rec.state, rec.reason):
+            if rec.state != "up" or old is not None:
+                self.notes.append(
+                    f"{rec.host}: {rec.state}" + (f": {rec.reason}" if rec.reason else "")
+                )
+
     _HANDLERS: dict[type, Callable[[Store, Record, float | None], None]] = {
         Hello: _on_hello,
         GpuSample: _on_gpu,
@@ -423,6 +473,8 @@ class Store:
         NcclInfo: _on_nccl,
         LogEvent: _on_event,
         RayActors: _on_ray,
+        RolloutSample: _on_rollout,
+        SourceStatus: _on_source,
     }  # type: ignore[dict-item]
 
     def mark_stale(self, stale_after: float, now_wall: float | None = None) -> list[str]:
