@@ -23,10 +23,10 @@ import random
 import shlex
 import socket
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import asyncssh
 from asyncssh.config import SSHClientConfig
@@ -42,7 +42,7 @@ STDERR_TAIL_LINES = 8
 
 @dataclass
 class SshSettings:
-    """SSH options for all hosts, built once from the command line (see ``from_args``)."""
+    """SSH options for all hosts, built once from the command line (``flags.ssh_settings``)."""
 
     ssh_config: str | None = None  # None: ~/.ssh/config when readable (asyncssh default)
     identities: tuple[str, ...] = ()  # -i; empty: IdentityFile, default keys and ssh-agent
@@ -60,37 +60,6 @@ class SshSettings:
     attention_backoff: float = 300.0  # auth and host-key failures need a person: retry rarely
     python: str = "python3"  # interpreter started on the node
     _shared: SshShared | None = field(default=None, init=False, repr=False, compare=False)
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> SshSettings:
-        """Settings from the options added by :func:`add_ssh_arguments`. Raises ValueError."""
-        identities = tuple(str(Path(p).expanduser()) for p in (args.identity or ()))
-        for path in identities:
-            if not os.path.isfile(path):
-                raise ValueError(f"-i {path}: no such key file")
-        config = args.ssh_config
-        if config is not None and not os.path.isfile(os.path.expanduser(config)):
-            raise ValueError(f"--ssh-config {config}: no such file")
-        if args.jump:
-            try:
-                for hop in args.jump.split(","):
-                    parse_entry(hop)
-            except ValueError as exc:
-                raise ValueError(f"--jump {args.jump}: {exc}") from None
-        if args.max_handshakes < 1:
-            raise ValueError("--max-handshakes must be at least 1")
-        if args.connect_timeout <= 0:
-            raise ValueError("--connect-timeout must be positive")
-        return cls(
-            ssh_config=os.path.expanduser(config) if config else None,
-            identities=identities,
-            jump=args.jump or None,
-            known_hosts=args.known_hosts or "~/.ssh/known_hosts",
-            accept_new_hosts=bool(args.accept_new_hosts),
-            connect_timeout=float(args.connect_timeout),
-            max_handshakes=int(args.max_handshakes),
-            user=args.ssh_user or None,
-        )
 
     def shared(self) -> SshShared:
         """The state every host of these settings shares (created on first use)."""
@@ -145,18 +114,35 @@ def add_ssh_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_ssh_sources(
     specs: Sequence[HostSpec],
-    args: argparse.Namespace | SshSettings,
+    settings: SshSettings,
     agent_args: Sequence[str] = (),
     follows: Sequence[tuple[str, str]] = (),
 ) -> list[SshSource]:
     """One :class:`SshSource` per host, all sharing one :class:`SshSettings`.
 
-    ``args`` is the parsed command line (or ready settings); ``agent_args`` are extra agent
-    options (``--interval 1``); ``follows`` are (kind, path) files every one of these hosts
-    should follow. Raises ValueError for unusable SSH options (before any connection).
+    ``agent_args`` are extra agent options (``--interval 1``); ``follows`` are (kind, path)
+    files every one of these hosts should follow.
     """
-    settings = args if isinstance(args, SshSettings) else SshSettings.from_args(args)
     return [SshSource(spec, settings, agent_args, follows) for spec in specs]
+
+
+@dataclass
+class SshHostsSettings:
+    """The SSH source's settings for the registry: hosts, shared options, per-host files."""
+
+    KIND: ClassVar[str] = "ssh"
+    hosts: Sequence[HostSpec]
+    ssh: SshSettings
+    agent_args: Sequence[str] = ()
+    follows: Mapping[str, Sequence[tuple[str, str]]] = field(default_factory=dict)  # by alias
+
+
+def build_sources(settings: SshHostsSettings) -> list[SshSource]:
+    """The registry's entry point: one SSH source per host."""
+    return [
+        SshSource(spec, settings.ssh, settings.agent_args, settings.follows.get(spec.alias, ()))
+        for spec in settings.hosts
+    ]
 
 
 # --- host keys -------------------------------------------------------------------------------
