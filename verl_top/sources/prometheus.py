@@ -185,7 +185,7 @@ def rollout_queries(sel: str) -> dict[str, tuple[str, float]]:
             1.0,
         ),
         "preemptions_s": (
-            _either(rate("vllm:num_preemptions_total"), rate("sglang:num_retracted_reqs_total")),
+            _either(rate("vllm:num_preemptions_total"), rate("sglang:num_retracted_requests_total")),
             1.0,
         ),
         "ttft_p50_s": (
