@@ -185,7 +185,9 @@ def rollout_queries(sel: str) -> dict[str, tuple[str, float]]:
             1.0,
         ),
         "preemptions_s": (
-            _either(rate("vllm:num_preemptions_total"), rate("sglang:num_retracted_requests_total")),
+            _either(
+                rate("vllm:num_preemptions_total"), rate("sglang:num_retracted_requests_total")
+            ),
             1.0,
         ),
         "ttft_p50_s": (
@@ -327,8 +329,30 @@ def _point(pair: Any) -> tuple[float, float | None] | None:
     return None if t is None else (t, _number(pair[1]))
 
 
-def parse_answer(body: bytes, url: str) -> list[Series]:
+class LabelCleaner:
+    """``clean_text`` with a bounded memo: the same label names and values arrive in every
+    answer of every round (1024 GPUs x 20 metrics), and cleaning them was most of a round's CPU.
+    """
+
+    def __init__(self, capacity: int = 200_000) -> None:
+        self.capacity = capacity
+        self._memo: dict[tuple[str, int], str] = {}
+
+    def __call__(self, value: str, limit: int) -> str:
+        key = (value, limit)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = clean_text(value, limit)
+            if len(value) <= 1024:  # a long value is rare; do not let it fill the memo
+                if len(self._memo) >= self.capacity:
+                    self._memo.clear()
+                self._memo[key] = hit
+        return hit
+
+
+def parse_answer(body: bytes, url: str, clean: LabelCleaner | None = None) -> list[Series]:
     """The series of an API answer (vector or matrix); PromError for an error answer."""
+    clean = clean if clean is not None else LabelCleaner()
     try:
         doc = loads(body, max_bytes=MAX_BODY)
     except UntrustedJSONError as exc:
@@ -347,9 +371,9 @@ def parse_answer(body: bytes, url: str) -> list[Series]:
         if not isinstance(row, dict) or not isinstance(row.get("metric"), dict):
             continue
         labels = {
-            clean_text(k, 64): clean_text(v, 256)
+            clean(k, 64): clean(v, 256)
             for k, v in list(row["metric"].items())[:64]
-            if isinstance(v, str)
+            if isinstance(k, str) and isinstance(v, str)
         }
         if "value" in row:
             p = _point(row["value"])
@@ -386,6 +410,7 @@ class PromClient:
             auth = f"Authorization: Basic {base64.b64encode(token.encode()).decode()}\r\n"
         self._auth = auth
         self.shown = f"{parts.scheme}://{self.host}:{self.port}{self.prefix}"  # no password
+        self.clean = LabelCleaner()
 
     async def get(self, path: str, params: Mapping[str, str]) -> list[Series]:
         """Series of ``GET /api/v1/<path>?params`` (PromError on any failure)."""
@@ -427,7 +452,8 @@ class PromClient:
             raise PromError(
                 f"{self.shown}/api/v1/{path} does not exist (HTTP 404): not Prometheus?"
             )
-        return parse_answer(body, self.shown)  # 400/422/503 carry a JSON error: it names why
+        # 400/422/503 carry a JSON error: it names why.
+        return parse_answer(body, self.shown, self.clean)
 
     async def _read_all(self, reader: asyncio.StreamReader) -> bytes:
         buf = bytearray()
