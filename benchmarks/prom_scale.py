@@ -144,6 +144,7 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--history-wait", type=float, default=20.0, help="s of data before start")
+    parser.add_argument("--scrape-interval", default="5s", help="Prometheus scrape_interval")
     parser.add_argument("--addr", default="127.0.0.94")
     parser.add_argument("--json-out")
     args = parser.parse_args()
@@ -155,7 +156,10 @@ def main() -> None:
         body = exposition(args.hosts, args.gpus_per_host)
         http, port = serve_file(body, args.addr, work)
         prom = PromServer(
-            work / "prom", {"dcgm": [f"{args.addr}:{port}"]}, args.addr, scrape_interval="5s"
+            work / "prom",
+            {"dcgm": [f"{args.addr}:{port}"]},
+            args.addr,
+            scrape_interval=args.scrape_interval,
         )
         try:
             prom.wait_for("DCGM_FI_DEV_GPU_TEMP", n, timeout=60)

@@ -101,3 +101,17 @@ def test_ssh_benchmarks(tmp_path: Path) -> None:
     (row,) = data["rows"]
     assert row["ok"] == 1, row["errors"]
     assert "all hosts streaming p50 s" in stdout
+
+
+def test_prom_scale(tmp_path: Path) -> None:
+    if not os.path.exists("/usr/bin/prometheus"):
+        pytest.skip("/usr/bin/prometheus is not installed (.ci/run installs prometheus)")
+    stdout, data = run_bench(
+        "prom_scale.py",
+        ["--hosts", "2", "--rounds", "1", "--interval", "1", "--history-wait", "1",
+         "--scrape-interval", "1s", "--addr", "127.0.0.95"],
+        tmp_path,
+    )  # fmt: skip
+    assert "CPU % of 1 s" in stdout and "raw / aggregated" in stdout
+    assert data["gpus"] == 16
+    assert data["rounds"]["aggregated (verl-top)"][0]["queries"] == 32

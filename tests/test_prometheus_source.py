@@ -12,6 +12,7 @@ p50 0.375 s from the cumulative buckets: its one request fell in (0.25, 0.5]).
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 
@@ -172,3 +173,34 @@ def test_selector_and_url_validation() -> None:
     with pytest.raises(ValueError, match="--prometheus"):
         PromSettings(url="ftp://x")
     assert PromSettings(url="127.0.0.1:9090").url == "http://127.0.0.1:9090"
+
+
+def test_hostile_answers_are_bounded_and_cleaned() -> None:
+    from verl_top.sources.prometheus import parse_answer
+
+    doc = {
+        "status": "success",
+        "data": {
+            "resultType": "vector",
+            "result": [
+                {
+                    "metric": {"Hostname": "evil\x1b]0;pwned\x07host", "gpu": "0"},
+                    "value": [1.0, "NaN"],
+                },
+                {"metric": {"Hostname": "n", "gpu": "1"}, "value": [1.0, "+Inf"]},
+                {"metric": {"Hostname": "n", "gpu": "2"}, "value": [1.0, "9223372036854775794"]},
+                {"metric": {"Hostname": "n", "gpu": "3"}, "value": [1.0, "140737488355328"]},
+                {"metric": {"Hostname": "n", "gpu": "4"}, "value": [1.0, "12.5"]},
+                {"metric": {"Hostname": "n", "gpu": "5"}, "value": [1.0, 12.5]},  # not a string
+                {"metric": "not a dict", "value": [1.0, "1"]},
+            ],
+        },
+    }
+    series = parse_answer(json.dumps(doc).encode(), "x")
+    assert series[0].labels["Hostname"] == "evilhost"  # the OSC title sequence is gone
+    assert [s.points[0][1] for s in series] == [None, None, None, None, 12.5, None]
+    deep = b'{"status":"success","data":' + b"[" * 200 + b"]" * 200 + b"}"
+    with pytest.raises(PromError, match="not with Prometheus JSON"):
+        parse_answer(deep, "x")
+    with pytest.raises(PromError, match="bad_data: parse error"):
+        parse_answer(b'{"status":"error","errorType":"bad_data","error":"parse error"}', "x")
