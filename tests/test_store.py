@@ -75,6 +75,14 @@ def test_host_states_hello_down_and_stale() -> None:
     assert store.host_counts() == {"down": 1, "no_gpu": 1}
 
 
+def test_a_slow_source_is_stale_after_three_of_its_intervals() -> None:
+    """Prometheus rounds every 5 s (hello interval 5): not stale 7 s after the last round."""
+    store = Store()
+    store.ingest(Hello(host="p", t=1.0, gpus=[GpuInfo(index=0)], interval=5.0), received=100.0)
+    assert store.mark_stale(5.0, now_wall=107.0) == []
+    assert store.mark_stale(5.0, now_wall=116.0) == ["p"]
+
+
 def test_repeated_step_number_replaces_previous() -> None:
     store = Store()
     store.ingest(VerlStep(host="h", t=1.0, step=1, metrics={"a": 1.0}))

@@ -483,7 +483,10 @@ class Store:
         changed = []
         for h in self.hosts.values():
             if h.state == "up" and h.last_received is not None:
-                if now_wall - h.last_received > stale_after:
+                # A source that samples slowly (Prometheus every 5 s) says so in its hello:
+                # three of its intervals without data, not the screen's refresh, make it stale.
+                limit = max(stale_after, 3 * h.hello.interval) if h.hello else stale_after
+                if now_wall - h.last_received > limit:
                     h.state, h.reason = "stale", f"no data for {now_wall - h.last_received:.0f}s"
                     changed.append(h.name)
         if changed:
