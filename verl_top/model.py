@@ -59,6 +59,7 @@ class GpuInfo:
     bus_id: str = ""
     power_limit_w: float | None = None
     gpm: bool = False  # GPM metrics (Hopper+) supported
+    workload: str = ""  # Kubernetes namespace/pod using the GPU (dcgm-exporter labels)
 
 
 @dataclass

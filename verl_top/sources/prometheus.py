@@ -416,7 +416,7 @@ class PromClient:
         """Series of ``GET /api/v1/<path>?params`` (PromError on any failure)."""
         try:
             return await asyncio.wait_for(self._get(path, params), self.timeout)
-        except TimeoutError:
+        except asyncio.TimeoutError:
             raise PromError(
                 f"Prometheus at {self.shown} did not answer within {self.timeout:g} s"
             ) from None
@@ -666,7 +666,7 @@ class PrometheusSource:
         at = time.time()
         try:
             records, errors = await asyncio.wait_for(self._round(at), self.settings.budget)
-        except TimeoutError:
+        except asyncio.TimeoutError:
             self._lost(
                 emit,
                 "slow",
@@ -716,13 +716,24 @@ class PrometheusSource:
         for (host, index), f in sorted(facts.items()):
             sample = gpu_sample(host, index, at, values)
             total = None if sample.mem_total_mib is None else round(sample.mem_total_mib)
+            # DCGM's PROF fields read the same SM/tensor/DRAM counters as NVML's GPM.
+            prof = any(
+                getattr(sample, c) is not None for c in ("sm_util", "tensor_util", "dram_util")
+            )
             by_host.setdefault(host, []).append(
-                GpuInfo(index=index, name=f.model, uuid=f.uuid, mem_total_mib=total, bus_id="")
+                GpuInfo(
+                    index=index,
+                    name=f.model,
+                    uuid=f.uuid,
+                    mem_total_mib=total,
+                    gpm=prof,
+                    workload=f.workload,
+                )
             )
             drivers[host] = drivers.get(host) or f.driver
         out: list[Record] = []
         for host, gpus in by_host.items():
-            key = tuple((g.index, g.uuid, g.name, g.mem_total_mib) for g in gpus)
+            key = tuple((g.index, g.uuid, g.name, g.mem_total_mib, g.gpm, g.workload) for g in gpus)
             if self._known.hellos.get(host) != key or host in self._known.gone:
                 self._known.hellos[host] = key
                 self._known.gone.discard(host)
@@ -810,7 +821,7 @@ class PrometheusSource:
             answers, _ = await asyncio.wait_for(
                 self._ask_all(exprs, end, (start, step)), s.history_budget
             )
-        except (TimeoutError, PromError) as exc:
+        except (asyncio.TimeoutError, PromError) as exc:
             reason = str(exc) or f"no answer within {s.history_budget:g} s"
             self._status(emit, "slow", f"no history at start-up: {reason}", None)
             return
