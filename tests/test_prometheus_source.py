@@ -208,3 +208,22 @@ def test_hostile_answers_are_bounded_and_cleaned() -> None:
         parse_answer(deep, "x")
     with pytest.raises(PromError, match="bad_data: parse error"):
         parse_answer(b'{"status":"error","errorType":"bad_data","error":"parse error"}', "x")
+
+
+def test_diagnose_names_a_dead_prometheus(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.92", 0))
+        port = s.getsockname()[1]
+    out = subprocess.run(
+        [sys.executable, "-m", "verl_top", "diagnose", "--prometheus", f"127.0.0.92:{port}",
+         "--duration", "1"],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0
+    assert f"cannot reach Prometheus at http://127.0.0.92:{port}: connection refused" in out.stderr

@@ -180,6 +180,8 @@ def _run_diagnose(args: argparse.Namespace, settings: Settings | None = None) ->
         verdict = asyncio.run(collect(inputs, args.duration, _engine(settings or Settings())))
     finally:
         inputs.close()
+    for note in dict.fromkeys(inputs.store.notes):  # why data is missing (Prometheus down, ...)
+        print(f"verl-top diagnose: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps(to_json(verdict), indent=2))
     else:
