@@ -56,7 +56,7 @@ def test_round_maps_real_dcgm_series_to_hosts_and_gpus(prom_cluster: dict) -> No
     assert hellos[H100].driver == "580.105.08"
     assert hellos[A800].gpus[1].mem_total_mib == 2 + 81226
     assert hellos[H100].gpus[0].workload == "dynamo-workload/vllm-agg-0-vllmdecodeworker-s65j5"
-    assert hellos[H100].gpus[1].workload == ""  # no pod label on GPUs 1-7
+    assert hellos[H100].gpus[1].workload is None  # no pod label on GPUs 1-7
     # PROF counters (tensor/DRAM) on the A800, none in the H100 excerpt.
     assert hellos[A800].gpus[1].gpm and not hellos[H100].gpus[0].gpm
     gpus = {(r.host, r.index): r for r in records if isinstance(r, GpuSample)}

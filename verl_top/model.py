@@ -59,7 +59,8 @@ class GpuInfo:
     bus_id: str = ""
     power_limit_w: float | None = None
     gpm: bool = False  # GPM metrics (Hopper+) supported
-    workload: str = ""  # Kubernetes namespace/pod using the GPU (dcgm-exporter labels)
+    # Kubernetes namespace/pod using the GPU (dcgm-exporter labels); None: not known (agents).
+    workload: str | None = None
 
 
 @dataclass

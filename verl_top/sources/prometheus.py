@@ -727,7 +727,7 @@ class PrometheusSource:
                     uuid=f.uuid,
                     mem_total_mib=total,
                     gpm=prof,
-                    workload=f.workload,
+                    workload=f.workload or None,
                 )
             )
             drivers[host] = drivers.get(host) or f.driver
