@@ -121,6 +121,14 @@ def test_selector_limits_the_hosts(prom_cluster: dict) -> None:
     assert hosts == {f"busy-{H100}"}
 
 
+def test_a_selector_matching_nothing_is_said(prom_cluster: dict) -> None:
+    source = PrometheusSource(settings(prom_cluster["server"].url, selector='job="nope"'))
+    records = one_round(source)
+    assert not [r for r in records if isinstance(r, Hello)]
+    status = [r for r in records if isinstance(r, SourceStatus)][0]
+    assert status.state == "up" and 'no DCGM GPU series match {job="nope"}' in status.reason
+
+
 def test_dead_prometheus_is_a_clear_state_not_a_hang() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.92", 0))

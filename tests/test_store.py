@@ -88,3 +88,19 @@ def test_repeated_step_number_replaces_previous() -> None:
     store.ingest(VerlStep(host="h", t=1.0, step=1, metrics={"a": 1.0}))
     store.ingest(VerlStep(host="h", t=2.0, step=1, metrics={"a": 2.0}))
     assert [s.metrics["a"] for s in store.steps] == [2.0]
+
+
+def test_source_status_notes_only_changes() -> None:
+    from verl_top.model import SourceStatus
+
+    store = Store()
+    store.ingest(SourceStatus(host="prometheus:http://p:9090", t=1.0, state="up"))
+    assert list(store.notes) == []  # a source that starts fine says nothing
+    down = SourceStatus(host="prometheus:http://p:9090", t=2.0, state="down", reason="refused")
+    store.ingest(down)
+    store.ingest(down)
+    store.ingest(SourceStatus(host="prometheus:http://p:9090", t=3.0, state="up"))
+    assert list(store.notes) == [
+        "prometheus:http://p:9090: down: refused",
+        "prometheus:http://p:9090: up",
+    ]

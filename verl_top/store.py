@@ -454,7 +454,7 @@ class Store:
         old = self.sources.get(rec.host)
         self.sources[rec.host] = rec
         if old is None or (old.state, old.reason) != (rec.state, rec.reason):
-            if rec.state != "up" or old is not None:
+            if rec.state != "up" or rec.reason or old is not None:  # a silent start: no note
                 self.notes.append(
                     f"{rec.host}: {rec.state}" + (f": {rec.reason}" if rec.reason else "")
                 )

@@ -684,6 +684,12 @@ class PrometheusSource:
         # A query Prometheus refused (an old version without a function, say) leaves its
         # metric without data; the rest of the round stands.
         reason = f"{len(errors)} queries failed, e.g. {errors[0]}" if errors else ""
+        if not any(isinstance(r, GpuSample) for r in records):
+            where = f"{{{self.settings.selector}}}" if self.settings.selector else "at all"
+            reason = (
+                f"no DCGM GPU series match {where} (is dcgm-exporter scraped by this "
+                "Prometheus, and is --prom-selector right?)"
+            )
         self._status(emit, "up", reason, time.monotonic() - started)
 
     async def _round(self, at: float) -> tuple[list[Record], list[str]]:
