@@ -106,3 +106,23 @@ def test_prometheus_scrapes_verl_top_verdicts(prom_cluster: dict) -> None:
             os.kill(proc.pid, signal.SIGTERM)
         out = proc.communicate(timeout=15)[0].decode(errors="replace")
         assert "Traceback" not in out, out
+
+
+def test_stage_shares_and_verdict_of_the_demo_recording() -> None:
+    """The bundled demo (pane 3 shows gen at 62 % of the step): shares come from verl's steps."""
+    from verl_top.diagnosis.engine import Engine
+    from verl_top.inputs import demo_recording_path
+    from verl_top.protocol import read_recording
+
+    store = Store()
+    for r in read_recording(demo_recording_path()):
+        store.ingest(r, received=r.t)
+    verdict = Engine().evaluate(store)
+    snap = snapshot(store, verdict)
+    assert snap.stage_shares["gen"] == pytest.approx(0.62, abs=0.01)
+    assert snap.gpus == 32 and set(snap.host_states.values()) == {"up"}
+    registry, collector = new_registry()
+    collector.snapshot = snap
+    text = generate_latest(registry).decode()
+    assert 'verl_top_stage_share{stage="gen"} 0.6' in text
+    assert f"verl_top_bottleneck_step {float(verdict.bottleneck_step or 0)}" in text
