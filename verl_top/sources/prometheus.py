@@ -411,6 +411,7 @@ class PromClient:
         self._auth = auth
         self.shown = f"{parts.scheme}://{self.host}:{self.port}{self.prefix}"  # no password
         self.clean = LabelCleaner()
+        self._tls = ssl.create_default_context() if self.tls else None  # once: costs ms
 
     async def get(self, path: str, params: Mapping[str, str]) -> list[Series]:
         """Series of ``GET /api/v1/<path>?params`` (PromError on any failure)."""
@@ -424,9 +425,8 @@ class PromClient:
     async def _get(self, path: str, params: Mapping[str, str]) -> list[Series]:
         self.requests += 1
         target = f"{self.prefix}/api/v1/{path}?{urllib.parse.urlencode(params)}"
-        context = ssl.create_default_context() if self.tls else None
         try:
-            reader, writer = await asyncio.open_connection(self.host, self.port, ssl=context)
+            reader, writer = await asyncio.open_connection(self.host, self.port, ssl=self._tls)
         except OSError as exc:
             raise PromError(self._unreachable(exc)) from None
         try:
@@ -452,8 +452,13 @@ class PromClient:
             raise PromError(
                 f"{self.shown}/api/v1/{path} does not exist (HTTP 404): not Prometheus?"
             )
-        # 400/422/503 carry a JSON error: it names why.
-        return parse_answer(body, self.shown, self.clean)
+        try:
+            # 400/422/503 from Prometheus carry a JSON error that names why.
+            return parse_answer(body, self.shown, self.clean)
+        except PromError as exc:
+            if code is not None and code >= 400:  # e.g. a proxy's HTML 502 in front of it
+                raise PromError(f"HTTP {code}: {exc}", exc.unreachable) from None
+            raise
 
     async def _read_all(self, reader: asyncio.StreamReader) -> bytes:
         buf = bytearray()
