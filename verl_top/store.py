@@ -408,8 +408,12 @@ class Store:
         self._touch(rec, received).heartbeat = rec
 
     def _on_log(self, rec: LogLines, received: float | None) -> None:
-        h = self.host(rec.host)
-        h.log_tail.extend(line for line in rec.lines)
+        # Lines are kept with a monitored host. A file followed on a machine that is not
+        # monitored (the driver log beside --prometheus or remote --hosts) makes no host row:
+        # it would sit in "connecting" forever.
+        h = self.hosts.get(rec.host)
+        if h is not None:
+            h.log_tail.extend(rec.lines)
 
     def _on_step(self, rec: VerlStep, received: float | None) -> None:
         # A restarted run reuses step numbers: keep arrival order, replace same-step duplicates.
