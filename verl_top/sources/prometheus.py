@@ -46,6 +46,8 @@ from verl_top.untrusted import UntrustedJSONError, bounded_int, clean_text, fini
 DEFAULT_PORT = 9090
 MAX_BODY = 64 * 1024 * 1024  # one API answer; 1024 GPUs x 20 metrics is ~0.3 MB per metric
 MAX_SERIES = 200_000  # series taken from one answer
+THREAD_PARSE_BYTES = 512 * 1024  # answers larger than this are decoded in a worker thread
+EMIT_CHUNK = 2000  # start-up history records emitted between two yields to the event loop
 MAX_GPU_INDEX = 1023
 DCGM_BLANK = float(2**47)  # DCGM's float blank; int64 blanks (9.2e18) are above it too
 MIB = 1024.0 * 1024.0
@@ -454,6 +456,10 @@ class PromClient:
             )
         try:
             # 400/422/503 from Prometheus carry a JSON error that names why.
+            if len(body) > THREAD_PARSE_BYTES:
+                # Start-up range answers at 1000+ GPUs are MBs: decode them off the event loop
+                # so the screen keeps drawing meanwhile.
+                return await asyncio.to_thread(parse_answer, body, self.shown, self.clean)
             return parse_answer(body, self.shown, self.clean)
         except PromError as exc:
             if code is not None and code >= 400:  # e.g. a proxy's HTML 502 in front of it
@@ -838,8 +844,11 @@ class PrometheusSource:
             return
         if "_info" not in answers:
             return
-        for record in history_records(self, answers):
+        records = await asyncio.to_thread(history_records, self, answers)
+        for i, record in enumerate(records):
             emit(record)
+            if i % EMIT_CHUNK == EMIT_CHUNK - 1:
+                await asyncio.sleep(0)  # 60k samples at 1024 GPUs: let the screen draw
 
 
 def _by_time(series: Iterable[Series]) -> dict[float, list[Series]]:
