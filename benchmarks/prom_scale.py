@@ -97,6 +97,30 @@ async def measure(source: PrometheusSource, pipeline: Pipeline) -> dict[str, flo
     }
 
 
+class LagProbe:
+    """The event loop's worst lag behind a 50 ms ticker: how long the screen would freeze."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            t0 = loop.time()
+            await asyncio.sleep(0.05)
+            self.worst = max(self.worst, loop.time() - t0 - 0.05)
+
+    def start(self) -> None:
+        self.worst = 0.0
+        self._task = asyncio.create_task(self._tick())
+
+    def stop(self) -> float:
+        if self._task is not None:
+            self._task.cancel()
+        return self.worst
+
+
 async def run(url: str, args: argparse.Namespace) -> dict:
     settings = PromSettings(
         url=url, interval=args.interval, budget=args.interval, request_timeout=args.interval
@@ -104,6 +128,8 @@ async def run(url: str, args: argparse.Namespace) -> dict:
     store = Store(StoreLimits(window_s=300.0, points=61))
     pipeline = Pipeline(store, parsers={})
     ours, raw = PrometheusSource(settings), RawSource(settings)
+    lag = LagProbe()
+    lag.start()
     c0, w0, q0 = time.process_time(), time.perf_counter(), ours.client.requests
     await ours._history(pipeline.emit)  # noqa: SLF001 - the start-up step on its own
     history = {
@@ -112,13 +138,17 @@ async def run(url: str, args: argparse.Namespace) -> dict:
         "wall_s": time.perf_counter() - w0,
         "cpu_s": time.process_time() - c0,
         "points_per_gpu": min((len(g.history) for g in store.iter_gpus()), default=0),
+        "loop_lag_max_s": lag.stop(),
     }
     rounds: dict[str, list[dict[str, float]]] = {"aggregated (verl-top)": [], "raw series": []}
     loop = asyncio.get_running_loop()
     next_at = loop.time()
     for i in range(args.rounds * 2):
         name, src = ("aggregated (verl-top)", ours) if i % 2 == 0 else ("raw series", raw)
-        rounds[name].append(await measure(src, pipeline))
+        lag.start()
+        row = await measure(src, pipeline)
+        row["loop_lag_max_s"] = lag.stop()
+        rounds[name].append(row)
         next_at += args.interval / 2  # both variants inside each interval
         await asyncio.sleep(max(0.0, next_at - loop.time()))
     return {"history": history, "rounds": rounds, "gpus": store.gpu_count()}
@@ -177,7 +207,7 @@ def main() -> None:
     print(
         f"start-up history: {hist['queries']} range queries, {hist['bytes'] / 1e6:.1f} MB, "
         f"{hist['wall_s']:.2f} s wall, {hist['cpu_s']:.2f} s client CPU, "
-        f"{hist['points_per_gpu']} points per GPU"
+        f"{hist['points_per_gpu']} points per GPU, event loop lag max {hist['loop_lag_max_s']:.2f} s"
     )
     rows = []
     summary = {}
@@ -194,6 +224,7 @@ def main() -> None:
                 cpu,
                 max(r["cpu_s"] for r in rs),
                 100 * cpu / args.interval,
+                max(r["loop_lag_max_s"] for r in rs),
             ]
         )
     print(
@@ -207,6 +238,7 @@ def main() -> None:
                 "CPU s p50",
                 "CPU s max",
                 f"CPU % of {args.interval:g} s",
+                "loop lag max s",
             ],
             rows,
         )
