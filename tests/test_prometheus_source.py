@@ -235,3 +235,21 @@ def test_diagnose_names_a_dead_prometheus(tmp_path) -> None:
     )  # fmt: skip
     assert out.returncode == 0
     assert f"cannot reach Prometheus at http://127.0.0.92:{port}: connection refused" in out.stderr
+
+
+def test_a_new_xid_is_one_event_shown_in_pane_2() -> None:
+    from verl_top.model import LogEvent
+    from verl_top.ui.panes.communication import events_block
+
+    source = PrometheusSource(settings("http://127.0.0.92:1"))
+    key = ("node1", 3)
+    assert source._xid_events({key: 0.0}, 1.0) == []  # 0 = no XID
+    first = source._xid_events({key: 79.0}, 2.0)
+    assert source._xid_events({key: 79.0}, 3.0) == []  # the same last XID: said once
+    assert [e.text for e in first] == [
+        "GPU 3: XID 79 (GPU has fallen off the bus), from DCGM_FI_DEV_XID_ERRORS"
+    ]
+    store = Store()
+    store.ingest(first[0])
+    assert isinstance(first[0], LogEvent) and first[0].severity >= 0.7
+    assert "XID 79" in events_block(store).plain
