@@ -253,3 +253,26 @@ def test_a_new_xid_is_one_event_shown_in_pane_2() -> None:
     store.ingest(first[0])
     assert isinstance(first[0], LogEvent) and first[0].severity >= 0.7
     assert "XID 79" in events_block(store).plain
+
+
+def test_sglang_server_and_its_queue(prom_cluster: dict) -> None:
+    """SGLang's documented sample: 162 running, 2826 queued, token usage 0.28. By hand: TTFT
+    and e2e p50 fall in the +Inf bucket (ranks 5504 > 2513 and 5614 > 1513), so Prometheus
+    answers the highest finite bound, 30 s and 60 s; TPOT p50 = 0.075 + 0.025 x
+    (3700378.5 - 433413) / (4950195 - 433413) = 0.0931 s (the older metric name)."""
+    from verl_top.diagnosis.engine import Engine
+
+    store = Store()
+    pipeline = Pipeline(store, parsers={})
+    source = PrometheusSource(settings(prom_cluster["server"].url, rollout_selector='job="sglang"'))
+    asyncio.run(source.poll(pipeline.emit))
+    (entry,) = store.rollout.values()
+    r = entry.latest
+    assert (r.server, r.model) == ("sglang", "meta-llama/Llama-3.1-8B-Instruct")
+    assert (r.running, r.waiting, r.kv_cache_pct) == (162, 2826, pytest.approx(28))
+    assert (r.ttft_p50_s, r.e2e_p50_s) == (30, 60)
+    assert r.tpot_p50_s == pytest.approx(0.0931, abs=1e-4)
+    verdict = Engine().evaluate(store)
+    queue = next(f for f in verdict.findings if f.rule == "flow.rollout_queue")
+    assert "2826 waiting vs 162 running" in queue.title
+    assert "max_num_seqs" in queue.advice  # KV cache 28 %: slots, not memory, are the limit

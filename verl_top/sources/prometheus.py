@@ -143,12 +143,15 @@ def _either(vllm: str, sglang: str) -> str:
 
 
 def _quantile(q: float, vllm: str, sglang: str, sel: str) -> str:
+    """``histogram_quantile`` per server; ``sglang`` may name alternatives (``a|b``: newer
+    SGLang's name first, the older one second)."""
+
     # Cumulative buckets (since the server started): a rate over a short window is empty
     # whenever no request finished in it, and the long tail is what matters here.
     def one(name: str) -> str:
         return f"histogram_quantile({q}, sum by (instance, le) ({name}_bucket{{{sel}}}))"
 
-    return _either(one(vllm), one(sglang))
+    return _either(one(vllm), " or ".join(one(n) for n in sglang.split("|")))
 
 
 def rollout_queries(sel: str) -> dict[str, tuple[str, float]]:
@@ -208,7 +211,8 @@ def rollout_queries(sel: str) -> dict[str, tuple[str, float]]:
             _quantile(
                 0.5,
                 "vllm:time_per_output_token_seconds",
-                "sglang:inter_token_latency_seconds",
+                # SGLang renamed time_per_output_token_seconds to inter_token_latency_seconds.
+                "sglang:inter_token_latency_seconds|sglang:time_per_output_token_seconds",
                 sel,
             ),
             1.0,
