@@ -126,3 +126,17 @@ def test_stage_shares_and_verdict_of_the_demo_recording() -> None:
     text = generate_latest(registry).decode()
     assert 'verl_top_stage_share{stage="gen"} 0.6' in text
     assert f"verl_top_bottleneck_step {float(verdict.bottleneck_step or 0)}" in text
+
+
+def test_a_taken_listen_address_is_one_sentence(capsys) -> None:
+    import socket
+
+    from verl_top.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.97", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        rc = main(["export-metrics", "--listen", f"127.0.0.97:{port}", "--demo"])
+    assert rc == 1
+    assert f"cannot listen on 127.0.0.97:{port}" in capsys.readouterr().err
