@@ -79,3 +79,45 @@ def remote_python() -> str:
     """The python the test sshd finds for the agent (sshd's default PATH), else this one."""
     found = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
     return "python3" if found else sys.executable
+
+
+@pytest.fixture(scope="session")
+def prom_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """One real Prometheus for the session (127.0.0.90) scraping the real DCGM exporter
+    fixtures (H100 EKS node, A800 MIG node) as job "dcgm", the real vLLM fixture as job "vllm",
+    SGLang's documented /metrics sample as job "sglang",
+    a constructed busy H100 (real labels, constructed values) as job "dcgm-busy", and a
+    reserved address for verl-top's own metrics endpoint as job "verl-top".
+    """
+    from promserver import PROMETHEUS, Exposition, PromServer, busy_h100, fixture_text, free_port
+
+    if not os.path.exists(PROMETHEUS):
+        pytest.skip(f"{PROMETHEUS} is not installed (.ci/run installs the prometheus package)")
+    ends = {
+        "h100": Exposition(fixture_text("dcgm_h100x8_eks_sampled.prom")),
+        "a800": Exposition(fixture_text("dcgm_a800x8_mig_scrapeable.prom")),
+        "vllm": Exposition(fixture_text("vllm_metrics_v0_opt125m.prom")),
+        "busy": Exposition(busy_h100()),
+        "sglang": Exposition(fixture_text("sglang_docs_metrics_llama31_8b.prom")),
+    }
+    verl_top_target = ("127.0.0.91", free_port("127.0.0.91"))
+    server = PromServer(
+        tmp_path_factory.mktemp("prometheus"),
+        {
+            "dcgm": [ends["h100"].target, ends["a800"].target],
+            "vllm": [ends["vllm"].target],
+            "dcgm-busy": [ends["busy"].target],
+            "sglang": [ends["sglang"].target],
+            "verl-top": [f"{verl_top_target[0]}:{verl_top_target[1]}"],
+        },
+    )
+    try:
+        server.wait_for('DCGM_FI_DEV_GPU_TEMP{job="dcgm"}', 16)
+        server.wait_for("vllm:num_requests_running", 1)
+        server.wait_for("sglang:num_queue_reqs", 1)
+        server.wait_for("DCGM_FI_PROF_SM_ACTIVE", 8)
+        yield {"server": server, "ends": ends, "verl_top_target": verl_top_target}
+    finally:
+        server.stop()
+        for end in ends.values():
+            end.stop()

@@ -130,3 +130,17 @@ def test_ssh_scale(tmp_path: Path) -> None:
     assert chain["hosts_with_data"] == 2 and chain["hop_logins"] == [1, 1]
     assert bastion["bastion_connects"] == [1] and not bastion["agents_left_behind"]
     assert "all data s" in stdout
+
+
+def test_prom_scale(tmp_path: Path) -> None:
+    if not os.path.exists("/usr/bin/prometheus"):
+        pytest.skip("/usr/bin/prometheus is not installed (.ci/run installs prometheus)")
+    stdout, data = run_bench(
+        "prom_scale.py",
+        ["--hosts", "2", "--rounds", "1", "--interval", "1", "--history-wait", "1",
+         "--scrape-interval", "1s", "--addr", "127.0.0.95"],
+        tmp_path,
+    )  # fmt: skip
+    assert "CPU % of 1 s" in stdout and "raw / aggregated" in stdout
+    assert data["gpus"] == 16
+    assert data["rounds"]["aggregated (verl-top)"][0]["queries"] == 32

@@ -28,7 +28,7 @@ def test_empty_store_is_all_no_data() -> None:
     v = Engine().evaluate(Store())
     assert v.bottleneck_step is None and not v.findings
     assert all(c.status == "no_data" and c.detail for c in v.checks)
-    assert len(v.checks) == 30
+    assert len(v.checks) == 32  # 30 + the two rollout-server rules
 
 
 def test_hysteresis_keeps_bottleneck_until_challenger_stays_ahead() -> None:

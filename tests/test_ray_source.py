@@ -313,6 +313,7 @@ async def test_a_ray_node_is_monitored_over_ssh(
 
     from sshd import make_settings
 
+    from verl_top.flags import ray_settings
     from verl_top.inputs import add_input_arguments
     from verl_top.sources.ray import build_ray_source
 
@@ -341,7 +342,7 @@ async def test_a_ray_node_is_monitored_over_ssh(
             str(h200_trace),
         ]
     )
-    source = build_ray_source(args, {}, find_driver_log=False)
+    source = build_ray_source(ray_settings(args, {}, find_driver_log=False))
     assert [n.local for n in source._nodes] == [False]  # 127.0.0.4x: not this machine's address
     assert not source.running  # nothing connects before run()
     records: list[Any] = []

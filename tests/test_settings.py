@@ -186,3 +186,20 @@ def test_diagnose_parser_accepts_config_flag(tmp_path: Path) -> None:
     s = load_settings(str(write(tmp_path, "window = 30\n")))
     args = parse_args_with(diagnose_parser(), ["--config", "x", "--demo"], s)
     assert args.window == 30.0 and args.config == "x"
+
+
+def test_prometheus_table_becomes_flag_defaults(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        '[prometheus]\nurl = "http://127.0.0.96:9090"\nselector = \'job="dcgm"\'\ninterval = 10\n',
+    )
+    s = load_settings(str(path))
+    assert s.warnings == []
+    args = parse_args_with(app_parser(), [], s)
+    assert (args.prometheus, args.prom_selector, args.prom_interval) == (
+        "http://127.0.0.96:9090",
+        'job="dcgm"',
+        10.0,
+    )
+    flag = parse_args_with(app_parser(), ["--prom-interval", "2"], s)
+    assert flag.prom_interval == 2.0  # the command line wins

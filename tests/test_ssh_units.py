@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from verl_top.agent import BOOTSTRAP
+from verl_top.flags import ssh_settings
 from verl_top.sources.hosts import parse_hosts_arg
 from verl_top.sources.ssh import (
     Backoff,
@@ -27,7 +28,7 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def test_defaults_are_strict_and_bounded() -> None:
-    s = SshSettings.from_args(parse())
+    s = ssh_settings(parse())
     assert s.accept_new_hosts is False
     assert s.known_hosts is None  # UserKnownHostsFile from the config, else ~/.ssh/known_hosts
     assert s.ssh_config is None  # ~/.ssh/config, then /etc/ssh/ssh_config, as ssh
@@ -41,7 +42,7 @@ def test_options_are_read_and_checked(tmp_path: Path) -> None:
     key.write_text("x")
     cfg = tmp_path / "cfg"
     cfg.touch()
-    s = SshSettings.from_args(
+    s = ssh_settings(
         parse(
             "-i", str(key), "--ssh-config", str(cfg), "--jump", "ops@bastion:2200",
             "--accept-new-hosts", "--connect-timeout", "3", "--max-handshakes", "4",
@@ -52,17 +53,19 @@ def test_options_are_read_and_checked(tmp_path: Path) -> None:
     assert (s.jump, s.user, s.accept_new_hosts) == ("ops@bastion:2200", "alice", True)
     assert (s.connect_timeout, s.max_handshakes) == (3.0, 4)
     with pytest.raises(ValueError, match="no such key file"):
-        SshSettings.from_args(parse("-i", str(tmp_path / "missing")))
+        ssh_settings(parse("-i", str(tmp_path / "missing")))
     with pytest.raises(ValueError, match="--ssh-config"):
-        SshSettings.from_args(parse("--ssh-config", str(tmp_path / "missing")))
+        ssh_settings(parse("--ssh-config", str(tmp_path / "missing")))
     with pytest.raises(ValueError, match="--jump"):
-        SshSettings.from_args(parse("--jump", "bastion:0"))
+        ssh_settings(parse("--jump", "bastion:0"))
     with pytest.raises(ValueError, match="cannot load key"):
-        build_ssh_sources(parse_hosts_arg("gpu01"), parse("-i", str(key)))
+        build_ssh_sources(parse_hosts_arg("gpu01"), ssh_settings(parse("-i", str(key))))
 
 
 def test_build_sources_share_one_settings() -> None:
-    sources = build_ssh_sources(parse_hosts_arg("gpu[1-3]"), parse(), ["--interval", "1"])
+    sources = build_ssh_sources(
+        parse_hosts_arg("gpu[1-3]"), ssh_settings(parse()), ["--interval", "1"]
+    )
     assert [s.name for s in sources] == ["gpu1", "gpu2", "gpu3"]
     assert len({id(s.shared) for s in sources}) == 1
 

@@ -75,8 +75,32 @@ def test_host_states_hello_down_and_stale() -> None:
     assert store.host_counts() == {"down": 1, "no_gpu": 1}
 
 
+def test_a_slow_source_is_stale_after_three_of_its_intervals() -> None:
+    """Prometheus rounds every 5 s (hello interval 5): not stale 7 s after the last round."""
+    store = Store()
+    store.ingest(Hello(host="p", t=1.0, gpus=[GpuInfo(index=0)], interval=5.0), received=100.0)
+    assert store.mark_stale(5.0, now_wall=107.0) == []
+    assert store.mark_stale(5.0, now_wall=116.0) == ["p"]
+
+
 def test_repeated_step_number_replaces_previous() -> None:
     store = Store()
     store.ingest(VerlStep(host="h", t=1.0, step=1, metrics={"a": 1.0}))
     store.ingest(VerlStep(host="h", t=2.0, step=1, metrics={"a": 2.0}))
     assert [s.metrics["a"] for s in store.steps] == [2.0]
+
+
+def test_source_status_notes_only_changes() -> None:
+    from verl_top.model import SourceStatus
+
+    store = Store()
+    store.ingest(SourceStatus(host="prometheus:http://p:9090", t=1.0, state="up"))
+    assert list(store.notes) == []  # a source that starts fine says nothing
+    down = SourceStatus(host="prometheus:http://p:9090", t=2.0, state="down", reason="refused")
+    store.ingest(down)
+    store.ingest(down)
+    store.ingest(SourceStatus(host="prometheus:http://p:9090", t=3.0, state="up"))
+    assert list(store.notes) == [
+        "prometheus:http://p:9090: down: refused",
+        "prometheus:http://p:9090: up",
+    ]

@@ -328,7 +328,7 @@ def test_frozen_store_does_not_follow_later_ingests() -> None:
     assert h.latest is not None
     n_gpu = len(h.gpus[0].history)
     pipeline.emit(HostSample(**{**vars(h.latest), "t": h.latest.t + 1}))
-    pipeline.emit(LogLines(host="node09", t=DEMO_END + 1, kind="verl", lines=["x"]))
+    pipeline.emit(HostSample(host="node09", t=DEMO_END + 1, cpu_pct=1.0))  # a new host
     assert "node09" in store.hosts and "node09" not in frozen.hosts
     assert frozen.hosts["node01"].latest is not store.hosts["node01"].latest
     assert len(frozen.hosts["node01"].gpus[0].history) == n_gpu

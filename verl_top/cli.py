@@ -5,6 +5,8 @@
     verl-top snapshot [INPUTS] -o DIR write a snapshot bundle
     verl-top probe nccl [...]         run an NCCL bandwidth probe
     verl-top doctor HOST...           check each host step by step (ssh -v for humans)
+    verl-top export-metrics --listen HOST:PORT [INPUTS]
+                                      serve the verdicts as Prometheus metrics
 
 INPUTS are shared by all of them: --hosts/--slurm (SSH), --replay/--demo, --verl-log,
 --verl-config, --nccl-log, --record. Errors in inputs are reported in one plain sentence on
@@ -22,7 +24,7 @@ from verl_top import __version__
 from verl_top.inputs import InputError, add_input_arguments, build_inputs
 from verl_top.settings import Settings, SettingsError, config_arg, load_settings, parse_args_with
 
-SUBCOMMANDS = ("diagnose", "snapshot", "probe", "doctor")
+SUBCOMMANDS = ("diagnose", "snapshot", "probe", "doctor", "export-metrics")
 
 
 def _base_parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -81,6 +83,29 @@ def snapshot_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def export_metrics_parser() -> argparse.ArgumentParser:
+    """Parser of ``verl-top export-metrics``."""
+    parser = _base_parser(
+        "verl-top export-metrics",
+        "Run headless and serve the verdicts (bottleneck, severities, stage shares, host "
+        "states) in the Prometheus text format; see docs/prometheus.md.",
+    )
+    add_input_arguments(parser)
+    parser.add_argument(
+        "--listen",
+        required=True,
+        metavar="HOST:PORT",
+        help="address of the /metrics endpoint, e.g. 127.0.0.1:9108",
+    )
+    parser.add_argument(
+        "--refresh", type=float, default=5.0, metavar="S", help="seconds between evaluations"
+    )
+    parser.add_argument(
+        "--duration", type=float, default=None, metavar="S", help="stop after S seconds"
+    )
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``verl-top`` console script."""
     args_list = list(sys.argv[1:] if argv is None else argv)
@@ -99,6 +124,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "snapshot":
             args = parse_args_with(snapshot_parser(), args_list[1:], settings)
             return _run_snapshot(args, settings)
+        if command == "export-metrics":
+            args = parse_args_with(export_metrics_parser(), args_list[1:], settings)
+            return _run_export_metrics(args, settings)
         return _run_app(parse_args_with(app_parser(), args_list, settings), settings)
     except (InputError, SettingsError) as exc:
         print(f"verl-top: {exc}", file=sys.stderr)
@@ -157,6 +185,8 @@ def _run_diagnose(args: argparse.Namespace, settings: Settings | None = None) ->
         verdict = asyncio.run(collect(inputs, args.duration, _engine(settings or Settings())))
     finally:
         inputs.close()
+    for note in dict.fromkeys(inputs.store.notes):  # why data is missing (Prometheus down, ...)
+        print(f"verl-top diagnose: {note}", file=sys.stderr)
     if args.json:
         doc = to_json(verdict)
         doc["inputs"] = inputs.store.input_health()  # refused input per host, clock offsets
@@ -195,6 +225,28 @@ def _run_snapshot(args: argparse.Namespace, settings: Settings | None = None) ->
     finally:
         inputs.close()
     print(f"snapshot written to {path}")
+    return 0
+
+
+def _run_export_metrics(args: argparse.Namespace, settings: Settings | None = None) -> int:
+    from verl_top.export.metrics import parse_listen, serve
+
+    try:
+        parse_listen(args.listen)
+    except ValueError as exc:
+        raise InputError(str(exc)) from exc
+    if not args.refresh > 0:
+        raise InputError(f"--refresh must be greater than 0 (got {args.refresh:g})")
+    inputs = build_inputs(args)
+    try:
+        asyncio.run(
+            serve(inputs, _engine(settings or Settings()), args.listen, args.refresh, args.duration)
+        )
+    except OSError as exc:  # the address is taken or not ours
+        print(f"verl-top export-metrics: cannot listen on {args.listen}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        inputs.close()
     return 0
 
 

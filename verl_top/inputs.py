@@ -97,6 +97,9 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     from verl_top.sources.ray import add_ray_arguments
 
     add_ray_arguments(g)
+    from verl_top.flags import add_prometheus_arguments
+
+    add_prometheus_arguments(g)
     from verl_top.sources.ssh import add_ssh_arguments
 
     add_ssh_arguments(parser)
@@ -216,8 +219,10 @@ def _add_local_logs(inputs: Inputs, logs: list[LogSpec], finite: bool) -> None:
 
 
 def _add_live(inputs: Inputs, args: argparse.Namespace, logs: list[LogSpec]) -> None:
+    prom = _prometheus(args)
     if getattr(args, "ray", None) is not None:
         _add_ray(inputs, args, logs)
+        inputs.sources.extend(prom)
         return
     from verl_top.sources.hosts import HostsError, hosts_from_slurm, is_local, parse_hosts_arg
     from verl_top.sources.local import LocalSource
@@ -243,7 +248,10 @@ def _add_live(inputs: Inputs, args: argparse.Namespace, logs: list[LogSpec]) -> 
                     f"--{log.kind.replace('_', '-')} {log.host}:{log.path}: host {log.host} is not "
                     "among the monitored hosts"
                 )
-    if not specs or local_specs:
+    inputs.sources.extend(prom)
+    if (not specs and not prom) or local_specs:
+        # This machine is monitored when nothing else is (or it is in the hosts list);
+        # with --prometheus alone the GPUs come from the cluster's exporters.
         inputs.sources.append(
             LocalSource(
                 interval=args.interval,
@@ -260,6 +268,21 @@ def _add_live(inputs: Inputs, args: argparse.Namespace, logs: list[LogSpec]) -> 
             agent_args += ["--replay-trace", os.path.abspath(args.replay_trace)]
         inputs.sources.extend(_ssh_sources(remote, args, agent_args, logs))
     inputs.title = f"verl-top — {len(specs) or 1} host{'s' if len(specs) > 1 else ''}"
+    if prom:
+        url = prom[0].name.split(":", 1)[1]
+        inputs.title = f"verl-top — {url}" + (f" + {len(specs)} SSH" if specs else "")
+
+
+def _prometheus(args: argparse.Namespace) -> list[Source]:
+    """The Prometheus source for ``--prometheus`` (empty list without it)."""
+    from verl_top.flags import prom_settings
+    from verl_top.sources import registry
+
+    try:
+        settings = prom_settings(args)
+    except ValueError as exc:
+        raise InputError(str(exc)) from exc
+    return registry.build(settings) if settings is not None else []
 
 
 def _names(spec, host: str) -> bool:
@@ -275,26 +298,29 @@ def _ssh_sources(
     remote: list, args: argparse.Namespace, agent_args: list[str], logs: list[LogSpec]
 ) -> list[Source]:
     """One SSH source per remote host, each following that host's logs from their start."""
-    from verl_top.sources.ssh import build_ssh_sources
+    from verl_top.flags import ssh_settings
+    from verl_top.sources import registry
+    from verl_top.sources.ssh import SshHostsSettings
 
-    sources: list[Source] = []
+    # "+start": the agent reads the file from its beginning (earlier steps matter too).
+    follows = {
+        spec.alias: [
+            (f"{log.kind}+start", log.path) for log in logs if log.host and _names(spec, log.host)
+        ]
+        for spec in remote
+    }
     try:
-        for spec in remote:
-            # "+start": the agent reads the file from its beginning (earlier steps matter too).
-            follows = [
-                (f"{log.kind}+start", log.path)
-                for log in logs
-                if log.host and _names(spec, log.host)
-            ]
-            sources.extend(build_ssh_sources([spec], args, agent_args, follows))
+        settings = SshHostsSettings(remote, ssh_settings(args), agent_args, follows)
     except ValueError as exc:  # unusable SSH options, found before any connection
         raise InputError(str(exc)) from exc
-    return sources
+    return registry.build(settings)
 
 
 def _add_ray(inputs: Inputs, args: argparse.Namespace, logs: list[LogSpec]) -> None:
     """--ray: the nodes come from the Ray cluster (and follow it); see docs/ray.md."""
-    from verl_top.sources.ray import RayError, build_ray_source
+    from verl_top.flags import ray_settings
+    from verl_top.sources import registry
+    from verl_top.sources.ray import RayError
 
     if args.hosts or args.slurm:
         raise InputError("--ray finds the nodes itself: drop --hosts / --slurm")
@@ -305,7 +331,8 @@ def _add_ray(inputs: Inputs, args: argparse.Namespace, logs: list[LogSpec]) -> N
         else:
             log.host = None
     try:
-        source = build_ray_source(args, follows, not any(log.kind == "verl" for log in logs))
+        settings = ray_settings(args, follows, not any(log.kind == "verl" for log in logs))
+        source = registry.build(settings)[0]
     except (RayError, ValueError) as exc:
         raise InputError(str(exc)) from exc
     inputs.sources.append(source)

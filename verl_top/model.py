@@ -59,6 +59,8 @@ class GpuInfo:
     bus_id: str = ""
     power_limit_w: float | None = None
     gpm: bool = False  # GPM metrics (Hopper+) supported
+    # Kubernetes namespace/pod using the GPU (dcgm-exporter labels); None: not known (agents).
+    workload: str | None = None
 
 
 @dataclass
@@ -355,6 +357,46 @@ class ClockOffset(Record):
     applied: bool = False
 
 
+@dataclass
+class RolloutSample(Record):
+    """One rollout server (vLLM / SGLang) at one instant, from its Prometheus metrics.
+
+    ``host`` is the server's scrape address (``instance``), not a monitored node: rollout servers
+    are shown next to verl's timings, not as host rows. Latency quantiles come from the server's
+    cumulative histograms (since it started); rates are per second over the last minute.
+    """
+
+    TYPE: ClassVar[str] = "rollout"
+    server: str = ""  # vllm | sglang
+    model: str = ""
+    running: float | None = None  # requests being generated
+    waiting: float | None = None  # requests queued for a slot
+    kv_cache_pct: float | None = None  # KV-cache blocks in use, 0-100
+    gen_tokens_s: float | None = None  # generated tokens per second
+    prompt_tokens_s: float | None = None
+    preemptions_s: float | None = None  # preempted requests per second (KV cache ran out)
+    ttft_p50_s: float | None = None  # time to first token
+    ttft_p90_s: float | None = None
+    tpot_p50_s: float | None = None  # time per output token
+    e2e_p50_s: float | None = None  # request latency
+    e2e_p90_s: float | None = None
+
+
+@dataclass
+class SourceStatus(Record):
+    """How a source that is not one host is doing (``host``: the source's name, e.g. its URL).
+
+    ``state`` is ``up`` (answering), ``slow`` (answered past its budget) or ``down``; ``reason``
+    says why in one sentence. Emitted when the state or reason changes.
+    """
+
+    TYPE: ClassVar[str] = "source"
+    state: str = "up"
+    reason: str = ""
+    queries: int = 0  # requests made in the last round
+    duration_s: float | None = None  # wall time of the last round
+
+
 RECORD_TYPES: dict[str, type[Record]] = {
     cls.TYPE: cls
     for cls in (
@@ -373,6 +415,10 @@ RECORD_TYPES: dict[str, type[Record]] = {
         RayActors,
         Dropped,
         ClockOffset,
+
+
+        RolloutSample,
+        SourceStatus,
     )
 }
 

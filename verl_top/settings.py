@@ -19,6 +19,11 @@
     max_handshakes = 16
     user = "root"
 
+    [prometheus]                    # docs/prometheus.md
+    url = "http://prometheus:9090"  # read GPUs from dcgm-exporter instead of SSH
+    selector = 'namespace="rl"'
+    interval = 5
+
     [thresholds]                    # any field of verl_top.diagnosis.thresholds.Thresholds
     idle_pct = 40
 
@@ -112,8 +117,13 @@ KEYS: dict[str, tuple[str, Check]] = {
     "ssh.connect_timeout": ("connect_timeout", _number(0.0)),
     "ssh.max_handshakes": ("max_handshakes", _integer(1)),
     "ssh.user": ("ssh_user", _string),
+    "prometheus.url": ("prometheus", _string),
+    "prometheus.selector": ("prom_selector", _string),
+    "prometheus.rollout_selector": ("prom_rollout_selector", _string),
+    "prometheus.interval": ("prom_interval", _number(0.0)),
+    "prometheus.timeout": ("prom_timeout", _number(0.0)),
 }
-TABLES = ("ssh", "thresholds")
+TABLES = ("ssh", "prometheus", "thresholds")
 # argparse "append" options: a default list would be appended to, not replaced, by the flag.
 APPEND_DESTS = ("identity",)
 

@@ -36,6 +36,8 @@ from verl_top.model import (
     RayActors,
     RayNode,
     Record,
+    RolloutSample,
+    SourceStatus,
     VerlConfig,
     VerlStep,
 )
@@ -78,6 +80,21 @@ HOST_METRICS: tuple[str, ...] = (
     "agent_cpu_pct",
     "cpu_max_core",  # derived: the busiest core (a single-threaded host loop pins one)
 )
+
+ROLLOUT_METRICS: tuple[str, ...] = (
+    "running",
+    "waiting",
+    "kv_cache_pct",
+    "gen_tokens_s",
+    "prompt_tokens_s",
+    "preemptions_s",
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "tpot_p50_s",
+    "e2e_p50_s",
+    "e2e_p90_s",
+)
+MAX_ROLLOUT_SERVERS = 4096  # a bound on foreign keys: more servers than this are dropped
 
 
 class Ring:
@@ -285,6 +302,15 @@ class HostEntry:
 
 
 @dataclass
+class RolloutEntry:
+    """One rollout server (vLLM / SGLang): its latest sample and its history."""
+
+    name: str
+    history: Ring
+    latest: RolloutSample | None = None
+
+
+@dataclass
 class StoreLimits:
     """Capacities of the store's buffers."""
 
@@ -333,6 +359,12 @@ class Store:
         self.drops: dict[str, dict[str, int]] = {}
         self._gpu_total = 0
         self._capped: set[tuple[str, str]] = set()  # (host, cap) already said once
+
+
+        # Rollout servers (vLLM / SGLang metrics from --prometheus), by scrape address.
+        self.rollout: dict[str, RolloutEntry] = {}
+        # Sources that are not one host (Prometheus): their last state, by source name.
+        self.sources: dict[str, SourceStatus] = {}
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -475,8 +507,12 @@ class Store:
         self._touch(rec, received).heartbeat = rec
 
     def _on_log(self, rec: LogLines, received: float | None) -> None:
-        h = self.host(rec.host)
-        h.log_tail.extend(line for line in rec.lines)
+        # Lines are kept with a monitored host. A file followed on a machine that is not
+        # monitored (the driver log beside --prometheus or remote --hosts) makes no host row:
+        # it would sit in "connecting" forever.
+        h = self.hosts.get(rec.host)
+        if h is not None:
+            h.log_tail.extend(rec.lines)
 
     def _on_step(self, rec: VerlStep, received: float | None) -> None:
         # A restarted run reuses step numbers: keep arrival order, replace same-step duplicates.
@@ -521,6 +557,26 @@ class Store:
         if rec.note and (not self.notes or self.notes[-1] != rec.note):
             self.notes.append(rec.note)
 
+    def _on_rollout(self, rec: RolloutSample, received: float | None) -> None:
+        # Not a host: rollout servers must not create host rows without GPUs.
+        entry = self.rollout.get(rec.host)
+        if entry is None:
+            if len(self.rollout) >= MAX_ROLLOUT_SERVERS:
+                return
+            entry = RolloutEntry(rec.host, Ring(ROLLOUT_METRICS, self.limits.points))
+            self.rollout[rec.host] = entry
+        entry.latest = rec
+        entry.history.push(rec.t, {name: getattr(rec, name) for name in ROLLOUT_METRICS})
+
+    def _on_source(self, rec: SourceStatus, received: float | None) -> None:
+        old = self.sources.get(rec.host)
+        self.sources[rec.host] = rec
+        if old is None or (old.state, old.reason) != (rec.state, rec.reason):
+            if rec.state != "up" or rec.reason or old is not None:  # a silent start: no note
+                self.notes.append(
+                    f"{rec.host}: {rec.state}" + (f": {rec.reason}" if rec.reason else "")
+                )
+
     _HANDLERS: dict[type, Callable[[Store, Record, float | None], None]] = {
         Hello: _on_hello,
         GpuSample: _on_gpu,
@@ -537,6 +593,10 @@ class Store:
         RayActors: _on_ray,
         Dropped: _on_drop,
         ClockOffset: _on_clock,
+
+
+        RolloutSample: _on_rollout,
+        SourceStatus: _on_source,
     }  # type: ignore[dict-item]
 
     def mark_stale(self, stale_after: float, now_wall: float | None = None) -> list[str]:
@@ -545,7 +605,10 @@ class Store:
         changed = []
         for h in self.hosts.values():
             if h.state == "up" and h.last_received is not None:
-                if now_wall - h.last_received > stale_after:
+                # A source that samples slowly (Prometheus every 5 s) says so in its hello:
+                # three of its intervals without data, not the screen's refresh, make it stale.
+                limit = max(stale_after, 3 * h.hello.interval) if h.hello else stale_after
+                if now_wall - h.last_received > limit:
                     h.state, h.reason = "stale", f"no data for {now_wall - h.last_received:.0f}s"
                     changed.append(h.name)
         if changed:

@@ -34,6 +34,7 @@ from verl_top.model import (  # noqa: E402
     ProbeRow,
     ProcessList,
     Record,
+    RolloutSample,
     VerlConfig,
     VerlStep,
 )
@@ -291,6 +292,30 @@ def real_steps(n: int, end: float) -> list[Record]:
     return out[::-1]
 
 
+def rollout(
+    servers: int, waiting: float, running: float, kv_pct: float, preempt_s: float = 0.0
+) -> list[Record]:
+    """vLLM servers as --prometheus reports them, every 5 s for 150 s. The labels (instance,
+    model_name, server kind) follow the real vLLM V0 fixture; the gauge values are CONSTRUCTED
+    (the only real capture is an idle server)."""
+    return [
+        RolloutSample(
+            host=f"10.0.0.{10 + k}:8000",
+            t=T_END - 150 + 5 * i,
+            server="vllm",
+            model="facebook/opt-125m",
+            running=running,
+            waiting=waiting,
+            kv_cache_pct=kv_pct,
+            gen_tokens_s=1800.0,
+            preemptions_s=preempt_s,
+            ttft_p50_s=0.375,
+        )
+        for k in range(servers)
+        for i in range(31)
+    ]
+
+
 def scenarios() -> dict[str, tuple[list[Record], dict[str, Any], str]]:
     train = [("train_matmul_bf16", 150)]
     s: dict[str, tuple[list[Record], dict[str, Any], str]] = {}
@@ -448,6 +473,20 @@ def scenarios() -> dict[str, tuple[list[Record], dict[str, Any], str]]:
         3,
         "flow.long_tail",
         "the verl file-logger sample unchanged (generate_sequences max 2.6x mean)",
+    )
+    add(
+        "flow_rollout_queue",
+        rollout(4, waiting=24.0, running=16.0, kv_pct=55.0),
+        3,
+        "flow.rollout_queue",
+        "4 vLLM servers (constructed gauges): 24 waiting vs 16 running each, KV cache 55 %",
+    )
+    add(
+        "flow_kv_cache_pressure",
+        rollout(4, waiting=0.0, running=32.0, kv_pct=97.0, preempt_s=0.1),
+        3,
+        "flow.kv_cache_pressure",
+        "4 vLLM servers (constructed gauges): KV cache 97 %, 6 preemptions/min each, no queue",
     )
     add(
         "flow_train_bound",

@@ -9,6 +9,7 @@ from verl_top.diagnosis import (
     step1_throughput,
     step2_comm,
     step3_dataflow,
+    step3_rollout,
     step4_mapping,
     step5_config,
 )
@@ -20,7 +21,7 @@ from verl_top.store import Store
 STEP_RULES: dict[int, list[Rule]] = {
     1: step1_throughput.RULES,
     2: step2_comm.RULES,
-    3: step3_dataflow.RULES,
+    3: step3_dataflow.RULES + step3_rollout.RULES,  # rollout servers' metrics (--prometheus)
     4: step4_mapping.RULES,
     5: step5_config.RULES,
 }

@@ -73,6 +73,12 @@ class Thresholds:
         90.0, "%", "one CPU core pinned: a single-threaded host loop (driver, reward, dataloader)"
     )
     periodic_frac: float = _t(0.1, "fraction of step", "testing/save_checkpoint amortized > 10 %")
+    rollout_queue_min: float = _t(1.0, "requests", "rollout server: mean waiting requests >= 1")
+    rollout_queue_ratio: float = _t(
+        0.5, "waiting/running", "…and waiting >= half of running: requests queue for a slot"
+    )
+    kv_cache_pct: float = _t(90.0, "%", "vLLM/SGLang KV cache in use above this: no room left")
+    preempt_per_min: float = _t(1.0, "per min", "preempted requests: the KV cache ran out")
     # -- step 4 ---------------------------------------------------------------------------
     imbalance_points: float = _t(30.0, "points", "activity spread (max-min) across one role")
     node_ratio: float = _t(0.6, "x cluster mean", "a node's mean below 0.6x the cluster mean")

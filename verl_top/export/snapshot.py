@@ -47,12 +47,22 @@ from verl_top.model import (
     HostState,
     LogLines,
     Record,
+    RolloutSample,
     VerlConfig,
     clock_reason_names,
 )
 from verl_top.protocol import encode, from_dict, to_dict
 from verl_top.roles import annotate, classify
-from verl_top.store import GPU_DERIVED, GPU_METRICS, HOST_METRICS, GpuEntry, HostEntry, Store
+from verl_top.store import (
+    GPU_DERIVED,
+    GPU_METRICS,
+    HOST_METRICS,
+    ROLLOUT_METRICS,
+    GpuEntry,
+    HostEntry,
+    RolloutEntry,
+    Store,
+)
 
 SNAPSHOT_FILE = "snapshot.json"
 REPORT_FILE = "report.md"
@@ -193,6 +203,23 @@ def _host_samples(entry: HostEntry, since: float) -> list[HostSample]:
     return out
 
 
+def _rollout_samples(entry: RolloutEntry, since: float) -> list[RolloutSample]:
+    """A rollout server's samples of the window rebuilt from its ring (--prometheus)."""
+    latest = entry.latest
+    times, _ = entry.history.series(ROLLOUT_METRICS[0], since)
+    cols = {c: entry.history.series(c, since)[1] for c in ROLLOUT_METRICS}
+    return [
+        RolloutSample(
+            host=entry.name,
+            t=t,
+            server=latest.server if latest else "",
+            model=latest.model if latest else "",
+            **{c: (None if math.isnan(v := cols[c][i]) else v) for c in ROLLOUT_METRICS},
+        )
+        for i, t in enumerate(times)
+    ]
+
+
 def recording_records(store: Store) -> list[Record]:
     """Every record needed to replay what the store shows, oldest first, redacted.
 
@@ -211,6 +238,8 @@ def recording_records(store: Store) -> list[Record]:
             body.append(h.procs)
         if h.heartbeat is not None:
             body.append(h.heartbeat)
+    for entry in store.rollout.values():
+        body.extend(_rollout_samples(entry, since))
     body.extend(store.steps)
     body.extend(store.probes)
     body.extend(store.nccl.values())

@@ -667,7 +667,7 @@ def _print_results(results: Sequence[ProbeResult], as_json: bool) -> None:
 async def _main_remote(args: argparse.Namespace, specs: list[HostSpec]) -> int:
     """``--hosts`` with other machines: probe them over SSH (the torch probe; nccl-tests is
     not started remotely)."""
-    from verl_top.sources.ssh import SshSettings
+    from verl_top.flags import ssh_settings
 
     if args.nccl_tests is not None:
         print("verl-top probe: --nccl-tests runs on this machine only", file=sys.stderr)
@@ -678,7 +678,7 @@ async def _main_remote(args: argparse.Namespace, specs: list[HostSpec]) -> int:
     try:
         parse_size(args.min_bytes)
         parse_size(args.max_bytes)
-        settings = SshSettings.from_args(args)
+        settings = ssh_settings(args)
         settings.python = args.python
         settings.shared().load_keys()
     except (ValueError, IndexError) as exc:

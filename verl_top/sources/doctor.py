@@ -441,7 +441,9 @@ def main_doctor(
         specs: list[HostSpec] = []
         for entry in entries:
             specs += parse_hosts_arg(entry)
-        settings = SshSettings.from_args(args)
+        from verl_top.flags import ssh_settings  # the CLI side of the settings
+
+        settings = ssh_settings(args)
         settings.python = args.python
     except (HostsError, ValueError) as exc:
         print(f"verl-top doctor: {exc}", file=sys.stderr)

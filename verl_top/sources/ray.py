@@ -34,7 +34,7 @@ import urllib.request
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from verl_top.model import HostState, RayActor, RayActors, RayNode
 from verl_top.protocol import Decoder, to_dict
@@ -42,6 +42,9 @@ from verl_top.roles import classify
 from verl_top.sources.base import Emit
 from verl_top.sources.hosts import host_problem
 from verl_top.untrusted import UntrustedJSONError, clean_text, loads
+
+if TYPE_CHECKING:
+    from verl_top.sources.ssh import SshSettings
 
 DEFAULT_PORT = 8265
 POLL_S = 10.0
@@ -910,26 +913,46 @@ def add_ray_arguments(group: argparse._ArgumentGroup) -> None:
     )
 
 
-def build_ray_source(
-    args: argparse.Namespace, follows: Mapping[str, list[tuple[str, str]]], find_driver_log: bool
-) -> RaySource:
-    """The Ray source for the command line, after one synchronous look at the dashboard.
+@dataclass
+class RaySettings:
+    """The Ray source's settings (built by the CLI from ``--ray`` and the node options).
 
-    ``follows`` are (kind, path) files per node name (or IP) given with ``HOST:PATH``. Raises
-    RayError (unusable dashboard, unknown host in ``follows``) or ValueError (SSH options).
+    ``follows`` are (kind, path) files per node name (or IP) given with ``HOST:PATH``.
+    """
+
+    KIND: ClassVar[str] = "ray"
+    address: str | None  # --ray ADDRESS ("" = $RAY_ADDRESS)
+    ssh: SshSettings
+    token: str | None = None
+    interval: float = 1.0
+    backend: str = "auto"
+    replay_trace: str | None = None
+    follows: Mapping[str, list[tuple[str, str]]] = field(default_factory=dict)
+    find_driver_log: bool = True
+
+
+def build_sources(settings: RaySettings) -> list[RaySource]:
+    """The registry's entry point (raises RayError, like :func:`build_ray_source`)."""
+    return [build_ray_source(settings)]
+
+
+def build_ray_source(settings: RaySettings) -> RaySource:
+    """The Ray source, after one synchronous look at the dashboard.
+
+    Raises RayError (unusable dashboard, unknown host in ``settings.follows``).
     """
     from verl_top.sources.hosts import HostSpec
     from verl_top.sources.local import LocalSource
-    from verl_top.sources.ssh import SshSettings, SshSource
+    from verl_top.sources.ssh import SshSource
 
-    url, note = dashboard_url(args.ray)
-    dash = Dashboard(url, find_token(getattr(args, "ray_token", None)))
+    url, note = dashboard_url(settings.address)
+    dash = Dashboard(url, find_token(settings.token))
     first = fetch_view(dash)  # fail now, with the reason, rather than inside the UI
-    settings = SshSettings.from_args(args)
-    agent_args = ["--interval", str(args.interval)]
-    if args.backend != "auto":  # the same GPU backend on every node, as with --hosts
-        agent_args += ["--backend", args.backend]
-    trace = getattr(args, "replay_trace", None)
+    ssh = settings.ssh
+    agent_args = ["--interval", str(settings.interval)]
+    if settings.backend != "auto":  # the same GPU backend on every node, as with --hosts
+        agent_args += ["--backend", settings.backend]
+    trace = settings.replay_trace
     if trace:
         agent_args += ["--replay-trace", os.path.abspath(trace)]
     by_name: dict[str, list[tuple[str, str]]] = {}
@@ -938,24 +961,24 @@ def build_ray_source(
         files = by_name.get(node.name, [])
         if node.local:
             return LocalSource(
-                interval=args.interval,
-                backend=args.backend,
+                interval=settings.interval,
+                backend=settings.backend,
                 follows=[(k, p, True) for k, p in files],
                 replay_trace=trace,
                 host=node.name,
             )
-        return SshSource(HostSpec(None, node.ip, alias=node.name), settings, agent_args, files)
+        return SshSource(HostSpec(None, node.ip, alias=node.name), ssh, agent_args, files)
 
     source = RaySource(
         dash,
         factory,
-        find_driver_log=find_driver_log,
+        find_driver_log=settings.find_driver_log,
         first=first,
         note=note,
-        on_stop=settings.shared().close,
+        on_stop=ssh.shared().close,
     )
     names = source.node_names()
-    for host, files in follows.items():
+    for host, files in settings.follows.items():
         if host not in names:
             known = ", ".join(sorted({n for n in names.values()})) or "none"
             raise RayError(

@@ -26,17 +26,17 @@ import random
 import shlex
 import socket
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import asyncssh
 
 from verl_top.model import Hello, HostState
 from verl_top.protocol import Decoder
 from verl_top.sources.base import Emit
-from verl_top.sources.hosts import HostSpec, parse_entry
+from verl_top.sources.hosts import HostSpec
 from verl_top.sources.intake import Intake, read_lines
 from verl_top.sources.liveness import Liveness, hang_limit, watch
 from verl_top.sources.ssh_config import (
@@ -55,7 +55,7 @@ DEFAULT_TIMEOUT = 10.0  # s, when neither --connect-timeout nor ConnectTimeout i
 
 @dataclass
 class SshSettings:
-    """SSH options for all hosts, built once from the command line (see ``from_args``)."""
+    """SSH options for all hosts, built once from the command line (``flags.ssh_settings``)."""
 
     ssh_config: str | None = None  # None: ~/.ssh/config when readable (asyncssh default)
     identities: tuple[str, ...] = ()  # -i; empty: IdentityFile, default keys and ssh-agent
@@ -75,37 +75,6 @@ class SshSettings:
     hang_intervals: float = 10.0  # an agent silent this many intervals is replaced...
     hang_min_s: float = 5.0  # ...but never sooner than this
     _shared: SshShared | None = field(default=None, init=False, repr=False, compare=False)
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> SshSettings:
-        """Settings from the options added by :func:`add_ssh_arguments`. Raises ValueError."""
-        identities = tuple(str(Path(p).expanduser()) for p in (args.identity or ()))
-        for path in identities:
-            if not os.path.isfile(path):
-                raise ValueError(f"-i {path}: no such key file")
-        config = args.ssh_config
-        if config is not None and not os.path.isfile(os.path.expanduser(config)):
-            raise ValueError(f"--ssh-config {config}: no such file")
-        if args.jump:
-            try:
-                for hop in args.jump.split(","):
-                    parse_entry(hop)
-            except ValueError as exc:
-                raise ValueError(f"--jump {args.jump}: {exc}") from None
-        if args.max_handshakes < 1:
-            raise ValueError("--max-handshakes must be at least 1")
-        if args.connect_timeout is not None and args.connect_timeout <= 0:
-            raise ValueError("--connect-timeout must be positive")
-        return cls(
-            ssh_config=os.path.expanduser(config) if config else None,
-            identities=identities,
-            jump=args.jump or None,
-            known_hosts=os.path.expanduser(args.known_hosts) if args.known_hosts else None,
-            accept_new_hosts=bool(args.accept_new_hosts),
-            connect_timeout=None if args.connect_timeout is None else float(args.connect_timeout),
-            max_handshakes=int(args.max_handshakes),
-            user=args.ssh_user or None,
-        )
 
     def cli(self) -> CliOverrides:
         """The flags that override the ssh_config file, as ``ssh -o`` would."""
@@ -178,18 +147,35 @@ def add_ssh_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_ssh_sources(
     specs: Sequence[HostSpec],
-    args: argparse.Namespace | SshSettings,
+    settings: SshSettings,
     agent_args: Sequence[str] = (),
     follows: Sequence[tuple[str, str]] = (),
 ) -> list[SshSource]:
     """One :class:`SshSource` per host, all sharing one :class:`SshSettings`.
 
-    ``args`` is the parsed command line (or ready settings); ``agent_args`` are extra agent
-    options (``--interval 1``); ``follows`` are (kind, path) files every one of these hosts
-    should follow. Raises ValueError for unusable SSH options (before any connection).
+    ``agent_args`` are extra agent options (``--interval 1``); ``follows`` are (kind, path)
+    files every one of these hosts should follow.
     """
-    settings = args if isinstance(args, SshSettings) else SshSettings.from_args(args)
     return [SshSource(spec, settings, agent_args, follows) for spec in specs]
+
+
+@dataclass
+class SshHostsSettings:
+    """The SSH source's settings for the registry: hosts, shared options, per-host files."""
+
+    KIND: ClassVar[str] = "ssh"
+    hosts: Sequence[HostSpec]
+    ssh: SshSettings
+    agent_args: Sequence[str] = ()
+    follows: Mapping[str, Sequence[tuple[str, str]]] = field(default_factory=dict)  # by alias
+
+
+def build_sources(settings: SshHostsSettings) -> list[SshSource]:
+    """The registry's entry point: one SSH source per host."""
+    return [
+        SshSource(spec, settings.ssh, settings.agent_args, settings.follows.get(spec.alias, ()))
+        for spec in settings.hosts
+    ]
 
 
 # --- host keys -------------------------------------------------------------------------------

@@ -266,6 +266,10 @@ def render_info(store: Store, h: HostEntry, palette: dict[str, str]) -> Text:
         text.append(f" · {hello.mem_total_bytes / 2**30:.0f} GiB RAM", style="dim")
     if hello.error:
         text.append(f"\nagent: {hello.error}", style=palette.get("warning", "yellow"))
+    pods = [f"GPU {g.index} {g.workload}" for g in hello.gpus if g.workload]
+    if pods:  # from dcgm-exporter's Kubernetes labels (--prometheus)
+        text.append("\npods: ", style="dim")
+        text.append(", ".join(pods))
     return text
 
 

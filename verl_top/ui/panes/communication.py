@@ -224,9 +224,10 @@ def sync_block(
 
 
 def events_block(store: Store, palette: dict[str, str] | None = None) -> RenderableType:
-    """NCCL warnings, watchdog timeouts and errors, newest first, coloured by severity."""
+    """NCCL warnings, watchdog timeouts, errors and GPU XIDs (DCGM via --prometheus), newest
+    first, coloured by severity."""
     tv = palette or {}
-    events = [e for e in store.events if e.kind in ("nccl_warn", "watchdog", "error")]
+    events = [e for e in store.events if e.kind in ("nccl_warn", "watchdog", "error", "xid")]
     if not events:
         return Text("no NCCL warnings or watchdog timeouts seen", style="dim")
     text = Text()

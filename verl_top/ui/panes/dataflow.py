@@ -319,6 +319,50 @@ def steps_table(steps: list[VerlStep]) -> Table:
     return table
 
 
+def rollout_table(store: Store) -> RenderableType | None:
+    """The rollout servers' own view (vLLM / SGLang from --prometheus), None when there are none.
+
+    Latency quantiles are the servers' cumulative histograms (since each server started).
+    """
+    if not store.rollout:
+        return None
+
+    def num(value: float | None, fmt: str = "{:.0f}") -> str:
+        return "—" if value is None else fmt.format(value)
+
+    def ms(value: float | None) -> str:
+        return "—" if value is None else f"{value * 1000:.0f}"
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for name in ("server", "kind", "model", "running", "waiting", "KV %", "gen tok/s"):
+        table.add_column(name, justify="left" if name in ("server", "kind", "model") else "right")
+    for name in ("TTFT p50/p90 ms", "TPOT p50 ms", "e2e p50/p90 s", "preempt/min"):
+        table.add_column(name, justify="right")
+    for name, entry in sorted(store.rollout.items()):
+        r = entry.latest
+        if r is None:
+            continue
+        waiting = Text(num(r.waiting), style="bold" if (r.waiting or 0) >= 1 else "")
+        table.add_row(
+            Text(name),  # foreign strings: plain Text, never markup
+            Text(r.server),
+            Text(r.model),
+            num(r.running),
+            waiting,
+            num(r.kv_cache_pct),
+            num(r.gen_tokens_s),
+            f"{ms(r.ttft_p50_s)}/{ms(r.ttft_p90_s)}",
+            ms(r.tpot_p50_s),
+            f"{num(r.e2e_p50_s, '{:.1f}')}/{num(r.e2e_p90_s, '{:.1f}')}",
+            num(None if r.preemptions_s is None else r.preemptions_s * 60, "{:.1f}"),
+        )
+    title = Text(
+        f"Rollout servers ({len(store.rollout)}, from Prometheus; latencies since server start)",
+        style="bold underline",
+    )
+    return Group(title, table)
+
+
 class StepViews:
     """StepViews of the store's steps, built once per record (the store keeps up to 5000)."""
 
@@ -390,8 +434,10 @@ class DataflowPane(Pane):
 
     def body(self, store: Store) -> RenderableType:
         """Everything below the findings."""
+        servers = rollout_table(store)
         if not store.steps:
-            return Text(MISSING_VERL, style="italic")
+            missing = Text(MISSING_VERL, style="italic")
+            return missing if servers is None else Group(missing, Text(""), servers)
         views = self._views.views(store)
         shown = views[-LAST_STEPS:]
         used = [s for s in STAGE_STYLE if any(s in v.stage_times for v in shown)]
@@ -428,4 +474,6 @@ class DataflowPane(Pane):
             ),
             steps_table(list(store.steps)[-LAST_STEPS:]),
         ]
+        if servers is not None:
+            parts += [Text(""), servers]
         return Group(*parts)
