@@ -115,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_probe(args_list[1:])
         settings = _load_settings(args_list)
         if command == "doctor":
-            from verl_top.sources.doctor import main_doctor
+            from verl_top.doctor_cli import main_doctor
 
             return main_doctor(args_list[1:], lambda p, a: parse_args_with(p, a, settings))
         if command == "diagnose":
