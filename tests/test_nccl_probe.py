@@ -327,7 +327,8 @@ def test_collector_reads_records_and_nccl_lines() -> None:
         '{"v":1,"type":"probe","host":"a","t":1,"tool":"torch","collective":"all_reduce","nranks":16,"scope":"inter","rows":[],"gpu_name":"NVIDIA H200"}'
     )
     res = c.finish("all_reduce", "a")
-    assert res.transport == "Socket" and res.link == "socket" and res.expected_gbs is None
+    assert res.transport == "Socket" and res.link == "socket"
+    assert res.expected_source.startswith("with RDMA: assumed")
     missing = ProbeCollector().finish("all_gather", "a")
     assert not missing.ok and missing.error
 

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from verl_top.model import ProbeResult
+    from collections.abc import Mapping
+
+    from verl_top.model import NodeTopology, ProbeResult
     from verl_top.nccl.topo import Topology
 
 
@@ -41,6 +43,10 @@ class Expectation:
     high: float | None = None
     rule_of_thumb: bool = False
     note: str = ""
+    # Which facts the number rests on, in words ("NIC inventory: ...", "set by --expect-busbw",
+    # "assumed: ..."). Shown with every judgement so the user can tell a guess from a fact.
+    basis: str = ""
+    assumed: bool = False  # no inventory, no log and no user number: a design-based guess
 
 
 _NCCL212 = (
@@ -225,6 +231,101 @@ def infer_link(
     return "pcie5" if gen == "hopper" else ("pcie4" if gen == "ampere" else "")
 
 
+# NDR 400 Gb/s is 50 GB/s raw; nccl-tests#290 expects 46-48 GB/s busbw per NIC: ~94 % of raw.
+NIC_EFFICIENCY = 47.0 / 50.0
+# Per-NIC rate assumed when only the GPU generation is known (HGX reference designs: ConnectX-7
+# NDR with Hopper, ConnectX-6 HDR with Ampere; one NIC per GPU).
+_GEN_NIC_GBPS = {"hopper": 400.0, "ampere": 200.0}
+
+
+def nic_busbw(rate_gbps: float) -> float:
+    """Large-size busbw one RDMA NIC of ``rate_gbps`` Gb/s sustains (GB/s)."""
+    return rate_gbps / 8.0 * NIC_EFFICIENCY
+
+
+def rdma_ports(topo: NodeTopology) -> list[tuple[str, float]]:
+    """(``name kind``, rate Gb/s) of the node's active IB/RoCE ports."""
+    out = []
+    for nic in topo.nics:
+        if nic.kind in ("ib", "roce") and nic.state.upper() == "ACTIVE" and nic.rate_gbps:
+            out.append(
+                (f"{nic.name} {nic.kind.upper() if nic.kind == 'ib' else 'RoCE'}", nic.rate_gbps)
+            )
+    return out
+
+
+def _inventory_inter(
+    hosts: list[str], inventory: Mapping[str, NodeTopology]
+) -> tuple[float, str] | None:
+    """Node network busbw from the agents' inventory: the slowest node's sum of active RDMA
+    ports; None unless every host of the probe reported one."""
+    if not hosts or any(h not in inventory for h in hosts):
+        return None
+    per_node: list[tuple[float, str]] = []
+    for host in hosts:
+        ports = rdma_ports(inventory[host])
+        if not ports:
+            return None
+        rates = sorted({r for _, r in ports})
+        desc = f"{host} {len(ports)}x" + "/".join(f"{r:g}" for r in rates) + " Gb/s"
+        per_node.append((sum(nic_busbw(r) for _, r in ports), desc))
+    gbs = min(g for g, _ in per_node)
+    return gbs, "NIC inventory: " + ", ".join(d for _, d in per_node)
+
+
+def _inter_expectation(
+    probe: ProbeResult,
+    gpu_name: str,
+    inventory: Mapping[str, NodeTopology] | None,
+) -> Expectation | None:
+    """What the network between the probe's nodes should carry (RDMA), and on what basis."""
+    src = _NCCL290_NDR
+    hit = _inventory_inter(probe.hosts, inventory or {})
+    if hit is not None:
+        return Expectation(gbs=hit[0], link="network", source=src, basis=hit[1])
+    gen = _generation(gpu_name)
+    per_nic = _GEN_NIC_GBPS.get(gen)
+    if per_nic is None:
+        return None
+    if probe.nics:
+        basis = (
+            f"{probe.nics} NIC(s) per node (NCCL log / topology); {per_nic:g} Gb/s each assumed "
+            f"({'NDR' if per_nic == 400 else 'HDR'}, usual with {gen.title()})"
+        )
+        return Expectation(
+            gbs=probe.nics * nic_busbw(per_nic), link="network", source=src, basis=basis
+        )
+    gpn = max(probe.gpus_per_host.values(), default=0)
+    if not gpn:
+        gpn = probe.nranks // len(probe.hosts) if len(probe.hosts) > 1 else 1
+    basis = (
+        f"assumed: {gpn} NIC(s) per node, one {per_nic:g} Gb/s NIC per GPU (HGX reference "
+        "design); no NIC inventory: monitor the nodes or pass --expect-busbw"
+    )
+    return Expectation(
+        gbs=gpn * nic_busbw(per_nic),
+        link="network",
+        source=src,
+        basis=basis,
+        rule_of_thumb=True,
+        assumed=True,
+    )
+
+
+def _nvlink_basis(hosts: list[str], inventory: Mapping[str, NodeTopology] | None) -> str:
+    """NVLink facts from the inventory for an intra-node probe, "" when none."""
+    for host in hosts:
+        topo = (inventory or {}).get(host)
+        if topo is None:
+            continue
+        ups = [g.nvlinks_up for g in topo.gpus if g.nvlinks_up is not None]
+        versions = {g.nvlink_version for g in topo.gpus if g.nvlink_version}
+        if ups:
+            ver = f"NVLink{max(versions)}" if versions else "NVLink"
+            return f"NVML on {host}: {ver}, {min(ups)}-{max(ups)} links up per GPU"
+    return ""
+
+
 def fill_expectation(
     probe: ProbeResult,
     gpu_name: str = "",
@@ -232,16 +333,41 @@ def fill_expectation(
     gpus: list[int] | None = None,
     nics: int | None = None,
     link: str | None = None,
+    inventory: Mapping[str, NodeTopology] | None = None,
+    override: float | None = None,
 ) -> Expectation | None:
-    """Set ``probe.link`` and ``probe.expected_gbs`` from the table; returns the expectation."""
-    if link is None:
-        # One rank has no bus: no link to name and nothing to expect.
-        link = (
-            infer_link(gpu_name, probe.scope, probe.transport, topo, gpus)
-            if probe.nranks > 1
-            else ""
+    """Set ``probe.link``, ``probe.expected_gbs`` and ``probe.expected_source``.
+
+    Order of trust: ``override`` (the user's number), then for a cross-node probe the agents'
+    NIC inventory, the NICs NCCL listed, and last a GPU-generation assumption (marked); for an
+    intra-node one the link table (NVLink generation from the topology or GPU name).
+    """
+    if nics is not None and not probe.nics:
+        probe.nics = nics
+    exp: Expectation | None = None
+    if probe.nranks <= 1:
+        link = ""  # one rank has no bus: no link to name and nothing to expect
+    elif override:
+        exp = Expectation(
+            gbs=float(override), link="user", source="", basis="set by --expect-busbw"
         )
-    probe.link = link
-    exp = expected_busbw(link, probe.collective, probe.nranks, nics=nics) if link else None
+        link = link or "user"
+    elif len(probe.hosts) > 1 or probe.scope == "inter":
+        exp = _inter_expectation(probe, gpu_name, inventory)
+        if exp is not None and probe.transport == "Socket":
+            exp = Expectation(**{**exp.__dict__, "basis": "with RDMA: " + exp.basis})
+        link = link or infer_link(gpu_name, "inter", probe.transport) or "network"
+    else:
+        if link is None:
+            link = infer_link(gpu_name, probe.scope, probe.transport, topo, gpus)
+        exp = expected_busbw(link, probe.collective, probe.nranks, nics=nics) if link else None
+        if exp is not None:
+            facts = _nvlink_basis(probe.hosts or [probe.host], inventory)
+            basis = facts or f"table: {LINKS[link].description}" + (
+                f" ({gpu_name})" if gpu_name else ""
+            )
+            exp = Expectation(**{**exp.__dict__, "basis": basis})
+    probe.link = link or ""
     probe.expected_gbs = exp.gbs if exp is not None else None
+    probe.expected_source = exp.basis if exp is not None else ""
     return exp

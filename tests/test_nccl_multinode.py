@@ -1,0 +1,175 @@
+"""Multi-node nccl-tests runs: ranks -> hosts, transport from env lines, expectation sources and
+the step-2 judgement on real public captures (expected answers: fixtures/nccl/EXPECTED_JUDGEMENTS.md,
+written before the tool was run)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from verl_top.diagnosis.engine import Engine
+from verl_top.diagnosis.thresholds import Thresholds
+from verl_top.inputs import InputError, expect_busbw_overrides
+from verl_top.model import NicPort, NodeTopology, ProbeResult
+from verl_top.nccl.parse import NcclStreamParser, parse_nccl_tests
+from verl_top.store import Store
+
+FIX = Path(__file__).parent / "fixtures" / "nccl"
+SOCKET = FIX / "real_2node_16xH200_socket_all_reduce.txt"
+ROCE = FIX / "real_2node_2xH100_roce_all_reduce.txt"
+GIB = 1 << 30
+
+
+def _store(path: Path, text: str | None = None, topo: list[NodeTopology] = ()) -> Store:
+    """A store fed the way `--nccl-log PATH` feeds it (the stream parser over the file)."""
+    store = Store()
+    for rec in topo:
+        store.ingest(rec)
+    parser = NcclStreamParser("vm", str(path))
+    lines = (text if text is not None else path.read_text()).splitlines()
+    for rec in parser.feed(lines, 1.0):
+        store.ingest(rec)
+    return store
+
+
+def _step2(store: Store, th: Thresholds | None = None) -> tuple[dict, dict]:
+    verdict = Engine(th or Thresholds()).evaluate(store)
+    findings = {f.rule: f for f in verdict.findings if f.step == 2}
+    checks = {c.rule: c for c in verdict.checks if c.step == 2}
+    return findings, checks
+
+
+def _roce_port(host: str, rate: float = 400.0) -> NodeTopology:
+    return NodeTopology(
+        host=host,
+        t=1.0,
+        nics=[NicPort("mlx5_5", 1, "roce", rate, "ACTIVE", 0, "eno7np0")],
+    )
+
+
+def test_socket_run_ranks_hosts_sizes_and_env_transport() -> None:
+    res = parse_nccl_tests(SOCKET.read_text())
+    assert res.collective == "all_reduce" and res.nranks == 16
+    assert res.gpus_per_host == {
+        "nvidiatools-dgx-2d-workload": 8,
+        "nvidiatools-dgx-9d-workload": 8,
+    }
+    assert [d.device for d in res.devices[8:]] == list(range(8))
+    sizes = [r.size_bytes for r in res.rows]
+    assert (sizes[0], sizes[-1], len(sizes)) == (8, 16 * GIB, 32)
+    probe = res.to_probe("vm", 1.0)
+    # No INFO lines at all: the transport comes from the launcher's -x NCCL_IB_DISABLE=1.
+    assert probe.transport == "Socket" and probe.scope == "inter"
+    assert probe.settings["NCCL_IB_DISABLE"] == "1"
+    assert probe.settings["NCCL_IB_HCA"] == "mlx5_0"
+    assert res.log is not None and "NCCL_IB_DISABLE=1" in res.log.transport_basis()
+    assert (probe.busbw_max_gbs, probe.peak_size_bytes) == (92.35, 8 * GIB)
+
+
+def test_socket_file_names_step2_socket_and_the_gap() -> None:
+    findings, _ = _step2(_store(SOCKET))
+    sock = findings["nccl.transport_socket"]
+    assert sock.severity >= 0.8 and sock.data["nnodes"] == 2
+    assert sock.data["transport"] == "Socket"
+    assert sock.data["busbw_gbs"] == 92.35 and sock.data["expected_gbs"] == pytest.approx(376.0)
+    text = " ".join(sock.evidence)
+    assert "NCCL_IB_DISABLE=1" in text and "25 %" in text and "assumed" in text
+    low = findings["nccl.busbw_low"]
+    assert low.data["assumed"] is True and low.severity <= 0.5  # a guess never outranks facts
+    assert low.data["size_bytes"] == 8 * GIB
+    verdict = Engine().evaluate(_store(SOCKET))
+    assert (verdict.bottleneck_step, verdict.bottleneck_rule) == (2, "nccl.transport_socket")
+
+
+def test_socket_with_rdma_ports_in_inventory_is_worse() -> None:
+    hosts = ["nvidiatools-dgx-2d-workload", "nvidiatools-dgx-9d-workload"]
+    inv = [
+        NodeTopology(
+            host=h,
+            t=1.0,
+            nics=[
+                NicPort(f"mlx5_{i}", 1, "ib", 400.0, "ACTIVE", i // 4, f"ib{i}") for i in range(8)
+            ],
+        )
+        for h in hosts
+    ]
+    findings, _ = _step2(_store(SOCKET, topo=inv))
+    sock = findings["nccl.transport_socket"]
+    assert sock.severity == 0.9
+    assert any("RDMA ports" in e and "mlx5_0 IB 400 Gb/s" in e for e in sock.evidence)
+    low = findings["nccl.busbw_low"]
+    # The inventory replaces the assumption: 8 x 400 Gb/s on both nodes = 8 x 47 GB/s.
+    assert low.data["assumed"] is False and low.data["expected_gbs"] == pytest.approx(376.0)
+    assert low.data["expected_basis"].startswith("with RDMA: NIC inventory")
+
+
+def test_largest_sizes_below_1gib_are_used_and_named() -> None:
+    cut = [
+        ln
+        for ln in SOCKET.read_text().splitlines()
+        if not (ln[:13].strip().isdigit() and int(ln[:13]) > 128 * (1 << 20))
+    ]
+    findings, _ = _step2(_store(SOCKET, "\n".join(cut)))
+    low = findings["nccl.busbw_low"]
+    assert low.data["size_bytes"] == 128 * (1 << 20) and low.data["busbw_gbs"] == 89.37
+    assert "largest size present, 128 MiB" in low.evidence[0]
+
+
+def test_roce_run_is_judged_low() -> None:
+    res = parse_nccl_tests(ROCE.read_text())
+    assert res.gpus_per_host == {"MOC-R4PCC04U37": 1, "MOC-R4PCC04U35": 1}
+    probe = res.to_probe("vm", 1.0)
+    assert probe.transport == "RoCE"  # channels via NET/IB/1 without /GDRDMA
+    assert probe.nics == 1 and res.log is not None and res.log.nic_list() == ["mlx5_5/RoCE"]
+    findings, checks = _step2(_store(ROCE))
+    assert checks["nccl.transport_socket"].status == "passed"
+    low = findings["nccl.busbw_low"]
+    assert low.data["busbw_gbs"] == 15.18 and low.data["size_bytes"] == 3 * GIB
+    assert low.data["expected_gbs"] == pytest.approx(47.0) and low.data["assumed"] is False
+    assert low.data["ratio"] == pytest.approx(15.18 / 47.0)
+    assert "1 NIC(s) per node" in low.data["expected_basis"]
+
+
+def test_roce_with_inventory_and_with_user_number() -> None:
+    inv = [_roce_port("MOC-R4PCC04U37"), _roce_port("MOC-R4PCC04U35")]
+    findings, _ = _step2(_store(ROCE, topo=inv))
+    low = findings["nccl.busbw_low"]
+    assert low.data["expected_basis"].startswith("NIC inventory")
+    assert low.data["expected_gbs"] == pytest.approx(47.0)
+    th = dataclasses.replace(Thresholds(), **expect_busbw_overrides(["20"]))
+    findings, checks = _step2(_store(ROCE), th)
+    assert "nccl.busbw_low" not in findings
+    assert checks["nccl.busbw_low"].status == "passed"
+    assert "set by --expect-busbw" in checks["nccl.busbw_low"].detail
+
+
+def test_expect_busbw_argument() -> None:
+    assert expect_busbw_overrides(["intra=400", "inter=46"]) == {
+        "expect_busbw_gbs": 400.0,
+        "expect_inter_busbw_gbs": 46.0,
+    }
+    for bad in ("x", "inter=-1", "nodes=3", "inter="):
+        with pytest.raises(InputError):
+            expect_busbw_overrides([bad])
+
+
+def test_single_node_with_ib_disabled_is_not_socket() -> None:
+    text = "\n".join(
+        ["mpirun -x NCCL_IB_DISABLE=1 all_reduce_perf -g 2"]
+        + [ln for ln in SOCKET.read_text().splitlines() if "9d-workload" not in ln][2:]
+    )
+    res = parse_nccl_tests(text)
+    probe = res.to_probe("vm", 1.0)
+    assert len(res.hosts) == 1 and probe.transport == ""  # no bytes between nodes
+
+
+def test_probe_record_fields_survive_the_wire() -> None:
+    from verl_top import protocol
+
+    p = parse_nccl_tests(ROCE.read_text()).to_probe("vm", 1.0)
+    back = protocol.from_dict(protocol.to_dict(p))
+    assert isinstance(back, ProbeResult)
+    assert back.gpus_per_host == p.gpus_per_host and back.settings == p.settings
+    assert back.peak_size_bytes == 3 * GIB and back.nics == 1
