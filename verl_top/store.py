@@ -404,8 +404,9 @@ class Store:
         self.nccl[f"{rec.host}:{rec.path}"] = rec
 
     def _on_topo(self, rec: NodeTopology, received: float | None) -> None:
-        from verl_top.nccl.topo import record_matrix  # pure parsing, no I/O
+        from verl_top.nccl.topo import clean_topology, record_matrix  # pure, no I/O
 
+        rec = clean_topology(rec)
         if rec.host not in self.node_topology and len(self.node_topology) >= 4096:
             return  # bounded like every other per-host table
         self.node_topology[rec.host] = rec

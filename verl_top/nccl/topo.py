@@ -7,6 +7,7 @@ cells (`` X ``); NIC columns are named ``NIC0..`` with a ``NIC Legend`` (newer d
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from collections.abc import Mapping
@@ -17,6 +18,10 @@ from verl_top.verl.parse import strip_ansi
 
 if TYPE_CHECKING:
     from verl_top.model import NodeTopology
+
+_MAX_NICS = 256
+_MAX_GPUS = 64
+_MAX_TOPO_TEXT = 64 * 1024
 
 # Best to worst; the order used to call one link "worse" than another.
 LINK_ORDER = ("X", "NV", "PIX", "PXB", "PHB", "NODE", "SYS")
@@ -210,3 +215,54 @@ def topology_marks(rec: NodeTopology) -> list[GpuMark]:
             if all(topo.link(i, n) == "SYS" for n in nics):
                 marks.append(GpuMark(i, "every NIC across the CPU socket (SYS)"))
     return marks
+
+
+def clean_topology(rec: NodeTopology) -> NodeTopology:
+    """The record with every foreign string cleaned and every number bounded (untrusted.py):
+    the one place a node's topology enters the client."""
+    from verl_top.model import GpuTopo, NicPort
+    from verl_top.untrusted import bounded_int, clean_line, clean_text, finite
+
+    def num(v: object) -> int | None:
+        return bounded_int(v, 0, 1 << 16)
+
+    nics = [
+        NicPort(
+            name=clean_text(n.name, 64),
+            port=num(n.port),
+            kind=clean_text(n.kind, 8),
+            rate_gbps=finite(n.rate_gbps, 0.0, 1e5),
+            state=clean_text(n.state, 16),
+            numa_node=num(n.numa_node),
+            netdev=clean_text(n.netdev, 64),
+            pci=clean_text(n.pci, 32),
+        )
+        for n in rec.nics[:_MAX_NICS]
+        if isinstance(n, NicPort)
+    ]
+    gpus = [
+        GpuTopo(
+            index=num(g.index) or 0,
+            bus_id=clean_text(g.bus_id, 32),
+            numa_node=num(g.numa_node),
+            nvlink_version=num(g.nvlink_version),
+            nvlinks_up=num(g.nvlinks_up),
+            nvlinks_total=num(g.nvlinks_total),
+            nvlink_error=clean_text(g.nvlink_error, 80),
+        )
+        for g in rec.gpus[:_MAX_GPUS]
+        if isinstance(g, GpuTopo)
+    ]
+    links = rec.links if isinstance(rec.links, dict) else {}
+    return dataclasses.replace(
+        rec,
+        source=clean_text(rec.source, 16),
+        gpus=gpus,
+        nics=nics,
+        links={
+            clean_text(k, 16): clean_text(v, 8)
+            for k, v in list(links.items())[: _MAX_GPUS * _MAX_GPUS]
+        },
+        smi_topo=clean_line(rec.smi_topo if isinstance(rec.smi_topo, str) else "", _MAX_TOPO_TEXT),
+        error=clean_text(rec.error, 200),
+    )
