@@ -173,3 +173,70 @@ def test_probe_record_fields_survive_the_wire() -> None:
     assert isinstance(back, ProbeResult)
     assert back.gpus_per_host == p.gpus_per_host and back.settings == p.settings
     assert back.peak_size_bytes == 3 * GIB and back.nics == 1
+
+
+def test_gpu_inventory_count_and_ranks_per_node() -> None:
+    from verl_top.nccl.probe import count_gpu_lines, ranks_per_node
+
+    smi_l = [
+        "GPU 0: NVIDIA H200 (UUID: GPU-a7f64ac6-5bbd-7bfa-1353-f73a583799d6)",
+        "  MIG 1g.18gb     Device  0: (UUID: MIG-x)",
+        "GPU 1: NVIDIA H200 (UUID: GPU-b)",
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.",
+    ]
+    assert count_gpu_lines(smi_l) == 2
+    assert ranks_per_node({"a": 8, "b": 4}) == (4, "")
+    assert ranks_per_node({"a": 8, "b": 0}) == (0, "no GPU on b (nvidia-smi -L lists none)")
+    assert ranks_per_node({})[0] == 0
+
+
+def test_progress_lines_feed_the_callback_not_the_error_text() -> None:
+    from verl_top.nccl.probe import ProbeCollector
+    from verl_top.nccl.torch_probe import PROGRESS_PREFIX
+
+    seen: list[str] = []
+    c = ProbeCollector(seen.append)
+    c.feed(f"{PROGRESS_PREFIX}all_reduce 2/11 2097152 B 12.5 GB/s")
+    c.feed("Traceback: rank 1 died")
+    assert seen == ["all_reduce 2/11: 2 MiB, busbw 12.5 GB/s"]
+    res = c.finish("all_reduce", "a")
+    assert not res.ok and res.error == "Traceback: rank 1 died"
+
+
+def test_remote_probe_is_judged_like_a_parsed_file() -> None:
+    """The torch probe's record (gpus_per_host, gpu_name) gets the same expectation as the
+    nccl-tests file of the same shape: 2 nodes x 8 H200 over sockets -> 376 GB/s assumed."""
+    from verl_top.nccl.expected import fill_expectation
+
+    parsed = parse_nccl_tests(SOCKET.read_text()).to_probe("vm", 1.0)
+    fill_expectation(parsed, gpu_name=parsed.gpu_name)
+    torch_like = ProbeResult(
+        tool="torch",
+        scope="inter",
+        hosts=["a", "b"],
+        nranks=16,
+        transport="Socket",
+        gpus_per_host={"a": 8, "b": 8},
+        gpu_name="NVIDIA H200",
+    )
+    fill_expectation(torch_like, gpu_name=torch_like.gpu_name)
+    assert torch_like.expected_gbs == parsed.expected_gbs == pytest.approx(376.0)
+    assert torch_like.expected_source == parsed.expected_source
+
+
+def test_pane2_shows_the_rules_judgement_and_its_basis() -> None:
+    from rich.console import Console
+
+    from verl_top.ui.panes.communication import probe_block
+
+    store = _store(ROCE)
+    console = Console(record=True, width=200, color_system=None)
+    console.print(probe_block(store, {}))
+    out = console.export_text()
+    assert "15.2" in out and " 47 " in out and "32%" in out.replace(" %", "%")
+    assert "expected 47 GB/s from 1 NIC(s) per node" in out
+    store = _store(SOCKET)
+    console = Console(record=True, width=200, color_system=None)
+    console.print(probe_block(store, {}))
+    out = console.export_text()
+    assert "376?" in out and "(RDMA off)" in out  # "?": an assumed expectation

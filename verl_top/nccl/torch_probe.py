@@ -285,6 +285,17 @@ def worker(local_rank: int, cfg: dict, conn) -> None:
                         "busbw_gbs": _sig(algbw * bus_factor(collective, n)),
                     }
                 )
+                if rank == 0:  # one progress line per size (the launcher prints it)
+                    conn.send(
+                        {
+                            "kind": "progress",
+                            "collective": collective,
+                            "done": len(rows),
+                            "total": len(cfg["sizes"]),
+                            "size_bytes": nbytes,
+                            "busbw_gbs": rows[-1]["busbw_gbs"],
+                        }
+                    )
             if rank == 0:
                 conn.send(
                     {
@@ -292,6 +303,7 @@ def worker(local_rank: int, cfg: dict, conn) -> None:
                         "collective": collective,
                         "rows": rows,
                         "hosts": list(dict.fromkeys(hosts)),
+                        "gpus_per_host": {h: hosts.count(h) for h in dict.fromkeys(hosts)},
                         "nranks": n,
                         "gpu_name": gpu_name,
                     }
@@ -335,6 +347,21 @@ def _emit(rec: dict) -> None:
         sys.stdout.write(json.dumps(rec, separators=(",", ":")) + "\n")
         sys.stdout.flush()
     except BrokenPipeError as exc:  # the client went away
+        raise Cancelled("stdout closed") from exc
+
+
+PROGRESS_PREFIX = "verl-top-probe progress "
+
+
+def _progress(msg: dict) -> None:
+    """A plain progress line: ``verl-top-probe progress all_reduce 3/11 4194304 B 12.3 GB/s``."""
+    try:
+        sys.stdout.write(
+            f"{PROGRESS_PREFIX}{msg['collective']} {msg['done']}/{msg['total']} "
+            f"{msg['size_bytes']} B {msg['busbw_gbs']} GB/s\n"
+        )
+        sys.stdout.flush()
+    except BrokenPipeError as exc:
         raise Cancelled("stdout closed") from exc
 
 
@@ -488,6 +515,8 @@ def _supervise(args, procs: list, readers: list, done: set, leader: bool) -> int
             if msg["kind"] == "result":
                 _emit(_result_record(args, msg))
                 done.add(msg["collective"])
+            elif msg["kind"] == "progress":
+                _progress(msg)
             elif msg["kind"] == "error":
                 errors.append(f"rank {msg['rank']}: {msg['error']}")
             elif msg["kind"] == "done":
@@ -522,6 +551,7 @@ def _result_record(args, msg: dict) -> dict:
         busbw_max_gbs=peak,
         large_fallback=fallback,
         gpu_name=msg["gpu_name"],
+        gpus_per_host=msg.get("gpus_per_host") or {},
     )
 
 

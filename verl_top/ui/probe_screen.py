@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -52,6 +53,8 @@ class ProbePlan:
     busy: list[int] = field(default_factory=list)  # local GPU indices with compute processes
     remote_hosts: list[str] = field(default_factory=list)
     remote_sources: list[Any] = field(default_factory=list)  # their SshSource (spec, settings)
+    inventory: dict[str, Any] = field(default_factory=dict)  # host -> the agent's topo record
+    progress: dict[str, str] = field(default_factory=dict)  # host -> latest progress line
 
 
 def plan_probe(app: Any) -> ProbePlan:
@@ -66,6 +69,7 @@ def plan_probe(app: Any) -> ProbePlan:
         elif isinstance(src, SshSource):
             plan.remote_hosts.append(src.name)
             plan.remote_sources.append(src)
+    plan.inventory = dict(getattr(app.store, "node_topology", {}) or {})
     entry = app.store.hosts.get(plan.local_host) if plan.local_host else None
     if entry is not None:
         if entry.hello is not None:
@@ -85,10 +89,26 @@ def plan_runner(plan: ProbePlan) -> ProbeRunner:
 
         jobs = []
         if plan.local_host is not None:
-            jobs.append(run_local_probe("all_reduce", force=force, timeout=PROBE_TIMEOUT_S))
+            local = plan.local_host
+            jobs.append(
+                run_local_probe(
+                    "all_reduce",
+                    force=force,
+                    timeout=PROBE_TIMEOUT_S,
+                    on_progress=lambda text: plan.progress.__setitem__(local, text),
+                )
+            )
         for src in plan.remote_sources:
             jobs.append(
-                probe_ssh_hosts([src.spec], src.settings, force=force, timeout=PROBE_TIMEOUT_S)
+                probe_ssh_hosts(
+                    [src.spec],
+                    src.settings,
+                    force=force,
+                    timeout=PROBE_TIMEOUT_S,
+                    # Judged like a parsed file, against the nodes' inventory; progress per size.
+                    inventory=plan.inventory,
+                    on_progress=lambda host, text: plan.progress.__setitem__(host, text),
+                )
             )
         results: list[ProbeResult] = []
         for done in await asyncio.gather(*jobs):  # cancelling waits for every probe to stop
@@ -204,9 +224,14 @@ class ProbeScreen(ModalScreen["list[ProbeResult] | None"]):
     def _tick(self) -> None:
         elapsed = time.monotonic() - self._started
         verb = "stopping the probe…" if self.state == "cancelling" else "probing…"
+        lines = "".join(
+            f"\n{host}: {text}" for host, text in sorted(self.plan.progress.items())[:8]
+        )
         self.query_one("#probe-progress", Static).update(
-            f"{verb} {elapsed:.0f} s of ~15-60 s (limit {PROBE_TIMEOUT_S:.0f} s) · "
-            "Esc / c cancels and kills the probe's processes"
+            Text(
+                f"{verb} {elapsed:.0f} s of ~15-60 s (limit {PROBE_TIMEOUT_S:.0f} s) · "
+                "Esc / c cancels and kills the probe's processes" + lines
+            )
         )
 
     async def _probe(self, force: bool) -> None:
