@@ -240,3 +240,20 @@ def test_pane2_shows_the_rules_judgement_and_its_basis() -> None:
     console.print(probe_block(store, {}))
     out = console.export_text()
     assert "376?" in out and "(RDMA off)" in out  # "?": an assumed expectation
+
+
+def test_info_lines_map_ranks_to_hosts_and_gpus() -> None:
+    """Init COMPLETE lines (format of NCCL's src/init.cc, as in NVIDIA/nccl#1412), with the Ray
+    prefix verl adds: ranks -> (host, cudaDev) and GPUs per host."""
+    from verl_top.nccl.parse import parse_nccl_log
+
+    lines = [
+        f"(WorkerDict pid={100 + r}) node{r // 2}:{100 + r}:{200 + r} [{r % 2}] NCCL INFO "
+        f"ncclCommInitRank comm 0x8ec0ac0 rank {r} nranks 4 cudaDev {r % 2} nvmlDev {r % 2} "
+        "busId c8000 commId 0x49bbd7790311d5eb - Init COMPLETE"
+        for r in range(4)
+    ]
+    state, _ = parse_nccl_log("\n".join(lines))
+    assert state.rank_gpus == {0: ("node0", 0), 1: ("node0", 1), 2: ("node1", 0), 3: ("node1", 1)}
+    info = state.info("n", 1.0, "log")
+    assert info.gpus_per_host == {"node0": 2, "node1": 2} and info.nranks == 4

@@ -275,6 +275,7 @@ class NcclInfo(Record):
     path: str = ""
     settings: dict[str, str] = field(default_factory=dict)  # NCCL_* seen in the log
     nics: list[str] = field(default_factory=list)  # NICs NCCL listed, e.g. "mlx5_0/IB"
+    gpus_per_host: dict[str, int] = field(default_factory=dict)  # from "Init COMPLETE" lines
 
 
 @dataclass

@@ -23,6 +23,9 @@ def _nnodes(view: View) -> tuple[int | None, str]:
     for info in view.store.nccl.values():
         if info.nnodes:
             return info.nnodes, "NCCL log"
+    for info in view.store.nccl.values():
+        if len(info.gpus_per_host) > 1:
+            return len(info.gpus_per_host), "NCCL Init COMPLETE lines"
     multi = [p for p in view.store.probes if len(p.hosts) > 1]
     if multi:
         return len(multi[-1].hosts), f"{multi[-1].tool} rank list"

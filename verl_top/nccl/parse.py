@@ -337,6 +337,12 @@ _USING_NETWORK = re.compile(r"Using network (.+?)\s*$")
 _GDR_HCA = re.compile(r"GPU Direct RDMA Enabled for HCA")
 _COMM_SUMMARY = re.compile(r"\bcomm 0x[0-9a-f]+ rank \d+ nRanks (\d+) nNodes (\d+)")
 _INIT_COMPLETE = re.compile(r"\bnranks (\d+)\b.*- Init COMPLETE")
+# "<host>:<pid>:<tid> [<dev>] NCCL INFO ... rank R nranks N cudaDev D ... - Init COMPLETE"
+_INIT_RANK = re.compile(
+    r"(?:^|[\s\]])(?P<host>[^:\s\]]+):\d+:\d+ \[\d+\] NCCL INFO .*?\brank (?P<rank>\d+) "
+    r"nranks \d+ cudaDev (?P<dev>\d+)"
+)
+_MAX_RANKS = 65536
 _WATCHDOG = re.compile(
     r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+)"
     r".*?Timeout\(ms\)=(\d+)\) ran for (\d+) milliseconds"
@@ -421,6 +427,7 @@ class NcclLogState:
     seen: bool = False  # any NCCL line at all
     settings: dict[str, str] = field(default_factory=dict)  # NCCL_* from env echo / command line
     nic_layers: dict[str, str] = field(default_factory=dict)  # mlx5_0 -> IB | RoCE
+    rank_gpus: dict[int, tuple[str, int]] = field(default_factory=dict)  # rank -> (host, cudaDev)
 
     def feed_line(self, line: str) -> None:
         """Update the state from one line (prefixes such as ``(WorkerDict pid=..)`` are fine)."""
@@ -441,6 +448,9 @@ class NcclLogState:
             self.init_complete += 1
             if m := _INIT_COMPLETE.search(line):
                 self.nranks = max(self.nranks or 0, int(m.group(1)))
+            if (m := _INIT_RANK.search(line)) and len(self.rank_gpus) < _MAX_RANKS:
+                host = clean_text(m.group("host"), 128)
+                self.rank_gpus[int(m.group("rank"))] = (host, int(m.group("dev")))
         if m := _USING_NETWORK.search(line):
             self.using_network = m.group(1)
         if "NET/IB : No device found" in line:
@@ -474,6 +484,7 @@ class NcclLogState:
         out.link_layers = self.link_layers | other.link_layers
         out.ib_devices = list(dict.fromkeys(self.ib_devices + other.ib_devices))
         out.nic_layers = {**other.nic_layers, **self.nic_layers}
+        out.rank_gpus = {**other.rank_gpus, **self.rank_gpus}
         out.using_network = self.using_network or other.using_network
         out.nnodes = self.nnodes or other.nnodes
         for flag in ("p2p", "mnnvl", "nvls", "shm", "gdr_hca", "no_ib_device", "seen"):
@@ -565,7 +576,15 @@ class NcclLogState:
             path=path,
             settings=dict(self.settings),
             nics=self.nic_list(),
+            gpus_per_host=self.gpus_per_host(),
         )
+
+    def gpus_per_host(self) -> dict[str, int]:
+        """Ranks per host from the ``Init COMPLETE`` lines seen (hosts in rank order)."""
+        out: dict[str, int] = {}
+        for _, (host, _dev) in sorted(self.rank_gpus.items()):
+            out[host] = out.get(host, 0) + 1
+        return out
 
     def nic_list(self) -> list[str]:
         """The NICs NCCL said it uses, ``mlx5_0/IB`` style (empty when no NET/IB line)."""
@@ -625,6 +644,8 @@ class NcclStreamParser:
             self.state.nranks,
             self.state.nnodes,
             self.state.init_complete,
+            tuple(self.state.settings.items()),
+            tuple(self.state.ib_devices),
         )
         if self.state.seen and any(key) and key != self._last:
             self._last = key
