@@ -257,3 +257,19 @@ def test_info_lines_map_ranks_to_hosts_and_gpus() -> None:
     assert state.rank_gpus == {0: ("node0", 0), 1: ("node0", 1), 2: ("node1", 0), 3: ("node1", 1)}
     info = state.info("n", 1.0, "log")
     assert info.gpus_per_host == {"node0": 2, "node1": 2} and info.nranks == 4
+
+
+A3MEGA = FIX / "real_2node_16xH100_gcp_a3mega_all_reduce.txt"
+
+
+def test_gcp_a3mega_run_is_judged_healthy() -> None:
+    res = parse_nccl_tests(A3MEGA.read_text())
+    assert res.gpus_per_host == {"ztan-mig-235z": 8, "ztan-mig-gq73": 8}
+    assert len(res.rows) == 31 and res.rows[-1].size_bytes == 8 * GIB
+    assert res.to_probe("vm", 1.0).transport == ""  # nothing in the file says which
+    findings, checks = _step2(_store(A3MEGA))
+    assert checks["nccl.transport_socket"].status == "no_data"
+    assert "nccl.busbw_low" not in findings
+    busbw = checks["nccl.busbw_low"]
+    assert busbw.status == "passed"
+    assert "339 GB/s at 8 GiB = 90 % of 376 GB/s" in busbw.detail and "assumed" in busbw.detail
