@@ -273,3 +273,32 @@ def test_gcp_a3mega_run_is_judged_healthy() -> None:
     busbw = checks["nccl.busbw_low"]
     assert busbw.status == "passed"
     assert "339 GB/s at 8 GiB = 90 % of 376 GB/s" in busbw.detail and "assumed" in busbw.detail
+
+
+def test_intra_expectation_from_nvlink_facts() -> None:
+    from verl_top.model import GpuTopo
+    from verl_top.nccl.expected import fill_expectation
+
+    def rec(ups: list[int], err: str = "") -> dict[str, NodeTopology]:
+        gpus = [
+            GpuTopo(i, nvlink_version=4 if not err else None, nvlinks_up=None if err else u,
+                    nvlinks_total=None if err else 18, nvlink_error=err)
+            for i, u in enumerate(ups)
+        ]  # fmt: skip
+        return {"n1": NodeTopology(host="n1", gpus=gpus)}
+
+    def probe() -> ProbeResult:
+        return ProbeResult(
+            host="n1", hosts=["n1"], nranks=8, scope="intra", collective="all_reduce"
+        )
+
+    p = probe()
+    fill_expectation(p, gpu_name="NVIDIA H200", inventory=rec([18] * 8))
+    assert (p.link, p.expected_gbs) == ("nvlink4", 480.0)
+    assert p.expected_source == "NVML on n1: NVLink4, 18-18 of 18 links up per GPU"
+    p = probe()
+    fill_expectation(p, gpu_name="NVIDIA H200", inventory=rec([18] * 7 + [16]))
+    assert p.expected_gbs == pytest.approx(480.0 * 16 / 18)  # the GPU with 2 links down limits
+    p = probe()
+    fill_expectation(p, gpu_name="NVIDIA H200", inventory=rec([0] * 8, "Not Supported"))
+    assert p.link == "pcie5" and "no NVLink up (Not Supported)" in p.expected_source

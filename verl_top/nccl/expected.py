@@ -316,18 +316,37 @@ def _inter_expectation(
     )
 
 
-def _nvlink_basis(hosts: list[str], inventory: Mapping[str, NodeTopology] | None) -> str:
-    """NVLink facts from the inventory for an intra-node probe, "" when none."""
+_NVLINK_LINK = {4: "nvlink4", 3: "nvlink3"}
+
+
+def _nvlink_facts(
+    hosts: list[str], inventory: Mapping[str, NodeTopology] | None
+) -> tuple[str, float, str] | None:
+    """(link, share of links up, basis) from the agent's NVML facts for an intra-node probe.
+
+    All GPUs with links up: NVLink of their version, scaled by the fewest links up over the
+    links present (an NVSwitch GPU with 16 of 18 links carries ~16/18). No link up anywhere (or
+    NVLink not supported): PCIe, link "". None when no host of the probe reported NVLink state.
+    """
     for host in hosts:
         topo = (inventory or {}).get(host)
-        if topo is None:
+        if topo is None or not topo.gpus:
             continue
         ups = [g.nvlinks_up for g in topo.gpus if g.nvlinks_up is not None]
+        totals = [g.nvlinks_total for g in topo.gpus if g.nvlinks_total]
         versions = {g.nvlink_version for g in topo.gpus if g.nvlink_version}
-        if ups:
-            ver = f"NVLink{max(versions)}" if versions else "NVLink"
-            return f"NVML on {host}: {ver}, {min(ups)}-{max(ups)} links up per GPU"
-    return ""
+        if ups and max(ups) > 0 and versions:
+            link = _NVLINK_LINK.get(max(versions), "")
+            share = min(ups) / max(totals) if totals else 1.0
+            basis = (
+                f"NVML on {host}: NVLink{max(versions)}, {min(ups)}-{max(ups)} of "
+                f"{max(totals) if totals else '?'} links up per GPU"
+            )
+            return (link, share, basis) if link else None
+        if (ups and max(ups) == 0) or any(g.nvlink_error for g in topo.gpus):
+            why = topo.gpus[0].nvlink_error or "0 links"
+            return "", 0.0, f"NVML on {host}: no NVLink up ({why})"
+    return None
 
 
 def fill_expectation(
@@ -362,15 +381,21 @@ def fill_expectation(
             exp = Expectation(**{**exp.__dict__, "basis": "with RDMA: " + exp.basis})
         link = link or infer_link(gpu_name, "inter", probe.transport) or "network"
     else:
+        facts = _nvlink_facts(probe.hosts or [probe.host], inventory) if link is None else None
+        share = 1.0
+        if facts is not None and facts[0]:
+            link, share = facts[0], facts[1]
+        elif facts is not None:  # NVLink absent or down: the GPUs talk over PCIe
+            gen = _generation(gpu_name)
+            link = "pcie5" if gen == "hopper" else ("pcie4" if gen == "ampere" else "")
         if link is None:
             link = infer_link(gpu_name, probe.scope, probe.transport, topo, gpus)
         exp = expected_busbw(link, probe.collective, probe.nranks, nics=nics) if link else None
         if exp is not None:
-            facts = _nvlink_basis(probe.hosts or [probe.host], inventory)
-            basis = facts or f"table: {LINKS[link].description}" + (
-                f" ({gpu_name})" if gpu_name else ""
-            )
-            exp = Expectation(**{**exp.__dict__, "basis": basis})
+            basis = facts[2] if facts is not None else f"table: {LINKS[link].description}"
+            if facts is None and gpu_name:
+                basis += f" ({gpu_name})"
+            exp = Expectation(**{**exp.__dict__, "gbs": exp.gbs * share, "basis": basis})
     probe.link = link or ""
     probe.expected_gbs = exp.gbs if exp is not None else None
     probe.expected_source = exp.basis if exp is not None else ""
