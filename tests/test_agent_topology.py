@@ -280,3 +280,31 @@ def test_agent_process_sends_topo_after_hello(fake_sys: Path) -> None:
         timeout=60,
     ).stdout
     assert '"type":"topo"' not in quiet
+
+
+@pytest.mark.sshd
+@pytest.mark.timeout(60)
+async def test_topo_record_arrives_over_ssh_and_fills_the_store(
+    tmp_path: Path, ssh_keys, sshd_pool, h200_trace: Path, remote_python: str
+) -> None:
+    """The real agent over the real test sshd: one topo record per connection, after hello,
+    into the store the UI reads (pane 4 then shows the node instead of "not collected")."""
+    from sshd import Collector, agent_args, make_settings, running, spec_for
+
+    from verl_top.sources.ssh import SshSource
+
+    d = sshd_pool.start()
+    settings = make_settings(tmp_path, ssh_keys, [d], remote_python)
+    c = Collector()
+    async with running([SshSource(spec_for(d), settings, agent_args(h200_trace))], c):
+        await c.wait(lambda: c.count(d.name, "gpu") >= 2, 20)
+    kinds = [r.TYPE for r in c.records if r.host == d.name and r.TYPE in ("hello", "topo")]
+    assert kinds == ["hello", "topo"]
+    store = Store()
+    for r in c.records:
+        store.ingest(r)
+    rec = store.node_topology[d.name]
+    assert rec.source == "" and "backend replay has none" in rec.error  # replay: no GPU topology
+    console = Console(record=True, width=120, color_system=None)
+    console.print(topology_block(store, {}))
+    assert f"{d.name} · 0 GPU(s)" in console.export_text()
