@@ -302,3 +302,22 @@ def test_intra_expectation_from_nvlink_facts() -> None:
     p = probe()
     fill_expectation(p, gpu_name="NVIDIA H200", inventory=rec([0] * 8, "Not Supported"))
     assert p.link == "pcie5" and "no NVLink up (Not Supported)" in p.expected_source
+
+
+def test_a_setting_alone_does_not_make_a_single_node_log_socket() -> None:
+    from verl_top.nccl.parse import parse_nccl_log
+
+    state, _ = parse_nccl_log("export NCCL_IB_DISABLE=1\nNCCL version 2.27.3+cuda12.9")
+    assert state.network() == "Socket" and state.transport() == ""
+    state, _ = parse_nccl_log(
+        "export NCCL_IB_DISABLE=1\nh:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 16 nNodes 2 "
+        "localRanks 8 localRank 0 MNNVL 0"
+    )
+    assert state.transport() == "Socket"  # two nodes: the setting decides
+    store = Store()
+    for rec in NcclStreamParser("h", "log").feed(
+        ["export NCCL_IB_DISABLE=1", "NCCL version 2.27.3"], 1.0
+    ):
+        store.ingest(rec)
+    _, checks = _step2(store)
+    assert checks["nccl.transport_socket"].status == "no_data"

@@ -561,6 +561,11 @@ class NcclLogState:
         intra = self.intra()
         if (self.nnodes or 0) <= 1 and intra:
             return intra
+        if net == "Socket" and not self.net_via and not self.using_network and not self.nnodes:
+            # Only a setting (NCCL_IB_DISABLE=1) says so and nothing says there are several
+            # nodes: a single-node run would move no bytes over sockets. Callers that know the
+            # hosts (nccl-tests rank lists) use network() themselves.
+            net = ""
         return net or intra
 
     def info(self, host: str, t: float, path: str) -> NcclInfo:
