@@ -308,3 +308,34 @@ async def test_topo_record_arrives_over_ssh_and_fills_the_store(
     console = Console(record=True, width=120, color_system=None)
     console.print(topology_block(store, {}))
     assert f"{d.name} · 0 GPU(s)" in console.export_text()
+
+
+def test_nvswitch_without_remote_type_call(fake_sys: Path) -> None:
+    """Older bindings lack nvmlDeviceGetNvLinkRemoteDeviceType: remotes that are no GPU of the
+    node (the NVSwitches' PCI addresses) still count as switch links, so pairs read NV18."""
+    buses = [f"00000000:{0x18 + 0x10 * i:02X}:00.0" for i in range(4)]
+    fake = NvmlFake([18] * 4)
+    nv = fake.module
+    del nv.nvmlDeviceGetNvLinkRemoteDeviceType
+    nv.nvmlDeviceGetNvLinkRemotePciInfo = lambda h, link: types.SimpleNamespace(
+        busId=f"00000000:{0xA0 + link % 4:02X}:00.0"
+    )
+    fields = dict(na.collect_topology(backend(nv, buses), str(fake_sys)))
+    assert set(fields["links"].values()) == {"NV18"} and len(fields["links"]) == 6
+
+
+def test_direct_nvlink_pairs(fake_sys: Path) -> None:
+    """A 2-GPU NVLink bridge (4 links, remote device type GPU): the pair reads NV4; a third GPU
+    without NVLink gets the PCIe level from NVML."""
+    buses = ["00000000:18:00.0", "00000000:28:00.0", "00000000:38:00.0"]
+    fake = NvmlFake([4, 4, 0], total=4)
+    nv = fake.module
+    nv.nvmlDeviceGetNvLinkRemoteDeviceType = lambda h, link: 0  # NVML_NVLINK_DEVICE_TYPE_GPU
+    nv.nvmlDeviceGetNvLinkRemotePciInfo = lambda h, link: types.SimpleNamespace(
+        busId=buses[1 - h] if h < 2 else ""
+    )
+    nv.nvmlDeviceGetTopologyCommonAncestor = lambda a, b: 40
+    fields = dict(na.collect_topology(backend(nv, buses), str(fake_sys)))
+    assert fields["links"] == {"0-1": "NV4", "0-2": "NODE", "1-2": "NODE"}
+    rec = from_dict(na._record("topo", "n", 1.0, tuple(fields.items())))
+    assert [m.text for m in topology_marks(rec) if m.gpu == 2] == ["NVLink 0/4 links up"]

@@ -1598,6 +1598,10 @@ def nvml_topology(nv, handles, buses, sys_root=SYS_ROOT):
             nvl.append((0, 0, []))
             continue
         up, total, version, switch, remotes, err = nvml_nvlinks(nv, h)
+        # A remote that is no GPU of this node is an NVSwitch (bindings without the remote
+        # device type call report its PCI address instead).
+        gpu_buses = set(b.upper() for b in buses if b)
+        switch += sum(1 for b in remotes if b not in gpu_buses)
         gpus.append({
             "index": i,
             "bus_id": buses[i],
