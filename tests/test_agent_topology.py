@@ -35,7 +35,8 @@ def write(path: Path, text: str) -> None:
 
 
 def pci_device(sys_root: Path, addr: str, numa: int) -> Path:
-    dev = sys_root / "devices" / "pci0000:00" / addr
+    """A PCI device under the host bridge of its NUMA node (pci0000:00 or pci0000:80)."""
+    dev = sys_root / "devices" / ("pci0000:00" if numa == 0 else "pci0000:80") / addr
     write(dev / "numa_node", str(numa))
     link = sys_root / "bus" / "pci" / "devices" / addr
     link.parent.mkdir(parents=True, exist_ok=True)
@@ -182,8 +183,12 @@ def test_nvswitch_node_matrix_and_marks(fake_sys: Path) -> None:
     assert rec.gpus[0].nvlink_version == 4 and rec.gpus[3].nvlinks_up == 16
     marks = {m.gpu: m.text for m in topology_marks(rec)}
     assert marks[3] == "NVLink 16/18 links up"
-    # Both active IB ports are on NUMA 0 (the RoCE port on NUMA 1 is down): GPUs 4-7 are across.
-    assert all(marks[i].startswith("NUMA 1, RDMA NICs on NUMA [0]") for i in range(4, 8))
+    # Both active IB ports hang off NUMA 0's host bridge (the RoCE port on NUMA 1 is down):
+    # GPUs 4-7 reach them only across the socket.
+    assert all(
+        marks[i] == "closest RDMA NIC mlx5_0 is across the socket (SYS)" for i in range(4, 8)
+    )
+    assert {(g.nic, g.nic_link) for g in rec.gpus[:4]} == {("mlx5_0", "PIX")}
     assert set(marks) == {3, 4, 5, 6, 7}
 
 
@@ -222,6 +227,7 @@ def test_store_pane4_rule_and_snapshot_show_marks(fake_sys: Path) -> None:
     console.print(topology_block(store, {}))
     out = console.export_text()
     assert "⚠ GPU3: NVLink 0/18 links up" in out and "NVLink4 0-18 links up" in out
+    assert "⚠ GPU4: closest RDMA NIC mlx5_0 is across the socket (SYS)" in out
     verdict = Engine().evaluate(store)
     (f,) = [f for f in verdict.findings if f.rule == "map.topology"]
     assert "node01 GPU3: NVLink 0/18 links up" in f.evidence
@@ -339,3 +345,16 @@ def test_direct_nvlink_pairs(fake_sys: Path) -> None:
     assert fields["links"] == {"0-1": "NV4", "0-2": "NODE", "1-2": "NODE"}
     rec = from_dict(na._record("topo", "n", 1.0, tuple(fields.items())))
     assert [m.text for m in topology_marks(rec) if m.gpu == 2] == ["NVLink 0/4 links up"]
+
+
+def test_pci_relation_from_sysfs_paths() -> None:
+    root = "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0"
+    gpu = root + "/0000:02:00.0/0000:03:00.0"
+    assert na.pci_relation(gpu, root + "/0000:02:00.0/0000:03:00.1") == "PIX"
+    assert na.pci_relation(gpu, root + "/0000:02:04.0/0000:04:00.0") == "PXB"
+    assert na.pci_relation(gpu, "/sys/devices/pci0000:00/0000:00:02.0/0000:05:00.0") == "PHB"
+    other = "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0"
+    assert na.pci_relation(gpu, other, 0, 0) == "NODE"
+    assert na.pci_relation(gpu, other, 0, 1) == "SYS"
+    assert na.pci_relation(gpu, other) == ""  # NUMA unknown: say nothing
+    assert na.pci_relation("", other) == ""

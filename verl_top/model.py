@@ -362,6 +362,8 @@ class GpuTopo:
     nvlinks_up: int | None = None  # links in state active
     nvlinks_total: int | None = None  # links the GPU has (None: no NVLink or unknown)
     nvlink_error: str = ""  # why NVLink state is unknown ("Not Supported")
+    nic: str = ""  # the closest active IB/RoCE port (sysfs PCI paths)
+    nic_link: str = ""  # and how: PIX | PXB | PHB | NODE | SYS (as `nvidia-smi topo -m`)
 
 
 @dataclass

@@ -1431,7 +1431,8 @@ NIC_FIELDS = (
 )  # fmt: skip
 GPU_TOPO_FIELDS = (
     ("index", 0), ("bus_id", ""), ("numa_node", None), ("nvlink_version", None),
-    ("nvlinks_up", None), ("nvlinks_total", None), ("nvlink_error", ""),
+    ("nvlinks_up", None), ("nvlinks_total", None), ("nvlink_error", ""), ("nic", ""),
+    ("nic_link", ""),
 )  # fmt: skip
 
 
@@ -1475,6 +1476,56 @@ def _listdir(path):
         return []
 
 
+def _realpath(path):
+    try:
+        return os.path.realpath(path) if os.path.exists(path) else ""
+    except OSError:
+        return ""
+
+
+def pci_relation(a, b, numa_a=None, numa_b=None):
+    """`nvidia-smi topo -m` cell for two PCI devices from their sysfs paths
+    (/sys/devices/pci0000:15/0000:15:01.0/.../0000:18:00.0): PIX (same parent bridge), PXB
+    (more bridges shared), PHB (only the host bridge), NODE / SYS (other host bridge, same /
+    other NUMA node); "" when a path is unknown."""
+    pa = [x for x in a.split("/") if x] if a else []
+    pb = [x for x in b.split("/") if x] if b else []
+    root = lambda p: next((x for x in p if x.startswith("pci")), "")  # noqa: E731
+    if not pa or not pb or not root(pa) or not root(pb):
+        return ""
+    if root(pa) != root(pb):
+        if numa_a is not None and numa_b is not None and numa_a == numa_b:
+            return "NODE"
+        return "SYS" if numa_a is not None and numa_b is not None else ""
+    shared = 0
+    for x, y in zip(pa[:-1], pb[:-1]):
+        if x != y:
+            break
+        shared += 1
+    depth = shared - pa.index(root(pa)) - 1  # PCI bridges shared below the host bridge
+    if pa[:-1] == pb[:-1]:
+        return "PIX"
+    return "PXB" if depth >= 2 else "PHB"
+
+
+def nearest_nics(gpus, nics, sys_root=SYS_ROOT):
+    """Set each GPU's ``nic`` and ``nic_link``: its closest active IB/RoCE port by PCI path."""
+    order = ("PIX", "PXB", "PHB", "NODE", "SYS")
+    rdma = [n for n in nics if n.get("kind") in ("ib", "roce") and n.get("state") == "ACTIVE"]
+    for g in gpus:
+        m = re.match(r"^(?:[0-9A-Fa-f]{4})?([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])$", g.get("bus_id") or "")
+        if not m or not rdma:
+            continue
+        gpath = _realpath(os.path.join(sys_root, "bus", "pci", "devices", m.group(1).lower()))
+        best = None
+        for n in rdma:
+            rel = pci_relation(gpath, n.get("_path", ""), g.get("numa_node"), n.get("numa_node"))
+            if rel and (best is None or order.index(rel) < order.index(best[0])):
+                best = (rel, n["name"])
+        if best is not None:
+            g["nic_link"], g["nic"] = best
+
+
 def _pci_of(device_link):
     """PCI address a sysfs ``device`` link points at ("" for virtual devices)."""
     try:
@@ -1496,6 +1547,7 @@ def read_rdma_ports(sys_root=SYS_ROOT):
         ddir = os.path.join(base, dev)
         numa = _numa(os.path.join(ddir, "device", "numa_node"))
         pci = _pci_of(os.path.join(ddir, "device"))
+        devpath = _realpath(os.path.join(ddir, "device"))
         netdevs = _listdir(os.path.join(ddir, "device", "net"))
         for port in _listdir(os.path.join(ddir, "ports")):
             pdir = os.path.join(ddir, "ports", port)
@@ -1515,6 +1567,7 @@ def read_rdma_ports(sys_root=SYS_ROOT):
                 "numa_node": numa,
                 "netdev": netdevs[0][:64] if netdevs else "",
                 "pci": pci,
+                "_path": devpath,
             })
     return out
 
@@ -1671,6 +1724,7 @@ def collect_topology(backend, sys_root=SYS_ROOT, smi_runner=None):
             })
     if not source and not error:
         error = "no GPU topology: %s" % (backend.error or "backend %s has none" % backend.name)
+    nearest_nics(gpus, nics, sys_root)
     return (
         ("source", source),
         ("gpus", [_wire(g, GPU_TOPO_FIELDS) for g in gpus]),

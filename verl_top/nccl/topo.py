@@ -202,7 +202,14 @@ def topology_marks(rec: NodeTopology) -> list[GpuMark]:
             marks.append(GpuMark(g.index, "NVLink: no link up"))
     rdma = [n for n in rec.nics if n.kind in ("ib", "roce") and n.state.upper() == "ACTIVE"]
     numas = {n.numa_node for n in rdma if n.numa_node is not None and n.numa_node >= 0}
-    if numas:
+    if any(g.nic_link for g in rec.gpus):
+        # PCI paths from sysfs: SYS to the closest RDMA NIC means across the CPU socket.
+        for g in rec.gpus:
+            if g.nic_link == "SYS":
+                marks.append(
+                    GpuMark(g.index, f"closest RDMA NIC {g.nic} is across the socket (SYS)")
+                )
+    elif numas:
         for g in rec.gpus:
             if g.numa_node is not None and g.numa_node >= 0 and g.numa_node not in numas:
                 marks.append(
@@ -249,6 +256,8 @@ def clean_topology(rec: NodeTopology) -> NodeTopology:
             nvlinks_up=num(g.nvlinks_up),
             nvlinks_total=num(g.nvlinks_total),
             nvlink_error=clean_text(g.nvlink_error, 80),
+            nic=clean_text(g.nic, 64),
+            nic_link=clean_text(g.nic_link, 8),
         )
         for g in rec.gpus[:_MAX_GPUS]
         if isinstance(g, GpuTopo)

@@ -373,6 +373,12 @@ def inventory_lines(store: Store, palette: dict[str, str]) -> Text | None:
         if rdma:
             rates = sorted({r for _, r in rdma})
             text.append(f" · RDMA {len(rdma)}× " + "/".join(f"{r:g}" for r in rates) + " Gb/s")
+            rels: dict[str, int] = {}
+            for g in rec.gpus:
+                if g.nic_link:
+                    rels[g.nic_link] = rels.get(g.nic_link, 0) + 1
+            if rels:
+                text.append(" · GPU→NIC " + ", ".join(f"{n}× {k}" for k, n in sorted(rels.items())))
         else:
             text.append(" · no active IB/RoCE port", style="dim")
         if rec.error:
