@@ -358,3 +358,18 @@ def test_pci_relation_from_sysfs_paths() -> None:
     assert na.pci_relation(gpu, other, 0, 1) == "SYS"
     assert na.pci_relation(gpu, other) == ""  # NUMA unknown: say nothing
     assert na.pci_relation("", other) == ""
+
+
+def test_topology_capture_script_runs_and_writes_its_files(tmp_path: Path) -> None:
+    """benchmarks/topology_capture.py (what the device helper runs on the H200), here without a
+    GPU: it prints the hello and topo lines and writes the files a fixture is made of."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "topology_capture.py"), "--backend", "none",
+         "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    first, second = out.splitlines()[:2]
+    assert json.loads(first)["type"] == "hello" and json.loads(second)["type"] == "topo"
+    lines = (tmp_path / "topo_record.ndjson").read_text().splitlines()
+    assert [json.loads(x)["type"] for x in lines] == ["hello", "topo"]
+    assert "GPU(s) · source none" in (tmp_path / "pane4.txt").read_text()
