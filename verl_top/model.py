@@ -254,12 +254,13 @@ class ProbeResult(Record):
     error: str = ""
     # Where expected_gbs came from: "--expect-busbw", "NIC inventory ...", "NCCL log ...",
     # "assumed ..." or the table entry; shown next to every judgement.
-    expected_source: str = ""
+    # Fields added later default to None so older records and recordings stay byte-identical.
+    expected_source: str | None = None
     peak_size_bytes: int | None = None  # the message size busbw_max_gbs was measured at
-    gpus_per_host: dict[str, int] = field(default_factory=dict)  # ranks on each host
+    gpus_per_host: dict[str, int] | None = None  # ranks on each host
     nics: int | None = None  # NICs per node NCCL listed ("NET/IB : Using [0].. [n]..")
-    settings: dict[str, str] = field(default_factory=dict)  # NCCL_* seen (env lines, -x)
-    gpu_name: str = ""  # of rank 0, for the expectation when no inventory tells the link
+    settings: dict[str, str] | None = None  # NCCL_* seen (env lines, -x)
+    gpu_name: str | None = None  # of rank 0, for the expectation when no inventory tells it
 
 
 @dataclass
@@ -273,9 +274,10 @@ class NcclInfo(Record):
     nnodes: int | None = None
     init_complete: int = 0
     path: str = ""
-    settings: dict[str, str] = field(default_factory=dict)  # NCCL_* seen in the log
-    nics: list[str] = field(default_factory=list)  # NICs NCCL listed, e.g. "mlx5_0/IB"
-    gpus_per_host: dict[str, int] = field(default_factory=dict)  # from "Init COMPLETE" lines
+    # Added later: None (left off the wire) when the log says nothing, so old recordings match.
+    settings: dict[str, str] | None = None  # NCCL_* seen in the log
+    nics: list[str] | None = None  # NICs NCCL listed, e.g. "mlx5_0/IB"
+    gpus_per_host: dict[str, int] | None = None  # from "Init COMPLETE" lines
 
 
 @dataclass

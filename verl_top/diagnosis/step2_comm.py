@@ -24,8 +24,8 @@ def _nnodes(view: View) -> tuple[int | None, str]:
         if info.nnodes:
             return info.nnodes, "NCCL log"
     for info in view.store.nccl.values():
-        if len(info.gpus_per_host) > 1:
-            return len(info.gpus_per_host), "NCCL Init COMPLETE lines"
+        if len(info.gpus_per_host or {}) > 1:
+            return len(info.gpus_per_host or {}), "NCCL Init COMPLETE lines"
     multi = [p for p in view.store.probes if len(p.hosts) > 1]
     if multi:
         return len(multi[-1].hosts), f"{multi[-1].tool} rank list"
@@ -117,12 +117,12 @@ def _socket_sources(view: View) -> list[tuple[str, str, dict[str, str]]]:
                 (
                     f"NCCL log {i.host}:{i.path}" if i.path else f"NCCL log {i.host}",
                     i.transport,
-                    i.settings,
+                    i.settings or {},
                 )
             )
     for p in view.store.probes:
         if len(p.hosts) > 1 and "socket" in p.transport.lower():
-            out.append((f"{p.tool} across {', '.join(p.hosts)}", p.transport, p.settings))
+            out.append((f"{p.tool} across {', '.join(p.hosts)}", p.transport, p.settings or {}))
     return out
 
 

@@ -299,7 +299,7 @@ def _inter_expectation(
         return Expectation(
             gbs=probe.nics * nic_busbw(per_nic), link="network", source=src, basis=basis
         )
-    gpn = max(probe.gpus_per_host.values(), default=0)
+    gpn = max((probe.gpus_per_host or {}).values(), default=0)
     if not gpn:
         gpn = probe.nranks // len(probe.hosts) if len(probe.hosts) > 1 else 1
     basis = (
@@ -398,5 +398,5 @@ def fill_expectation(
             exp = Expectation(**{**exp.__dict__, "gbs": exp.gbs * share, "basis": basis})
     probe.link = link or ""
     probe.expected_gbs = exp.gbs if exp is not None else None
-    probe.expected_source = exp.basis if exp is not None else ""
+    probe.expected_source = exp.basis if exp is not None else None
     return exp

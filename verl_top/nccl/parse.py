@@ -148,10 +148,10 @@ class NcclTestsResult:
             ok=not self.errors and bool(self.rows),
             error="; ".join(self.errors) if self.errors else ("" if self.rows else "no data rows"),
             peak_size_bytes=self.busbw_max_size,
-            gpus_per_host=self.gpus_per_host,
+            gpus_per_host=self.gpus_per_host or None,
             nics=len(self.log.ib_devices) if self.log is not None and self.log.ib_devices else None,
-            settings=dict(self.log.settings) if self.log is not None else {},
-            gpu_name=self.gpu_name,
+            settings=(dict(self.log.settings) or None) if self.log is not None else None,
+            gpu_name=self.gpu_name or None,
         )
 
 
@@ -579,9 +579,9 @@ class NcclLogState:
             nnodes=self.nnodes,
             init_complete=self.init_complete,
             path=path,
-            settings=dict(self.settings),
-            nics=self.nic_list(),
-            gpus_per_host=self.gpus_per_host(),
+            settings=dict(self.settings) or None,
+            nics=self.nic_list() or None,
+            gpus_per_host=self.gpus_per_host() or None,
         )
 
     def gpus_per_host(self) -> dict[str, int]:

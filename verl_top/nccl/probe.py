@@ -178,7 +178,7 @@ class ProbeCollector:
         if result.ok:
             fill_expectation(
                 result,
-                gpu_name=self.gpu_names.get(collective, "") or result.gpu_name,
+                gpu_name=self.gpu_names.get(collective, "") or result.gpu_name or "",
                 topo=topo,
                 nics=nics,
                 inventory=inventory,
@@ -408,7 +408,7 @@ async def run_remote_probe(
         result.scope = "inter"
     if result.ok:
         # Judged like a parsed nccl-tests file, now that hosts carry the names the inventory uses.
-        fill_expectation(result, gpu_name=result.gpu_name, nics=nics, inventory=inventory)
+        fill_expectation(result, gpu_name=result.gpu_name or "", nics=nics, inventory=inventory)
     return result
 
 

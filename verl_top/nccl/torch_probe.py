@@ -551,7 +551,7 @@ def _result_record(args, msg: dict) -> dict:
         busbw_max_gbs=peak,
         large_fallback=fallback,
         gpu_name=msg["gpu_name"],
-        gpus_per_host=msg.get("gpus_per_host") or {},
+        gpus_per_host=msg.get("gpus_per_host") or None,
     )
 
 
