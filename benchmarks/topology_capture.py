@@ -22,11 +22,22 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rich.console import Console  # noqa: E402
-
 from verl_top.agent import node_agent  # noqa: E402
 from verl_top.protocol import from_dict  # noqa: E402
 from verl_top.store import Store  # noqa: E402
+
+
+def pane4_text(store: Store) -> str:
+    """Pane 4's topology block as plain text ("" plus a note when rich/textual are missing)."""
+    try:
+        from rich.console import Console
+
+        from verl_top.ui.panes.mapping import topology_block
+    except ImportError as exc:  # a bare GPU node may lack the UI packages
+        return f"(pane 4 not rendered: {exc})"
+    console = Console(record=True, width=120, color_system=None)
+    console.print(topology_block(store, {}))
+    return console.export_text()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,16 +60,16 @@ def main(argv: list[str] | None = None) -> int:
     for line in lines:
         store.ingest(from_dict(json.loads(line)))
     from verl_top.nccl.topo import topology_marks
-    from verl_top.ui.panes.mapping import topology_block
 
     rec = store.node_topology[agent.host]
-    print(f"\n# collected in {took * 1000:.0f} ms; backend {hello['backend']}; source {rec.source!r}")
+    print(
+        f"\n# collected in {took * 1000:.0f} ms; backend {hello['backend']}; source {rec.source!r}"
+    )
     print(f"# GPU pairs: {len(store.topology.get(agent.host, {}))}; NICs: {len(rec.nics)}")
     for mark in topology_marks(rec):
         print(f"# marked GPU{mark.gpu}: {mark.text}")
-    console = Console(record=True, width=120, color_system=None)
-    console.print(topology_block(store, {}))
-    pane = console.export_text()
+    pane = pane4_text(store)
+    print(pane)
     smi = ""
     if shutil.which("nvidia-smi"):
         smi = subprocess.run(
