@@ -321,3 +321,23 @@ def test_a_setting_alone_does_not_make_a_single_node_log_socket() -> None:
         store.ingest(rec)
     _, checks = _step2(store)
     assert checks["nccl.transport_socket"].status == "no_data"
+
+
+def test_a_producers_known_expectation_beats_an_assumption() -> None:
+    """A probe that arrives with an expectation its producer knew (not an assumption) keeps it
+    even when the GPU name alone would only give the 1-NIC-per-GPU guess."""
+    from verl_top.diagnosis.step2_comm import judge_probe
+    from verl_top.diagnosis.view import View
+    from verl_top.model import ProbeRow
+
+    rows = [ProbeRow(GIB, 1.0, 10.0, 150.0)]
+    p = ProbeResult(
+        host="a", hosts=["a", "b"], scope="inter", nranks=16, rows=rows, gpu_name="NVIDIA H100",
+        expected_gbs=188.0, expected_source="4 NIC(s) per node (NCCL log / topology)",
+    )  # fmt: skip
+    j = judge_probe(View(Store(), Thresholds()), Thresholds(), p)
+    assert j is not None and j.expected == 188.0 and not j.assumed
+    p.expected_source = None
+    p.expected_gbs = None
+    j = judge_probe(View(Store(), Thresholds()), Thresholds(), p)
+    assert j is not None and j.assumed and j.expected == pytest.approx(8 * 47.0)

@@ -96,11 +96,13 @@ def judge_probe(view: View, th: Thresholds, p: ProbeResult) -> BusbwJudgement | 
         inventory=view.store.node_topology,
         override=override,
     )
-    if exp is not None:
+    known = p.expected_gbs and "assumed" not in (p.expected_source or "")
+    if exp is not None and not (exp.assumed and known):
         return BusbwJudgement(p, best[0], best[1], sizes, exp.gbs, exp.basis, exp.assumed)
-    if p.expected_gbs:
+    if p.expected_gbs:  # the producer knew better than a guess (or nothing else is known)
         basis = p.expected_source or p.link or "probe's expectation"
-        return BusbwJudgement(p, best[0], best[1], sizes, p.expected_gbs, basis, False)
+        assumed = "assumed" in (p.expected_source or "")
+        return BusbwJudgement(p, best[0], best[1], sizes, p.expected_gbs, basis, assumed)
     joined = " ".join(names)
     if not inter and p.collective == "all_reduce" and ("H100" in joined or "H200" in joined):
         basis = "8xH100/H200 NVLink all_reduce (thresholds.nvlink_allreduce_gbs)"
