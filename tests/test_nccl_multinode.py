@@ -341,3 +341,9 @@ def test_a_producers_known_expectation_beats_an_assumption() -> None:
     p.expected_gbs = None
     j = judge_probe(View(Store(), Thresholds()), Thresholds(), p)
     assert j is not None and j.assumed and j.expected == pytest.approx(8 * 47.0)
+
+
+def test_roce_without_gdr_is_named_in_the_finding() -> None:
+    findings, _ = _step2(_store(ROCE))
+    text = findings["nccl.busbw_low"].evidence[2]
+    assert text.startswith("transport: RoCE without GPUDirect RDMA") and "nvidia-peermem" in text

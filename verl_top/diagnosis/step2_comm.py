@@ -200,6 +200,16 @@ def nccl_transport_socket(view: View, th: Thresholds) -> RuleResult:
     )
 
 
+def _gdr_note(transport: str) -> str:
+    """Why an RDMA transport without GPUDirect matters, "" otherwise."""
+    if transport in ("IB", "RoCE"):
+        return (
+            " without GPUDirect RDMA (channels via NET/IB/<n> without /GDRDMA): data is staged "
+            "through host memory; check the nvidia-peermem module and NCCL_NET_GDR_LEVEL"
+        )
+    return ""
+
+
 def nccl_busbw_low(view: View, th: Thresholds) -> RuleResult:
     """Peak busbw at the largest sizes below busbw_ratio of what the probe's links should carry."""
     probes = [p for p in view.store.probes if p.ok and p.rows and p.nranks > 1]
@@ -245,7 +255,7 @@ def nccl_busbw_low(view: View, th: Thresholds) -> RuleResult:
         [
             f"peak busbw over {worst.sizes_text}: {worst.got:.1f} GB/s at {human_size(worst.size)} ({p.tool}, {where})",
             f"expected {worst.expected:.0f} GB/s: {worst.basis}",
-            f"transport: {p.transport or 'unknown'}",
+            f"transport: {p.transport or 'unknown'}" + _gdr_note(p.transport),
         ],
         "Check the transport (NCCL_DEBUG=INFO: IB vs Socket), NCCL_IB_HCA / NCCL_SOCKET_IFNAME, "
         "GPUDirect RDMA (NCCL_NET_GDR_LEVEL) and NIC/switch health.",
