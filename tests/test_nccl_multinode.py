@@ -347,3 +347,24 @@ def test_roce_without_gdr_is_named_in_the_finding() -> None:
     findings, _ = _step2(_store(ROCE))
     text = findings["nccl.busbw_low"].evidence[2]
     assert text.startswith("transport: RoCE without GPUDirect RDMA") and "nvidia-peermem" in text
+
+
+def test_settings_from_echoes_and_command_lines() -> None:
+    from verl_top.nccl.parse import parse_nccl_log
+
+    roce = parse_nccl_tests(ROCE.read_text()).to_probe("vm", 1.0).settings or {}
+    # NCCL's own echo ("... set by environment to 0.") without its final period.
+    assert roce["NCCL_IB_DISABLE"] == "0" and roce["NCCL_IB_HCA"] == "mlx5_5"
+    assert roce["NCCL_IB_GID_INDEX"] == "3" and roce["NCCL_ALGO"] == "RING"
+    state, _ = parse_nccl_log(
+        "export NCCL_IB_HCA=\"mlx5_0,mlx5_1\"\n"
+        "NCCL_SOCKET_IFNAME='eth0' torchrun train.py\n"
+        "srun --export=ALL,NCCL_NET=Socket,NCCL_IB_GID_INDEX=3 python x.py"
+    )
+    assert state.settings == {
+        "NCCL_IB_HCA": "mlx5_0,mlx5_1",
+        "NCCL_SOCKET_IFNAME": "eth0",
+        "NCCL_NET": "Socket",
+        "NCCL_IB_GID_INDEX": "3",
+    }
+    assert state.rdma_disabled() == "NCCL_NET=Socket"
