@@ -236,6 +236,11 @@ def test_store_pane4_rule_and_snapshot_show_marks(fake_sys: Path) -> None:
     (snap,) = _topology_json(store)
     assert {"gpu": 3, "text": "NVLink 0/18 links up"} in snap["marks"]
     assert any(isinstance(r, NodeTopology) for r in recording_records(store))
+    from verl_top.export.schema import validate
+    from verl_top.export.snapshot import build_snapshot
+
+    doc = build_snapshot(store, verdict, now=2.0)
+    assert validate(doc) == [] and doc["topology"][0]["marks"][0]["gpu"] == 3
 
 
 def test_hostile_record_is_cleaned_and_bounded() -> None:
