@@ -258,7 +258,7 @@ def map_topology(view: View, th: Thresholds) -> RuleResult:
         "map.topology",
         0.6,
         f"{len(bad)} TP group(s) cross PCIe/CPU links instead of NVLink",
-        bad[:6],
+        bad[:6] + marks[:3],  # marked GPUs (NVLinks down, far NIC) often explain the groups
         "Keep each tensor-parallel group inside one NVLink domain: lower tensor_model_parallel_size "
         "or fix CUDA_VISIBLE_DEVICES ordering.",
         {"groups": bad},
