@@ -368,3 +368,14 @@ def test_settings_from_echoes_and_command_lines() -> None:
         "NCCL_IB_GID_INDEX": "3",
     }
     assert state.rdma_disabled() == "NCCL_NET=Socket"
+
+
+def test_cli_text_uses_the_probes_own_expectation_and_its_basis() -> None:
+    from verl_top.nccl.expected import fill_expectation
+    from verl_top.nccl.probe import format_probe
+
+    p = parse_nccl_tests(ROCE.read_text()).to_probe("vm", 1.0)
+    fill_expectation(p, gpu_name=p.gpu_name or "")
+    text = format_probe(p)
+    assert "expected ~47 GB/s" in text and "ratio 32%" in text
+    assert "expected from: 1 NIC(s) per node" in text

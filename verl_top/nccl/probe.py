@@ -823,16 +823,20 @@ def format_probe(result: ProbeResult) -> str:
                 f"{r.busbw_gbs:>12.2f}"
             )
     exp: Expectation | None = None
-    if result.link:
+    if result.expected_gbs:
+        exp = Expectation(gbs=result.expected_gbs, link=result.link, source="")
+    elif result.link:
         exp = expected_busbw(result.link, result.collective, result.nranks)
     peak = result.busbw_max_gbs
     if peak is not None:
         line = f"busbw max (>= 256 MiB when present): {peak:.2f} GB/s"
         if exp is not None:
             r = ratio(peak, exp)
-            line += f"  expected ~{exp.gbs:.0f} GB/s for {exp.link}"
+            line += f"  expected ~{exp.gbs:.0f} GB/s for {exp.link or 'this link'}"
             if r is not None:
                 line += f"  ratio {r:.0%}"
+            if result.expected_source:
+                line += f"\nexpected from: {result.expected_source}"
         elif result.nranks <= 1:
             line += "  (1 rank: no bus, busbw is 0 by definition)"
         else:
