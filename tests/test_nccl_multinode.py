@@ -357,7 +357,7 @@ def test_settings_from_echoes_and_command_lines() -> None:
     assert roce["NCCL_IB_DISABLE"] == "0" and roce["NCCL_IB_HCA"] == "mlx5_5"
     assert roce["NCCL_IB_GID_INDEX"] == "3" and roce["NCCL_ALGO"] == "RING"
     state, _ = parse_nccl_log(
-        "export NCCL_IB_HCA=\"mlx5_0,mlx5_1\"\n"
+        'export NCCL_IB_HCA="mlx5_0,mlx5_1"\n'
         "NCCL_SOCKET_IFNAME='eth0' torchrun train.py\n"
         "srun --export=ALL,NCCL_NET=Socket,NCCL_IB_GID_INDEX=3 python x.py"
     )

@@ -377,6 +377,7 @@ def scenarios() -> dict[str, tuple[list[Record], dict[str, Any], str]]:
                     in_place_busbw_gbs=float(p[11]),
                 )
             )
+
     def socket_probe(transport: str) -> ProbeResult:
         return ProbeResult(
             host="n1",

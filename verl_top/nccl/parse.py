@@ -352,7 +352,9 @@ _NCCL_WARN = re.compile(r"\bNCCL WARN (.*)$")
 # NCCL's own echo of a setting ("NCCL_IB_DISABLE set by environment to 1.", "NCCL_IB_HCA set to
 # mlx5_0") and a launcher's command line ("-x NCCL_IB_DISABLE=1", "export NCCL_IB_HCA=mlx5_0").
 _ENV_ECHO = re.compile(r"\b(NCCL_[A-Z0-9_]+) set (?:by environment )?to (\S+)")
-_ENV_ASSIGN = re.compile(r"(?:^|[\s'\",])(NCCL_[A-Z0-9_]+)=[\"']?([^\s'\";,]+(?:,[^\s'\";,=]+(?=[\s'\";,]|$))*)")
+_ENV_ASSIGN = re.compile(
+    r"(?:^|[\s'\",])(NCCL_[A-Z0-9_]+)=[\"']?([^\s'\";,]+(?:,[^\s'\";,=]+(?=[\s'\";,]|$))*)"
+)
 _MAX_SETTINGS = 64
 _MAX_SETTING_LEN = 200
 _BENIGN_WARN = ("Address already in use",)
