@@ -118,7 +118,7 @@ class NvmlFake:
         self.module = types.SimpleNamespace(NVMLError=real.NVMLError)
         m = self.module
         m.nvmlDeviceGetNvLinkState = self.state
-        m.nvmlDeviceGetNvLinkVersion = lambda h, link: 4
+        m.nvmlDeviceGetNvLinkVersion = lambda h, link: real.NVML_NVLINK_VERSION_4_0  # 6
         m.nvmlDeviceGetNvLinkRemoteDeviceType = lambda h, link: na.NVML_NVLINK_DEVICE_TYPE_SWITCH
         m.nvmlDeviceGetTopologyCommonAncestor = lambda a, b: 50
 
@@ -378,3 +378,12 @@ def test_topology_capture_script_runs_and_writes_its_files(tmp_path: Path) -> No
     lines = (tmp_path / "topo_record.ndjson").read_text().splitlines()
     assert [json.loads(x)["type"] for x in lines] == ["hello", "topo"]
     assert "GPU(s) · source none" in (tmp_path / "pane4.txt").read_text()
+
+
+def test_nvlink_version_enum_is_read_as_the_major_version() -> None:
+    """NVML returns nvmlNvlinkVersion_t (A100 says 5 = 3.1, H100 6 = 4.0), not the major."""
+    assert na.NVLINK_ENUM_MAJOR[real.NVML_NVLINK_VERSION_3_1] == 3
+    assert na.NVLINK_ENUM_MAJOR[real.NVML_NVLINK_VERSION_4_0] == 4
+    nv = NvmlFake([18]).module
+    nv.nvmlDeviceGetNvLinkVersion = lambda h, link: real.NVML_NVLINK_VERSION_3_1
+    assert na.nvml_nvlinks(nv, 0)[2] == 3

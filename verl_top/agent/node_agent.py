@@ -1422,6 +1422,9 @@ NVML_INVALID_ARGUMENT = 2
 NVML_NVLINK_DEVICE_TYPE_SWITCH = 2
 # nvmlGpuTopologyLevel_t -> the `nvidia-smi topo -m` cell for the same relation.
 NVML_TOPO_LEVELS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+# nvmlDeviceGetNvLinkVersion returns an nvmlNvlinkVersion_t, not the major version (hwloc#658:
+# "A100 returns 5 which is not NVLink 5"): 1 1.0, 2 2.0, 3 2.2, 4 3.0, 5 3.1, 6 4.0, 7 5.0, 8 6.0.
+NVLINK_ENUM_MAJOR = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5, 8: 6}
 
 
 # Field order and string defaults of model.NicPort / model.GpuTopo (the wire order of to_dict).
@@ -1625,7 +1628,7 @@ def nvml_nvlinks(nv, h):
         up += 1
         if version is None:
             try:
-                version = int(nv.nvmlDeviceGetNvLinkVersion(h, link))
+                version = NVLINK_ENUM_MAJOR.get(int(nv.nvmlDeviceGetNvLinkVersion(h, link)))
             except Exception:
                 version = None
         try:
