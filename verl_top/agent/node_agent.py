@@ -1613,7 +1613,8 @@ def nvml_nvlinks(nv, h):
     up = total = switch = 0
     version = None
     remotes = []
-    for link in range(NVLINK_MAX_LINKS):
+    # Newer bindings say 36 (Blackwell); links past the GPU's own answer InvalidArgument.
+    for link in range(int(getattr(nv, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS))):
         try:
             state = nv.nvmlDeviceGetNvLinkState(h, link)
         except nv.NVMLError as exc:
