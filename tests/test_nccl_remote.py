@@ -314,3 +314,32 @@ async def test_cross_node_probe_refuses_a_node_without_gpus(
         await probe_ssh_hosts(
             [spec_for(d1), spec_for(d2)], settings, scope="inter", gpu_count_command="true"
         )
+
+
+async def test_probe_key_runner_adds_a_cross_node_run_from_the_agents_gpu_counts(
+    tmp_path: Path, ssh_keys, sshd_pool: SshdFactory
+) -> None:
+    """Two SSH sources: after each node alone, one run across both, ranks per node from the
+    GPU counts of their agents' hellos. No GPU here, so it fails on "no GPU found"; without any
+    count it is refused up front and says why. Nothing is left running either way."""
+    from verl_top.sources.ssh import SshSource
+    from verl_top.ui.probe_screen import ProbePlan, plan_runner
+
+    d1, d2 = sshd_pool.start(), sshd_pool.start()
+    settings = _settings(tmp_path, ssh_keys, [d1, d2])
+    srcs = [SshSource(spec_for(d), settings) for d in (d1, d2)]
+    plan = ProbePlan(remote_hosts=[s.name for s in srcs], remote_sources=srcs)
+    results = await plan_runner(plan)(False)
+    assert [r.scope for r in results] == ["intra", "intra", "inter"]
+    assert (
+        results[2].error
+        == f"no cross-node probe: no GPU on {d1.name}, {d2.name} (nvidia-smi -L lists none)"
+    )
+    plan.remote_gpus = {d1.name: 2, d2.name: 2}
+    async with watching(d1.name) as seen1, watching(d2.name) as seen2:
+        results = await plan_runner(plan)(False)
+    inter = results[2]
+    assert inter.scope == "inter" and inter.hosts == [d1.name, d2.name]
+    assert not inter.ok and "no GPU found" in inter.error
+    await nothing_left(d1, seen1)
+    await nothing_left(d2, seen2)

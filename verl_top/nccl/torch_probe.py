@@ -453,10 +453,16 @@ def _launch(args, procs: list, done: set) -> int:
             args.world_size = args.world_size or args.nprocs
             _fail_all(args, f"GPUs busy ({pids}); probing would disturb them; use --force", done)
             return EXIT_BUSY
-    nprocs = args.nprocs or (gpu_count() if args.backend == "nccl" else 2)
-    if nprocs <= 0:
+    have = gpu_count() if args.backend == "nccl" else None
+    nprocs = args.nprocs or (have if have is not None else 2)
+    if nprocs <= 0 or have == 0:
         args.world_size = args.world_size or 0
         _fail_all(args, "no GPU found; use --backend gloo for a CPU probe", done)
+        return EXIT_FAILED
+    if have is not None and nprocs > have:
+        # A rank per GPU: more ranks than GPUs would fail deep inside CUDA, less clearly.
+        args.world_size = args.world_size or nprocs
+        _fail_all(args, f"{nprocs} ranks asked for but only {have} GPU(s) here", done)
         return EXIT_FAILED
     args.world_size = args.world_size or (args.rank_offset + nprocs)
     port = args.master_port or free_port()
