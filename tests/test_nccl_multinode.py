@@ -379,3 +379,22 @@ def test_cli_text_uses_the_probes_own_expectation_and_its_basis() -> None:
     text = format_probe(p)
     assert "expected ~47 GB/s" in text and "ratio 32%" in text
     assert "expected from: 1 NIC(s) per node" in text
+
+
+def test_nccl_using_fewer_nics_than_the_nodes_have_is_named() -> None:
+    """The RoCE run's NCCL listed 1 NIC (NCCL_IB_HCA=mlx5_5); with an inventory of 4 active
+    RoCE ports per node the finding says NCCL_IB_HCA limits it."""
+    hosts = ["MOC-R4PCC04U37", "MOC-R4PCC04U35"]
+    inv = [
+        NodeTopology(
+            host=h,
+            t=1.0,
+            nics=[NicPort(f"mlx5_{i}", 1, "roce", 400.0, "ACTIVE", 0) for i in range(4)],
+        )
+        for h in hosts
+    ]
+    findings, _ = _step2(_store(ROCE, topo=inv))
+    low = findings["nccl.busbw_low"]
+    assert "NCCL used 1 NIC(s) per node; the nodes have 4 active RDMA ports" in low.evidence[3]
+    assert "(NCCL_IB_HCA=mlx5_5 limits it)" in low.evidence[3]
+    assert low.data["expected_gbs"] == pytest.approx(4 * 47.0)  # what the nodes could carry

@@ -200,6 +200,22 @@ def nccl_transport_socket(view: View, th: Thresholds) -> RuleResult:
     )
 
 
+def _unused_nics(view: View, p: ProbeResult) -> list[str]:
+    """An evidence line when NCCL listed fewer NICs than the nodes have active RDMA ports."""
+    have = [
+        len(rdma_ports(view.store.node_topology[h]))
+        for h in p.hosts
+        if h in view.store.node_topology
+    ]
+    if not p.nics or not have or min(have) <= p.nics:
+        return []
+    hca = (p.settings or {}).get("NCCL_IB_HCA")
+    return [
+        f"NCCL used {p.nics} NIC(s) per node; the nodes have {min(have)} active RDMA ports"
+        + (f" (NCCL_IB_HCA={hca} limits it)" if hca else " (check NCCL_IB_HCA)")
+    ]
+
+
 def _gdr_note(transport: str) -> str:
     """Why an RDMA transport without GPUDirect matters, "" otherwise."""
     if transport in ("IB", "RoCE"):
@@ -256,6 +272,7 @@ def nccl_busbw_low(view: View, th: Thresholds) -> RuleResult:
             f"peak busbw over {worst.sizes_text}: {worst.got:.1f} GB/s at {human_size(worst.size)} ({p.tool}, {where})",
             f"expected {worst.expected:.0f} GB/s: {worst.basis}",
             f"transport: {p.transport or 'unknown'}" + _gdr_note(p.transport),
+            *_unused_nics(view, p),
         ],
         "Check the transport (NCCL_DEBUG=INFO: IB vs Socket), NCCL_IB_HCA / NCCL_SOCKET_IFNAME, "
         "GPUDirect RDMA (NCCL_NET_GDR_LEVEL) and NIC/switch health.",
