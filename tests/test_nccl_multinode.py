@@ -398,3 +398,17 @@ def test_nccl_using_fewer_nics_than_the_nodes_have_is_named() -> None:
     assert "NCCL used 1 NIC(s) per node; the nodes have 4 active RDMA ports" in low.evidence[3]
     assert "(NCCL_IB_HCA=mlx5_5 limits it)" in low.evidence[3]
     assert low.data["expected_gbs"] == pytest.approx(4 * 47.0)  # what the nodes could carry
+
+
+def test_inventory_is_found_by_the_nodes_own_hostname() -> None:
+    """verl-top monitors nodes under ssh names (gpu-a, gpu-b) while nccl-tests prints their own
+    hostnames: the topo record's hostname joins the two (short names match too)."""
+    inv = []
+    for name, hostname in (("gpu-a", "MOC-R4PCC04U37.example.org"), ("gpu-b", "MOC-R4PCC04U35")):
+        rec = _roce_port(name)
+        rec.hostname = hostname
+        inv.append(rec)
+    findings, _ = _step2(_store(ROCE, topo=inv))
+    assert findings["nccl.busbw_low"].data["expected_basis"].startswith(
+        "NIC inventory: MOC-R4PCC04U37 1x400 Gb/s"
+    )

@@ -379,6 +379,7 @@ class NodeTopology(Record):
     links: dict[str, str] = field(default_factory=dict)  # "0-1" -> NV18 / SYS / PIX ...
     smi_topo: str = ""  # raw `nvidia-smi topo -m` (bounded) when that was the source
     error: str = ""
+    hostname: str = ""  # the node's own hostname: what nccl-tests and NCCL logs call it
 
 
 RECORD_TYPES: dict[str, type[Record]] = {

@@ -1736,6 +1736,7 @@ def collect_topology(backend, sys_root=SYS_ROOT, smi_runner=None):
         ("links", links),
         ("smi_topo", text),
         ("error", error[:200]),
+        ("hostname", socket.gethostname()[:255]),
     )
 
 

@@ -10,7 +10,7 @@ from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, pass
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, fmt_pct
 from verl_top.model import ProbeResult
-from verl_top.nccl.expected import fill_expectation, rdma_ports
+from verl_top.nccl.expected import fill_expectation, inventory_for, rdma_ports
 from verl_top.store import GpuEntry
 
 STEP = 2
@@ -202,11 +202,8 @@ def nccl_transport_socket(view: View, th: Thresholds) -> RuleResult:
 
 def _unused_nics(view: View, p: ProbeResult) -> list[str]:
     """An evidence line when NCCL listed fewer NICs than the nodes have active RDMA ports."""
-    have = [
-        len(rdma_ports(view.store.node_topology[h]))
-        for h in p.hosts
-        if h in view.store.node_topology
-    ]
+    found = inventory_for(p.hosts, view.store.node_topology)
+    have = [len(rdma_ports(rec)) for rec in found.values()]
     if not p.nics or not have or min(have) <= p.nics:
         return []
     hca = (p.settings or {}).get("NCCL_IB_HCA")

@@ -254,16 +254,38 @@ def rdma_ports(topo: NodeTopology) -> list[tuple[str, float]]:
     return out
 
 
+def inventory_for(
+    hosts: list[str], inventory: Mapping[str, NodeTopology] | None
+) -> dict[str, NodeTopology]:
+    """The topology records of ``hosts``, found by the name verl-top monitors a node under or by
+    the node's own hostname (what nccl-tests and NCCL print), short names matching too."""
+    if not inventory:
+        return {}
+    by_name: dict[str, NodeTopology] = {}
+    for name, rec in inventory.items():
+        for key in (name, rec.hostname):
+            if key:
+                by_name.setdefault(key, rec)
+                by_name.setdefault(key.split(".")[0], rec)
+    out = {}
+    for host in hosts:
+        rec = by_name.get(host) or by_name.get(host.split(".")[0])
+        if rec is not None:
+            out[host] = rec
+    return out
+
+
 def _inventory_inter(
     hosts: list[str], inventory: Mapping[str, NodeTopology]
 ) -> tuple[float, str] | None:
     """Node network busbw from the agents' inventory: the slowest node's sum of active RDMA
     ports; None unless every host of the probe reported one."""
-    if not hosts or any(h not in inventory for h in hosts):
+    found = inventory_for(hosts, inventory)
+    if not hosts or len(found) < len(hosts):
         return None
     per_node: list[tuple[float, str]] = []
     for host in hosts:
-        ports = rdma_ports(inventory[host])
+        ports = rdma_ports(found[host])
         if not ports:
             return None
         rates = sorted({r for _, r in ports})
@@ -328,8 +350,9 @@ def _nvlink_facts(
     links present (an NVSwitch GPU with 16 of 18 links carries ~16/18). No link up anywhere (or
     NVLink not supported): PCIe, link "". None when no host of the probe reported NVLink state.
     """
+    found = inventory_for(hosts, inventory)
     for host in hosts:
-        topo = (inventory or {}).get(host)
+        topo = found.get(host)
         if topo is None or not topo.gpus:
             continue
         ups = [g.nvlinks_up for g in topo.gpus if g.nvlinks_up is not None]

@@ -274,4 +274,5 @@ def clean_topology(rec: NodeTopology) -> NodeTopology:
         },
         smi_topo=clean_line(rec.smi_topo if isinstance(rec.smi_topo, str) else "", _MAX_TOPO_TEXT),
         error=clean_text(rec.error, 200),
+        hostname=clean_text(rec.hostname, 255),
     )
