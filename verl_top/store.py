@@ -30,6 +30,7 @@ from verl_top.model import (
     LogEvent,
     LogLines,
     NcclInfo,
+    NodeTopology,
     ProbeResult,
     ProcessList,
     RayActor,
@@ -344,6 +345,10 @@ class Store:
         self.config_source = ""
         self.probes: deque[ProbeResult] = deque(maxlen=self.limits.probes)
         self.nccl: dict[str, NcclInfo] = {}
+        # Per host: the agent's topology/network inventory record, and its GPU link matrix
+        # {(i, j): "NV18" | "SYS" | ...} that pane 4 and map.topology read.
+        self.node_topology: dict[str, NodeTopology] = {}
+        self.topology: dict[str, dict[tuple[int, int], str]] = {}
         self.events: deque[LogEvent] = deque(maxlen=self.limits.events)
         self.latencies: deque[float] = deque(maxlen=self.limits.latencies)
         self.now: float = 0.0  # newest data time seen
@@ -359,7 +364,6 @@ class Store:
         self.drops: dict[str, dict[str, int]] = {}
         self._gpu_total = 0
         self._capped: set[tuple[str, str]] = set()  # (host, cap) already said once
-
 
         # Rollout servers (vLLM / SGLang metrics from --prometheus), by scrape address.
         self.rollout: dict[str, RolloutEntry] = {}
@@ -546,6 +550,19 @@ class Store:
                 self._capped.add((rec.host, rec.reason))
                 self.notes.append(f"{rec.host}: input cut at a cap ({rec.reason[4:]})")
 
+    def _on_topo(self, rec: NodeTopology, received: float | None) -> None:
+        from verl_top.nccl.topo import clean_topology, record_matrix  # pure, no I/O
+
+        rec = clean_topology(rec)
+        if rec.host not in self.node_topology and len(self.node_topology) >= 4096:
+            return  # bounded like every other per-host table
+        self.node_topology[rec.host] = rec
+        matrix = record_matrix(rec)
+        if matrix:
+            self.topology[rec.host] = matrix
+        else:
+            self.topology.pop(rec.host, None)
+
     def _on_event(self, rec: LogEvent, received: float | None) -> None:
         self.events.append(rec)
 
@@ -593,10 +610,9 @@ class Store:
         RayActors: _on_ray,
         Dropped: _on_drop,
         ClockOffset: _on_clock,
-
-
         RolloutSample: _on_rollout,
         SourceStatus: _on_source,
+        NodeTopology: _on_topo,
     }  # type: ignore[dict-item]
 
     def mark_stale(self, stale_after: float, now_wall: float | None = None) -> list[str]:

@@ -157,7 +157,11 @@ SNAPSHOT_SCHEMA: dict[str, Any] = {
             ),
             "redaction": _obj({"placeholder": _STR, "rules": {"type": "array", "items": _STR}}),
         },
-        {"notes": {"type": "array", "items": _STR}},
+        {
+            "notes": {"type": "array", "items": _STR},
+            # Each node's topo record (docs/protocol.md) plus "marks": [{"gpu", "text"}].
+            "topology": {"type": "array", "items": {"type": "object"}},
+        },
     ),
 }
 # The diagnosis, when present, follows its own schema (docs/diagnose-json.md); check its core.
