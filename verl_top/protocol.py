@@ -129,7 +129,12 @@ KEY_FIELDS = frozenset(
     ("host", "t", "index", "gpu_index", "pid", "step", "size_bytes", "node_id", "state")
 )
 # Text fields with a closed set of values (a host state drives colours and staleness).
-ENUMS: dict[str, frozenset[str]] = {"state": frozenset(HOST_STATES)}
+# Keyed by "Class.field": other classes' ``state`` (a NIC port's ACTIVE, a Ray node's ALIVE) is
+# plain text.
+ENUMS: dict[str, frozenset[str]] = {
+    "HostState.state": frozenset(HOST_STATES),
+    "SourceStatus.state": frozenset(("up", "slow", "down")),
+}
 # Text bounds by field name (default untrusted.MAX_TEXT).
 TEXT_LIMITS: dict[str, int] = {
     "host": 255,
@@ -176,6 +181,7 @@ class _Spec:
     required: bool = False  # no default: a missing value drops it too
     lo: float = -_BIG
     hi: float = _BIG
+    enum: frozenset[str] | None = None  # the values a closed text field may take
 
 
 _SPECS: dict[type, tuple[_Spec, ...]] = {}
@@ -209,9 +215,11 @@ def _specs(cls: type) -> tuple[_Spec, ...]:
         for f in dataclasses.fields(cls):
             kind, optional, item = _kind(hints[f.name])
             lo, hi = RANGES.get(f.name, (-_BIG, _BIG))
-            key = f.name in KEY_FIELDS and not optional
+            enum = ENUMS.get(f"{cls.__name__}.{f.name}")
+            # ``state`` is a key only where it is an enum (a host's state drives staleness).
+            key = f.name in KEY_FIELDS and not optional and (f.name != "state" or enum is not None)
             required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-            out.append(_Spec(f.name, kind, optional, item, key, required, lo, hi))
+            out.append(_Spec(f.name, kind, optional, item, key, required, lo, hi, enum))
         specs = _SPECS[cls] = tuple(out)
     return specs
 
@@ -219,7 +227,9 @@ def _specs(cls: type) -> tuple[_Spec, ...]:
 _BAD = object()
 
 
-def _scalar(kind: str, name: str, raw: Any, lo: float, hi: float) -> Any:
+def _scalar(
+    kind: str, name: str, raw: Any, lo: float, hi: float, enum: frozenset[str] | None = None
+) -> Any:
     """The clean value of one scalar, or _BAD."""
     if kind == "float":
         if type(raw) is float and lo <= raw <= hi:  # fast path; NaN fails both comparisons
@@ -235,8 +245,8 @@ def _scalar(kind: str, name: str, raw: Any, lo: float, hi: float) -> Any:
             return _BAD
         if name == "lines":  # log lines keep their length (up to MAX_LINE) and \r splits
             return clean_line(raw)
-        if name in ENUMS:
-            return raw if raw in ENUMS[name] else _BAD
+        if enum is not None:
+            return raw if raw in enum else _BAD
         return clean_text(raw, TEXT_LIMITS.get(name, MAX_TEXT))
     if kind == "bool":
         return raw if isinstance(raw, bool) else _BAD
@@ -334,7 +344,7 @@ def _clean_fields(cls: type, data: dict[str, Any], where: str, issues: list[str]
         elif spec.kind == "any":
             value = raw
         else:
-            value = _scalar(spec.kind, spec.name, raw, spec.lo, spec.hi)
+            value = _scalar(spec.kind, spec.name, raw, spec.lo, spec.hi, spec.enum)
         if value is _BAD:
             if spec.key:
                 raise Rejected(f"drop:{where}.{spec.name}", f"bad value {_show(raw)}")
