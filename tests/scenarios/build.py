@@ -564,10 +564,19 @@ def scenarios() -> dict[str, tuple[list[Record], dict[str, Any], str]]:
     a, r = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout."
     add(
         "cfg_micro_batch_small",
-        [healthy_config(**{a + "use_dynamic_bsz": False, a + "ppo_micro_batch_size_per_gpu": 2})],
+        [
+            healthy_config(
+                **{
+                    a + "use_dynamic_bsz": False,
+                    a + "ppo_micro_batch_size_per_gpu": 2,
+                    "data.max_prompt_length": 256,
+                    "data.max_response_length": 512,
+                }
+            )
+        ],
         5,
         "cfg.micro_batch_small",
-        "micro batch 2, no dynamic bsz",
+        "micro batch 2 x at most 768 tokens, no dynamic bsz (2 x 1024+4096 tokens would be fine)",
     )
     add(
         "cfg_token_budget",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 from verl_top.diagnosis import (
     step1_throughput,
@@ -12,7 +13,7 @@ from verl_top.diagnosis import (
     step4_mapping,
     step5_config,
 )
-from verl_top.diagnosis.findings import STEP_NAMES, Check, Finding, Rule, Verdict
+from verl_top.diagnosis.findings import STEP_NAMES, Check, Finding, Rule, Verdict, worth_text
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, mean
 from verl_top.store import Store
@@ -96,14 +97,18 @@ class Engine:
             or not self._history
         ):
             self._history.append((store.now, step, rule))
+        inputs = describe_inputs(view)
+        nothing = not inputs["gpus"] and not inputs["steps"] and not inputs["config"]["keys"]
         return Verdict(
             bottleneck_step=step,
             bottleneck_rule=rule,
-            headline=self._headline(view, findings, step),
+            headline=self._headline(view, findings, step, inputs),
             findings=findings,
             checks=checks,
             history=list(self._history),
             t=store.now,
+            inputs=inputs,
+            no_data=nothing and step is None,
         )
 
     def _decide(self, leader: int | None, scores: dict[int, float], now: float) -> None:
@@ -127,12 +132,22 @@ class Engine:
         if ch.count >= th.hysteresis_evals or now - ch.since_t >= th.hysteresis_s:
             self._current, self._challenger = leader, None
 
-    def _headline(self, view: View, findings: list[Finding], step: int | None) -> str:
+    def _headline(
+        self, view: View, findings: list[Finding], step: int | None, inputs: dict
+    ) -> str:
+        unread = unread_logs_text(inputs)
         if step is not None:
             top = next((f for f in findings if f.step == step), None)
             if top is None:  # held by hysteresis while its findings clear
                 return f"Step {step} ({STEP_NAMES[step]}) was the bottleneck; its findings cleared, confirming"
-            return f"Step {step} ({STEP_NAMES[step]}) is the bottleneck: {top.title}"
+            worth = worth_text(top)
+            return (
+                f"Step {step} ({STEP_NAMES[step]}) is the bottleneck: {top.title}"
+                + (f" — {worth}" if worth else "")
+                + (f". {unread}" if unread else "")
+            )
+        if not inputs["gpus"] and not inputs["steps"] and not inputs["config"]["keys"]:
+            return "No data to judge" + (f": {unread}" if unread else ": nothing was read yet")
         parts = []
         acts = [m for g in view.gpus() if (m := view.gpu_mean(g, "activity")) is not None]
         if acts:
@@ -143,5 +158,39 @@ class Engine:
         if rec and rec[-1].step_time_core:
             parts.append(f"step {rec[-1].step} took {rec[-1].step_time_core:.0f} s")
         if not parts:
-            return "Job looks healthy: no data yet to judge"
-        return "Job looks healthy: " + ", ".join(parts)
+            return "No verdict: too little data to judge" + (f". {unread}" if unread else "")
+        return "Job looks healthy: " + ", ".join(parts) + (f". {unread}" if unread else "")
+
+
+def describe_inputs(view: View) -> dict[str, Any]:
+    """What the verdict rests on, for the banner, ``diagnose`` and ``--json``."""
+    store = view.store
+    logs = [dict(v) for v in getattr(store, "log_stats", {}).values()]
+    steps = view.steps()
+    post = getattr(store, "post_mortem", {}) or {}
+    return {
+        "logs": logs,
+        "config": {"keys": len(store.config), "source": store.config_source or None},
+        "steps": len(steps),
+        "last_step": steps[-1].step if steps else None,
+        "gpus": len(view.gpus()),
+        "hosts": len(store.hosts),
+        "post_mortem": {path: dict(info) for path, info in post.items()},
+    }
+
+
+def unread_logs_text(inputs: dict[str, Any]) -> str:
+    """One sentence per verl log that gave neither a step nor a config: what was read."""
+    out = []
+    for log in inputs.get("logs", []):
+        if log.get("steps") or log.get("config_keys"):
+            continue
+        text = (
+            f"{log.get('path')}: {log.get('lines', 0)} lines read, {log.get('matched', 0)} "
+            "matched, no verl step or config"
+        )
+        first = log.get("first_malformed") or log.get("first_unmatched")
+        if first:
+            text += f"; first unreadable line: {first!r}"
+        out.append(text)
+    return "; ".join(out)

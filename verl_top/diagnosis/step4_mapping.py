@@ -149,6 +149,15 @@ def map_rollout_replicas(view: View, th: Thresholds) -> RuleResult:
     ratio = busy / expected
     if ratio >= th.replicas_ratio:
         return passed(STEP, "map.rollout_replicas", f"{busy} of {expected} GPUs busy during gen")
+    if busy == 0 and replicas <= 1:
+        # One replica and it is idle: nothing is spread badly; the rollout itself is slow
+        # (flow.rollout_bound judges it, with advice for its engine).
+        return passed(
+            STEP,
+            "map.rollout_replicas",
+            "one rollout replica, no GPU busy during gen: the rollout itself is slow "
+            "(flow.rollout_bound), not its placement",
+        )
     return Finding(
         STEP,
         "map.rollout_replicas",
