@@ -132,9 +132,7 @@ class Engine:
         if ch.count >= th.hysteresis_evals or now - ch.since_t >= th.hysteresis_s:
             self._current, self._challenger = leader, None
 
-    def _headline(
-        self, view: View, findings: list[Finding], step: int | None, inputs: dict
-    ) -> str:
+    def _headline(self, view: View, findings: list[Finding], step: int | None, inputs: dict) -> str:
         unread = unread_logs_text(inputs)
         if step is not None:
             top = next((f for f in findings if f.step == step), None)

@@ -83,7 +83,11 @@ class Thresholds:
     replicas_ratio: float = _t(0.5, "ratio", "busy GPUs during gen below half the expected")
     seqlen_ratio: float = _t(0.1, "ratio", "global_seqlen/minmax_diff / mean > 0.1")
     # -- step 5 ---------------------------------------------------------------------------
-    micro_batch_min: float = _t(2, "samples", "ppo_micro_batch_size_per_gpu <= 2 is tiny GEMMs")
+    micro_batch_min: float = _t(
+        2,
+        "samples",
+        "ppo_micro_batch_size_per_gpu <= 2 is tiny GEMMs (kept for old settings files; the rule uses tokens)",
+    )
     micro_batch_tokens_min: float = _t(
         4096, "tokens", "fewer tokens per micro batch than this make small, launch-bound GEMMs"
     )

@@ -79,6 +79,8 @@ def stage_label(stage: str) -> str:
     if stage in STAGE_BY_NAME:
         return STAGE_BY_NAME[stage].label
     return f"{stage} (rollout by name)" if is_rollout_name(stage) else f"{stage} (not in catalogue)"
+
+
 MISSING_VERL = (
     "no verl log: give --verl-log PATH (the driver's console log or the file logger's JSONL)"
 )
@@ -340,9 +342,7 @@ def steps_table(views: Sequence[StepView]) -> Table:
         for stage in present:
             seconds = v.stage_times.get(stage)
             cells.append(_share_cell(seconds, shares.share(stage) if shares else None))
-        cells.append(
-            _share_cell(shares.other_s, shares.other_share) if shares else Text("—")
-        )
+        cells.append(_share_cell(shares.other_s, shares.other_share) if shares else Text("—"))
         for stage in extras:
             seconds = v.stage_times.get(stage)
             cells.append("—" if seconds is None else f"{seconds:.1f}")
