@@ -26,6 +26,14 @@ STEP_RULES: dict[int, list[Rule]] = {
     5: step5_config.RULES,
 }
 HISTORY_LEN = 20
+# Step-5 rules that judge a setting alone, not a measurement: once verl's step timings are known
+# they are advice about a stage, never the lead (the measured stage rules of step 3 are).
+# cfg.kv_cache (preemptions, OOM lines), cfg.offload (measured headroom) and
+# cfg.memory_headroom rest on measurements and keep their severity.
+STATIC_RULES = frozenset(
+    {"cfg.micro_batch_small", "cfg.token_budget", "cfg.enforce_eager", "cfg.batched_tokens"}
+)
+STATIC_NOTE = "a setting, not a measurement: with step timings known it is advice, not the lead"
 
 
 def run_rules(view: View, th: Thresholds) -> tuple[list[Finding], list[Check]]:
@@ -83,11 +91,24 @@ class Engine:
         th = self.thresholds
         view = View(store, th)
         findings, checks = run_rules(view, th)
+        timed = any(s.stage_times for s in view.steps())
+        if timed:
+            for f in findings:
+                if f.rule in STATIC_RULES and f.severity >= th.floor:
+                    f.severity = round(max(0.0, th.floor - 0.05), 3)
+                    f.evidence.append(STATIC_NOTE)
+            findings.sort(key=lambda f: (-f.severity, f.step, f.rule))
+        inputs = describe_inputs(view)
+        nothing = not inputs["gpus"] and not timed
         scores = {step: 0.0 for step in STEP_NAMES}
         for f in findings:
             scores[f.step] = max(scores[f.step], f.severity)
         best = max(scores, key=lambda s: (scores[s], -s))
         leader: int | None = best if scores[best] >= th.floor else None
+        if nothing and inputs["logs"]:
+            # A verl log was given but no timed step came out of it (and no GPU was seen):
+            # nothing measured to judge, whatever the printed config says.
+            leader = None
         self._decide(leader, scores, store.now)
         step = self._current
         rule = next((f.rule for f in findings if f.step == step), None) if step else None
@@ -97,12 +118,10 @@ class Engine:
             or not self._history
         ):
             self._history.append((store.now, step, rule))
-        inputs = describe_inputs(view)
-        nothing = not inputs["gpus"] and not inputs["steps"] and not inputs["config"]["keys"]
         return Verdict(
             bottleneck_step=step,
             bottleneck_rule=rule,
-            headline=self._headline(view, findings, step, inputs),
+            headline=self._headline(view, findings, step, inputs, nothing),
             findings=findings,
             checks=checks,
             history=list(self._history),
@@ -132,8 +151,17 @@ class Engine:
         if ch.count >= th.hysteresis_evals or now - ch.since_t >= th.hysteresis_s:
             self._current, self._challenger = leader, None
 
-    def _headline(self, view: View, findings: list[Finding], step: int | None, inputs: dict) -> str:
+    def _headline(
+        self,
+        view: View,
+        findings: list[Finding],
+        step: int | None,
+        inputs: dict,
+        nothing: bool = False,
+    ) -> str:
         unread = unread_logs_text(inputs)
+        if step is None and nothing and (inputs["logs"] or inputs["steps"]):
+            return "No data to judge: " + untimed_text(inputs, unread)
         if step is not None:
             top = next((f for f in findings if f.step == step), None)
             if top is None:  # held by hysteresis while its findings clear
@@ -175,6 +203,22 @@ def describe_inputs(view: View) -> dict[str, Any]:
         "hosts": len(store.hosts),
         "post_mortem": {path: dict(info) for path, info in post.items()},
     }
+
+
+def untimed_text(inputs: dict[str, Any], unread: str) -> str:
+    """Why logs that were read give nothing to judge: no step, or steps without stage times."""
+    if unread:
+        return unread
+    parts = []
+    for log in inputs.get("logs", []):
+        parts.append(
+            f"{log.get('path')}: {log.get('lines', 0)} lines read, {log.get('steps', 0)} verl "
+            f"steps, {log.get('config_keys', 0)} config keys, no step with stage timings "
+            "(timing_s/*)"
+        )
+    if not parts:
+        parts.append(f"{inputs.get('steps', 0)} verl steps without stage timings (timing_s/*)")
+    return "; ".join(parts) + "; config findings, if any, are listed below"
 
 
 def unread_logs_text(inputs: dict[str, Any]) -> str:

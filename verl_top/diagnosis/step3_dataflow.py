@@ -90,12 +90,24 @@ def flow_rollout_bound(view: View, th: Thresholds) -> RuleResult:
     share, _, names = hit
     unknown = _unknown_roles(view)
     label = _stage_names_text(names, unknown)
-    if share <= th.rollout_frac:
+    runner_up = max(
+        (
+            h[0]
+            for r in ("train", "logprob", "driver", "reward", "unknown", "sync")
+            if (h := view.median_role_share(r)) is not None
+        ),
+        default=0.0,
+    )
+    leads = share >= th.rollout_lead_frac and share >= th.lead_margin * runner_up
+    if share <= th.rollout_frac and not leads:
         return passed(STEP, "flow.rollout_bound", f"{label} {fmt_pct(share)} of step")
     engine = view.rollout_engine()
     tp = view.config("actor_rollout_ref.rollout.tensor_model_parallel_size")
     sev = scale(share, th.rollout_frac, 0.95, 0.45, 0.8)
     ev = [f"{label} {fmt_pct(share)} of the step (without testing/checkpoint), {view.steps_text()}"]
+    if share <= th.rollout_frac:
+        ev.append(f"the largest stage: {share / runner_up:.1f}x the next one" if runner_up else "")
+    sev = max(sev, 0.45) if leads else sev
     ev.append(
         f"rollout engine: {engine} (actor_rollout_ref.rollout.name)"
         if engine
@@ -196,10 +208,17 @@ def flow_long_tail(view: View, th: Thresholds) -> RuleResult:
                 ev.append(f"rollout {fmt_pct(share)} of the step")
             if clip is not None:
                 ev.append(f"response_length/clip_ratio = {clip:.2f}")
+            sev = scale(ratio, th.long_tail_ratio, 5.0, 0.45, 0.8)
+            gen_s = view.median_seconds(*gen[2]) if gen else None
+            if share is not None and share > th.rollout_frac and gen_s and tail >= 0.5 * gen_s:
+                # The rollout dominates and half of it is the tail: the tail is the verdict
+                # about that stage (flow.rollout_bound is its context, not a rival).
+                sev = max(sev, scale(share, th.rollout_frac, 0.95, 0.45, 0.8) + 0.02)
+                ev.append(f"the tail is {fmt_pct(tail / gen_s)} of the rollout time")
             return Finding(
                 STEP,
                 "flow.long_tail",
-                scale(ratio, th.long_tail_ratio, 5.0, 0.45, 0.8),
+                sev,
                 f"Rollout long tail: slowest sample {ratio:.1f}x the mean",
                 ev,
                 "Cut the tail: actor_rollout_ref.rollout.over_sample_rate, partial/async rollout "

@@ -60,9 +60,15 @@ class Thresholds:
     sync_wait_frac: float = _t(0.15, "fraction", "share of the window a node spends waiting")
     sync_wait_episodes: float = _t(2, "episodes", "'repeatedly': separate waiting episodes")
     # -- step 3 ---------------------------------------------------------------------------
-    rollout_frac: float = _t(0.6, "fraction of step", "gen > 60 % of the step")
+    rollout_frac: float = _t(
+        0.5, "fraction of step", "rollout > half of the step: it is the stage to speed up"
+    )
     long_tail_ratio: float = _t(2.0, "x mean", "agent_loop generate_sequences max > 2x mean")
     clip_ratio: float = _t(0.1, "fraction", "response_length/clip_ratio > 0.1 (truncation)")
+    rollout_lead_frac: float = _t(
+        0.45, "fraction of step", "…or rollout > 45 % and the largest stage by lead_margin"
+    )
+    lead_margin: float = _t(1.5, "x", "…at least 1.5x the next stage role (update, log-prob, ...)")
     long_tail_gen_frac: float = _t(
         0.3, "fraction of step", "a generation tail matters only when rollout is > 30 % of step"
     )

@@ -369,11 +369,11 @@ class View:
 
     def median_mfu(self) -> tuple[str, float, int] | None:
         """Median actor MFU over the recent steps that estimated it (verl logs 0 when it
-        cannot: those steps say nothing)."""
+        cannot, and a value above 1 is a wrong FLOPs figure: those steps say nothing)."""
         hits = [
             h
             for s in self.recent_steps()
-            if (h := first(s.metrics, "perf/mfu/actor", "mfu/actor")) and h[1] > 0
+            if (h := first(s.metrics, "perf/mfu/actor", "mfu/actor")) and 0 < h[1] <= 1
         ]
         if not hits:
             return None

@@ -84,7 +84,7 @@ _CONTINUATION_RE = re.compile(r"^-? ?[^\s]+(?: - [^\s]+)*(?: -)?$")
 MAX_WRAPPED_CHARS = 1_000_000
 # One metric per line: a "step: N" line, then "key: value" lines.
 _BLOCK_STEP_RE = re.compile(r"^step\s*[:=]\s*(\d{1,18})\s*$")
-_BLOCK_PAIR_RE = re.compile(r"^([\w@.()\-]+(?:/[\w@.()\-]+)+)\s*[:=]\s*(\S.*?)\s*$")
+_BLOCK_PAIR_RE = re.compile(r"^(?:- )?([\w@.()\-]+(?:/[\w@.()\-]+)+)\s*[:=]\s*(\S.*?)\s*$")
 MAX_SHOWN_LINE = 200
 
 NONE, OK, TRUNCATED, MALFORMED = "none", "ok", "truncated", "malformed"

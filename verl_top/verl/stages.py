@@ -134,8 +134,9 @@ MFU_NOT_ESTIMATED = "not estimated"
 
 def mfu_value(value: float | None) -> float | None:
     """verl's MFU, or ``None`` when it was not estimated: verl logs 0 for a GPU or model it
-    has no FLOPs figure for, and NaN/negative values mean nothing either."""
-    if value is None or not math.isfinite(value) or value <= 0:
+    has no FLOPs figure for; NaN, negative values and impossible ones above 1 (a wrong
+    FLOPs figure) mean nothing either."""
+    if value is None or not math.isfinite(value) or value <= 0 or value > 1:
         return None
     return value
 
