@@ -310,3 +310,15 @@ def test_growing_log_is_followed_finished_log_is_post_mortem_app_too(tmp_path: P
     fresh.write_text("step:1 - timing_s/gen:1.0\n")
     inputs = build_inputs(diagnose_parser().parse_args(["--verl-log", str(fresh)]))
     assert not inputs.finite and POST_MORTEM_AGE_S > 0
+
+
+def test_banner_never_calls_an_unreadable_log_healthy(tmp_path: Path) -> None:
+    from verl_top.headless import collect
+    from verl_top.ui.header import banner
+
+    path = _old_copy(tmp_path, LOG40, "hello world\nstep 3 took 10 s\n")
+    inputs = build_inputs(app_parser().parse_args(["--verl-log", str(path)]))
+    verdict = __import__("asyncio").run(collect(inputs))
+    text, level = banner(inputs.store, verdict)
+    assert level == "warning" and text.startswith("No data to judge")
+    assert "healthy" not in text.lower() and "2 lines read" in text
