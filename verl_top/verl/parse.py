@@ -76,6 +76,7 @@ _TIMESTAMP_RE = re.compile(
     r"(?:Z|[+-]\d\d:?\d\d)?\]?(?: \|)?[ \t]"
 )
 _SRUN_LABEL_RE = re.compile(r"^ {0,4}\d{1,5}: ")
+_HEAD_STARTS = frozenset("[ADFJMNOS")  # "[2024-…", month names of syslog-style stamps
 # "step:N - " after some other head ("INFO:root:", "[rank0]: "): where the metrics start.
 _EMBEDDED_STEP_RE = re.compile(r"(?<=[\s\]|>:])step:\d{1,18} - ")
 MAX_HEAD_CHARS = 160
@@ -130,6 +131,14 @@ def strip_heads(text: str) -> str:
     with it, further indentation stays.
     """
     for _ in range(3):
+        first = text[:1]
+        # Cheap test first: most lines start with a Ray prefix "(" or a letter of their own.
+        if not (
+            first.isdigit()
+            or first in _HEAD_STARTS
+            or (first == " " and text[1:5].strip()[:1].isdigit())
+        ):
+            break
         match = _TIMESTAMP_RE.match(text) or _SRUN_LABEL_RE.match(text)
         if match is None:
             break
@@ -393,7 +402,7 @@ class VerlStreamParser:
                 if consumed:
                     return True
         stripped = body.lstrip()
-        if not stripped.startswith("step:"):
+        if not stripped.startswith("step:") and "step:" in body[: MAX_HEAD_CHARS + 30]:
             embedded = _EMBEDDED_STEP_RE.search(body, 0, MAX_HEAD_CHARS + 30)
             if embedded is not None and embedded.start() <= MAX_HEAD_CHARS:
                 stripped = body[embedded.start() :]
@@ -402,7 +411,7 @@ class VerlStreamParser:
             if block is not None:
                 self._block = (int(block.group(1)), {})
                 return True
-            if parse_console_body(stripped)[0] == NONE:
+            if _STEP_HEAD_RE.match(stripped) is None:  # "step: 3 with a space": not ours
                 return False
             self._pending = (prefix, stripped)
             return True
