@@ -184,7 +184,9 @@ def _add_replay(inputs: Inputs, args: argparse.Namespace) -> None:
     inputs.title = f"verl-top — {'demo' if args.demo else path.name}"
 
 
-def _add_local_logs(inputs: Inputs, logs: list[LogSpec], finite: bool) -> None:
+def _add_local_logs(
+    inputs: Inputs, logs: list[LogSpec], finite: bool, then_follow: bool = False
+) -> None:
     local = [log for log in logs if log.host is None]
     for log in local:
         if not os.path.exists(log.path):
@@ -194,7 +196,11 @@ def _add_local_logs(inputs: Inputs, logs: list[LogSpec], finite: bool) -> None:
 
         # Logs are read from their start: the steps before verl-top started matter too.
         inputs.sources.append(
-            LocalFollowSource([(log.kind, log.path, True) for log in local], until_eof=finite)
+            LocalFollowSource(
+                [(log.kind, log.path, True) for log in local],
+                until_eof=finite,
+                then_follow=then_follow,
+            )
         )
 
 
@@ -241,27 +247,31 @@ def _age_text(seconds: float) -> str:
 
 
 def _add_post_mortem(
-    inputs: Inputs, logs: list[LogSpec], info: dict[str, dict[str, object]]
+    inputs: Inputs, logs: list[LogSpec], info: dict[str, dict[str, object]], headless: bool
 ) -> None:
     """Finished logs: read them to the end, no live sampling of this machine (its GPUs and
-    CPUs say nothing about a job that is over), no stall judgement (no arrival times)."""
-    _add_local_logs(inputs, logs, finite=True)
+    CPUs say nothing about a job that is over), no stall judgement (no arrival times).
+
+    ``diagnose``/``snapshot`` stop there; the app goes on following the files, so a log that
+    was only quiet (a long step) shows its next steps live."""
+    _add_local_logs(inputs, logs, finite=True, then_follow=not headless)
     inputs.store.post_mortem = info
-    inputs.finite = True
+    inputs.finite = headless
     inputs.mode = "POST-MORTEM"
     names = ", ".join(os.path.basename(p) for p in info)
     inputs.title = f"verl-top — post-mortem of {names}"
     for path, item in info.items():
         inputs.store.notes.append(
             f"post-mortem: {path} was last written {item['written']} ({item['age_text']} ago); "
-            "read to its end (pass --follow to follow it as a live log)"
+            "read to its end and judged as a finished run (--follow: treat it as live)"
         )
 
 
 def _add_live(inputs: Inputs, args: argparse.Namespace, logs: list[LogSpec]) -> None:
     finished = finished_logs(args, logs)
     if finished is not None:
-        _add_post_mortem(inputs, logs, finished)
+        # Only the headless commands have --duration: the app keeps following.
+        _add_post_mortem(inputs, logs, finished, headless=hasattr(args, "duration"))
         return
     if getattr(args, "ray", None) is not None:
         _add_ray(inputs, args, logs)
