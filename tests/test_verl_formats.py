@@ -149,3 +149,14 @@ def test_nothing_readable_is_counted_and_shown():
     assert not steps and not configs
     assert (parser.lines, parser.matched, parser.steps) == (3, 0, 0)
     assert parser.first_unmatched == "hello world"
+
+
+def test_file_logger_jsonl_behind_heads():
+    lines = [
+        '0: {"step": 3, "data": {"timing_s/gen": 12.5, "perf/mfu/actor": 0.0}}',
+        '2026-12-02 22:07:31,004 {"step": 4, "data": {"timing_s/gen": NaN, "x/y": 1}}',
+    ]
+    _, steps, _ = _parse_lines(lines, "run.jsonl")
+    assert [s.step for s in steps] == [3, 4]
+    assert steps[0].metrics == {"timing_s/gen": 12.5, "perf/mfu/actor": 0.0}
+    assert math.isnan(steps[1].metrics["timing_s/gen"]) and steps[1].metrics["x/y"] == 1.0
