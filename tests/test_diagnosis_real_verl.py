@@ -327,3 +327,18 @@ def test_banner_never_calls_an_unreadable_log_healthy(tmp_path: Path) -> None:
     text, level = banner(inputs.store, verdict)
     assert level == "warning" and text.startswith("No data to judge")
     assert "healthy" not in text.lower() and "2 lines read" in text
+
+
+def test_untimed_log_verdict_follows_the_data_as_it_is_read() -> None:
+    """The app evaluates while a finished log is still being read (no arrival times): the
+    verdict must end where `diagnose` ends, with no hysteresis holding an early leader."""
+    log = parse_file(LOG40)
+    store = Store()
+    engine = Engine()
+    # Early on only a config: a static config finding may lead for a moment.
+    store.ingest(VerlConfig(host="h", t=0.0, values=log.config, source=log.config_source))
+    engine.evaluate(store)
+    for s in log.steps:
+        store.ingest(VerlStep(host="h", t=0.0, step=s.step, metrics=s.metrics))
+    assert engine.evaluate(store).bottleneck_rule == Engine().evaluate(store).bottleneck_rule
+    assert engine.evaluate(store).bottleneck_rule == "flow.rollout_bound"

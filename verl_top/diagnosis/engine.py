@@ -132,8 +132,11 @@ class Engine:
 
     def _decide(self, leader: int | None, scores: dict[int, float], now: float) -> None:
         th = self.thresholds
-        if not self._evaluated:
-            self._evaluated, self._current = True, leader
+        if not self._evaluated or not now:
+            # First look, or data without times (finished logs read post-mortem, where the app
+            # evaluates while the file is still being read): no history to be stable over, so
+            # the verdict follows the data, as `diagnose` does.
+            self._evaluated, self._current, self._challenger = True, leader, None
             return
         if leader == self._current:
             self._challenger = None
