@@ -94,6 +94,8 @@ def test_real_h200_session_is_rollout_bound_launch_bound_with_hf_advice() -> Non
     # HF has no enforce_eager switch: no claim about it, no "verl default False".
     assert checks["cfg.enforce_eager"].status == "passed"
     assert "no enforce_eager switch" in checks["cfg.enforce_eager"].detail
+    for rule in ("cfg.kv_cache", "cfg.batched_tokens"):  # vLLM/SGLang knobs, not HF's
+        assert checks[rule].status == "passed" and "rollout engine hf" in checks[rule].detail
     assert not any("dataloader" in f.advice for f in v.findings)
     # Item 9: the cost and the bound, in the headline and the JSON.
     assert top.cost_s == pytest.approx(18.051974709999996)

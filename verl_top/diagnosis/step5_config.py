@@ -180,6 +180,16 @@ EAGER_V06_KEY = R + "cudagraph_capture_sizes"
 EAGER_ENGINES = ("vllm", "sglang")
 
 
+def _engine_without(view: View, setting: str) -> str | None:
+    """Why a vLLM/SGLang setting does not apply: the rollout engine in use has no such knob
+    (HF generate has no KV-cache pool, batched-token cap or CUDA graphs). None when it applies
+    or the engine is unknown."""
+    engine = view.rollout_engine()
+    if engine is None or engine in EAGER_ENGINES:
+        return None
+    return f"rollout engine {engine}: it has no {setting} (the key is ignored)"
+
+
 def _eager_default(view: View) -> str:
     """verl's default for enforce_eager in the release that printed this config."""
     if view.config(EAGER_V06_KEY) is not None or EAGER_V06_KEY in view.store.config:
@@ -273,6 +283,8 @@ def cfg_kv_cache(view: View, th: Thresholds) -> RuleResult:
     """gpu_memory_utilization low with preemptions, or high with OOM risk."""
     if not view.has_config():
         return no_data(STEP, "cfg.kv_cache", NEED_CONFIG)
+    if (skip := _engine_without(view, "gpu_memory_utilization")) is not None:
+        return passed(STEP, "cfg.kv_cache", skip)
     key, value, is_def = _get(view, R + "gpu_memory_utilization")
     util = view.num(value)
     if util is None:
@@ -326,6 +338,8 @@ def cfg_batched_tokens(view: View, th: Thresholds) -> RuleResult:
     """max_num_batched_tokens below max(batched_tokens_min, prompt + response)."""
     if not view.has_config():
         return no_data(STEP, "cfg.batched_tokens", NEED_CONFIG)
+    if (skip := _engine_without(view, "max_num_batched_tokens")) is not None:
+        return passed(STEP, "cfg.batched_tokens", skip)
     key, value, is_def = _get(view, R + "max_num_batched_tokens")
     _, p, _ = _get(view, "data.max_prompt_length")
     _, r, _ = _get(view, "data.max_response_length")
