@@ -344,3 +344,20 @@ def test_untimed_log_verdict_follows_the_data_as_it_is_read() -> None:
         store.ingest(VerlStep(host="h", t=0.0, step=s.step, metrics=s.metrics))
     assert engine.evaluate(store).bottleneck_rule == Engine().evaluate(store).bottleneck_rule
     assert engine.evaluate(store).bottleneck_rule == "flow.rollout_bound"
+
+
+async def test_banner_shows_a_quoted_log_line_as_plain_text(tmp_path: Path) -> None:
+    """The first unreadable line is foreign text: '[bold]' in it must show as written."""
+    from verl_top.ui.app import VerlTopApp
+
+    path = _old_copy(tmp_path, LOG40, "[bold red]not a verl line[/] [unclosed\n")
+    inputs = build_inputs(app_parser().parse_args(["--verl-log", str(path)]))
+    app = VerlTopApp(inputs, refresh=0.1)
+    async with app.run_test(size=(160, 40)) as pilot:
+        for _ in range(40):
+            await pilot.pause(0.1)
+            banner = app.query_one("#banner")
+            if "No data to judge" in str(banner.render()):
+                break
+        shown = str(banner.render())
+    assert "[bold red]not a verl line[/]" in shown and "healthy" not in shown.lower()

@@ -140,4 +140,4 @@ class VerlTopHeader(Vertical):
         b = self.query_one("#banner", Static)
         for lv in ("error", "warning", "info", "ok", "wait"):
             b.set_class(lv == level, f"-{lv}")
-        b.update(text)
+        b.update(Text(text))  # the headline quotes log lines and stage names: never markup
