@@ -106,7 +106,11 @@ def flow_rollout_bound(view: View, th: Thresholds) -> RuleResult:
     sev = scale(share, th.rollout_frac, 0.95, 0.45, 0.8)
     ev = [f"{label} {fmt_pct(share)} of the step (without testing/checkpoint), {view.steps_text()}"]
     if share <= th.rollout_frac:
-        ev.append(f"the largest stage: {share / runner_up:.1f}x the next one" if runner_up else "")
+        ev.append(
+            f"the largest stage: {share / runner_up:.1f}x the next one"
+            if runner_up
+            else "the only timed stage of its size"
+        )
     sev = max(sev, 0.45) if leads else sev
     ev.append(
         f"rollout engine: {engine} (actor_rollout_ref.rollout.name)"
