@@ -361,3 +361,25 @@ async def test_banner_shows_a_quoted_log_line_as_plain_text(tmp_path: Path) -> N
                 break
         shown = str(banner.render())
     assert "[bold red]not a verl line[/]" in shown and "healthy" not in shown.lower()
+
+
+def test_catalogue_roles_and_nesting() -> None:
+    from verl_top.verl.stages import STAGE_BY_NAME, split_timings
+
+    assert (STAGE_BY_NAME["gen"].role, STAGE_BY_NAME["gen"].diag_step) == ("rollout", 3)
+    assert STAGE_BY_NAME["update_weights"].diag_step == 2
+    assert STAGE_BY_NAME["update_critic"].role == "train"
+    t = split_timings(
+        {
+            "timing_s/gen": 10.0,
+            "timing_s/generate_sequences": 9.5,  # verl's own detail timer inside gen
+            "timing_s/rollout_postprocess": 1.0,  # rollout by name, shorter than gen: nested
+            "timing_s/fancy_filter": 2.0,  # outside the catalogue: a stage of its own
+            "timing_s/agent_loop/generate_sequences/max": 9.0,
+            "timing_s/update_actor": float("nan"),  # NaN timings are left out
+        }
+    )
+    assert t.times.keys() == {"gen", "rollout_postprocess", "fancy_filter"}
+    assert t.nested == {"rollout_postprocess": "gen"}
+    assert t.unknown == {"rollout_postprocess": "rollout", "fancy_filter": "unknown"}
+    assert set(t.other) == {"generate_sequences", "agent_loop/generate_sequences/max"}
