@@ -176,7 +176,14 @@ class Engine:
                 + (f". {unread}" if unread else "")
             )
         if not inputs["gpus"] and not inputs["steps"] and not inputs["config"]["keys"]:
-            return "No data to judge" + (f": {unread}" if unread else ": nothing was read yet")
+            if unread:
+                return f"No data to judge: {unread}"
+            if inputs["hosts"]:
+                return (
+                    f"No data to judge: {inputs['hosts']} host(s) seen, but no GPU sample and "
+                    "no verl step yet"
+                )
+            return "No data to judge: nothing was read yet"
         parts = []
         acts = [m for g in view.gpus() if (m := view.gpu_mean(g, "activity")) is not None]
         if acts:

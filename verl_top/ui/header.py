@@ -61,9 +61,7 @@ def has_data(store: Store) -> bool:
 
 def banner(store: Store, verdict: Any) -> tuple[str, str]:
     """Banner text and its level (error / warning / info / ok / wait)."""
-    if getattr(verdict, "no_data", False) and (
-        getattr(store, "log_stats", None) or has_data(store)
-    ):
+    if getattr(verdict, "no_data", False) and getattr(store, "log_stats", None):
         # The engine found nothing to judge in what was read (an unreadable or untimed log):
         # say what was read, never "healthy" and never an endless "collecting…".
         return str(getattr(verdict, "headline", "") or "No data to judge"), "warning"
