@@ -383,3 +383,10 @@ def test_catalogue_roles_and_nesting() -> None:
     assert t.nested == {"rollout_postprocess": "gen"}
     assert t.unknown == {"rollout_postprocess": "rollout", "fancy_filter": "unknown"}
     assert set(t.other) == {"generate_sequences", "agent_loop/generate_sequences/max"}
+
+
+def test_no_data_checks_do_not_ask_for_the_log_that_was_given(tmp_path: Path) -> None:
+    path = _old_copy(tmp_path, LOG40, "hello world\n")
+    out = run_cli("diagnose", "--verl-log", str(path))
+    assert out.returncode == 3
+    assert "pass --verl-log" not in out.stdout and "the --verl-log given has no" in out.stdout

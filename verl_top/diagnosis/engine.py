@@ -91,6 +91,8 @@ class Engine:
         th = self.thresholds
         view = View(store, th)
         findings, checks = run_rules(view, th)
+        if getattr(store, "log_stats", None):
+            _given_logs(checks)
         timed = any(s.stage_times for s in view.steps())
         if timed:
             for f in findings:
@@ -196,6 +198,23 @@ class Engine:
         if not parts:
             return "No verdict: too little data to judge" + (f". {unread}" if unread else "")
         return "Job looks healthy: " + ", ".join(parts) + (f". {unread}" if unread else "")
+
+
+GIVEN_LOG_NOTE = "the --verl-log given has no such data (see what was read)"
+
+
+def _given_logs(checks: list[Check]) -> None:
+    """A log was given: a 'no data' check must not tell the user to pass one."""
+    for c in checks:
+        if c.status != "no_data":
+            continue
+        for ask in (
+            "pass --verl-log PATH (console log or file-logger JSONL)",
+            "pass --verl-log PATH",
+        ):
+            if ask in c.detail:
+                c.detail = c.detail.replace(ask, GIVEN_LOG_NOTE)
+                break
 
 
 def describe_inputs(view: View) -> dict[str, Any]:
