@@ -229,15 +229,9 @@ def test_long_tail_uses_per_sample_timings_and_states_the_tail_time() -> None:
     store, _ = load("flow_long_tail")
     v = Engine().evaluate(store)
     tail = next(f for f in v.findings if f.rule == "flow.long_tail")
-    view_steps = [s for s in store.steps if "timing_s/testing" not in s.metrics]
-    gaps = sorted(
-        s.metrics["timing_s/agent_loop/generate_sequences/max"]
-        - s.metrics["timing_s/agent_loop/generate_sequences/mean"]
-        for s in view_steps
-    )
-    assert tail.cost_s == pytest.approx(
-        sum(gaps) / len(gaps) if len(gaps) == 2 else gaps[len(gaps) // 2]
-    )
+    # Steps 11 and 12 (step 10 ran testing: an outlier): slowest minus mean sample
+    # 303.29 - 118.69 = 184.60 s and 308.68 - 109.28 = 199.40 s; median 192.0 s.
+    assert tail.cost_s == pytest.approx((184.599 + 199.395) / 2, abs=0.01)
     assert tail.save_s == tail.cost_s and "after the mean" in tail.save_basis
 
 
