@@ -12,8 +12,10 @@ Expected answers were written from the numbers in the fixtures BEFORE running th
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -183,7 +185,7 @@ def test_pane3_rows_sum_to_100_percent_and_counters_show() -> None:
     assert "x.log: 490 lines read, 345 matched, 40 steps" in text
     table = text[text.index("Stage times of the last") :].splitlines()[2:14]
     for row in table:
-        pcts = [int(p) for p in __import__("re").findall(r"(\d+)%", row)]
+        pcts = [int(p) for p in re.findall(r"(\d+)%", row)]
         assert 97 <= sum(pcts) <= 103, row  # whole percents of one denominator
 
 
@@ -319,7 +321,7 @@ def test_banner_never_calls_an_unreadable_log_healthy(tmp_path: Path) -> None:
 
     path = _old_copy(tmp_path, LOG40, "hello world\nstep 3 took 10 s\n")
     inputs = build_inputs(app_parser().parse_args(["--verl-log", str(path)]))
-    verdict = __import__("asyncio").run(collect(inputs))
+    verdict = asyncio.run(collect(inputs))
     text, level = banner(inputs.store, verdict)
     assert level == "warning" and text.startswith("No data to judge")
     assert "healthy" not in text.lower() and "2 lines read" in text
