@@ -110,18 +110,22 @@ def test_excerpt(excerpt):
     assert s1.metrics["timing_s/step"] == 179.003
     assert s1.metrics["perf/throughput"] == 1049.601
     assert excerpt.steps[3].metrics["timing_s/testing"] == 45.697
-    # Source B: issue paste wrapped inside "critic/rewards/min": the cut pair is dropped.
+    # Source B: issue paste wrapped inside "critic/rewards/min": the two pieces are glued back,
+    # so the pair cut by the wrap and everything after it are read (issue 17 item 8).
     s34 = excerpt.steps[4].metrics
     assert s34["actor/lr"] == 2e-06
     assert s34["actor/ppo_kl"] == -8.163164312320433e-06
     assert s34["critic/rewards/max"] == 1.0
-    assert list(s34)[-1] == "critic/rewards/max"
+    assert s34["critic/rewards/min"] == -1.0
+    assert s34["critic/returns/min"] == -1.7888524532318115
+    assert list(s34)[-1] == "response_length/min" and s34["response_length/min"] == 38.0
     # Source D (oldest docs): timing/ keys, parenthesised lr key.
     assert excerpt.steps[5].metrics["critic/lr(1e-4)"] == 0.1
     assert excerpt.steps[5].metrics["timing/update_critic"] == 15.664
-    # Counted: the truncated step-34 line, its wrapped tail and the Source C fragment.
+    # Counted: the step-34 line, which ends on a dangling " -" (the paste stopped there), and
+    # the Source C fragment (no step head).
     assert excerpt.truncated == 1
-    assert excerpt.malformed == 3
+    assert excerpt.malformed == 2
     assert excerpt.config is None  # only config fragments, no opening brace
 
 

@@ -25,6 +25,9 @@ from verl_top.inputs import InputError, add_input_arguments, build_inputs
 from verl_top.settings import Settings, SettingsError, config_arg, load_settings, parse_args_with
 
 SUBCOMMANDS = ("diagnose", "snapshot", "probe", "doctor", "export-metrics")
+# `diagnose` exit statuses (docs/diagnose-json.md): 0 a verdict, 2 bad inputs, 3 nothing to
+# judge (no GPU sample, verl step or config read) or a --verl-log gave neither step nor config.
+EXIT_NO_DATA = 3
 
 
 def _base_parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -69,6 +72,11 @@ def diagnose_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--json", action="store_true", help="print the JSON schema of docs/diagnose-json.md"
+    )
+    parser.epilog = (
+        "Exit status: 0 a verdict was given; 2 the inputs are unusable; 3 no data to judge "
+        "(nothing read), or a --verl-log gave neither a step nor the config (the output says "
+        "what was read: lines, lines matched, the first unreadable line)."
     )
     return parser
 
@@ -193,10 +201,18 @@ def _run_diagnose(args: argparse.Namespace, settings: Settings | None = None) ->
         print(f"verl-top diagnose: {note}", file=sys.stderr)
     if args.json:
         doc = to_json(verdict)
-        doc["inputs"] = inputs.store.input_health()  # refused input per host, clock offsets
+        # What the verdict rests on (logs read) plus refused input per host and clock offsets.
+        doc["inputs"] = {**(doc.get("inputs") or {}), **inputs.store.input_health()}
         print(json.dumps(doc, indent=2))
     else:
         print(format_text(verdict))
+    unread = [
+        log
+        for log in verdict.inputs.get("logs", [])
+        if log.get("kind") == "verl" and not log.get("steps") and not log.get("config_keys")
+    ]
+    if verdict.no_data or unread:
+        return EXIT_NO_DATA
     return 0
 
 

@@ -29,6 +29,7 @@ async def run_sources(inputs: Inputs, duration: float | None) -> None:
         for task in done:
             if not task.cancelled() and task.exception() is not None:
                 inputs.store.notes.append(f"a source failed: {task.exception()}")
+        inputs.pipeline.finish()  # hand over what the log parsers still hold
     finally:
         if inputs.replay is not None and speed is not None:
             inputs.replay.speed = speed  # what a screenshot of the session should show

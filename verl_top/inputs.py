@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -21,6 +22,9 @@ from verl_top.sources.replay import ReplayControl, ReplaySource
 from verl_top.store import Store, StoreLimits
 
 DEMO_RECORDING = "demo.ndjson.gz"
+# A verl log not written for this long is a finished job's (or a dead one's): read it to its end
+# and judge at once (post-mortem) instead of following it. --follow keeps following.
+POST_MORTEM_AGE_S = 60.0
 
 
 class InputError(Exception):
@@ -80,6 +84,12 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
         help="verl driver log or file-logger JSONL to follow (repeatable)",
     )
     g.add_argument("--verl-config", metavar="[HOST:]PATH", help="the job's config (YAML or JSON)")
+    g.add_argument(
+        "--follow",
+        action="store_true",
+        help=f"follow --verl-log files as live even when they have not grown for "
+        f"{POST_MORTEM_AGE_S:.0f} s (default: such a log is read to its end and judged at once)",
+    )
     g.add_argument(
         "--nccl-log",
         action="append",
@@ -208,7 +218,9 @@ def _add_replay(inputs: Inputs, args: argparse.Namespace) -> None:
     inputs.title = f"verl-top — {'demo' if args.demo else path.name}"
 
 
-def _add_local_logs(inputs: Inputs, logs: list[LogSpec], finite: bool) -> None:
+def _add_local_logs(
+    inputs: Inputs, logs: list[LogSpec], finite: bool, then_follow: bool = False
+) -> None:
     local = [log for log in logs if log.host is None]
     for log in local:
         option = {"verl": "--verl-log", "nccl": "--nccl-log"}.get(log.kind, "--verl-config")
@@ -222,12 +234,84 @@ def _add_local_logs(inputs: Inputs, logs: list[LogSpec], finite: bool) -> None:
 
         # Logs are read from their start: the steps before verl-top started matter too.
         inputs.sources.append(
-            LocalFollowSource([(log.kind, log.path, True) for log in local], until_eof=finite)
+            LocalFollowSource(
+                [(log.kind, log.path, True) for log in local],
+                until_eof=finite,
+                then_follow=then_follow,
+            )
+        )
+
+
+def finished_logs(
+    args: argparse.Namespace, logs: list[LogSpec], now: float | None = None
+) -> dict[str, dict[str, object]] | None:
+    """When only local verl logs were given and none has been written for POST_MORTEM_AGE_S:
+    each one's last write time and size (the run is over: judge it post-mortem). Else None."""
+    if getattr(args, "follow", False) or args.hosts or args.slurm:
+        return None
+    if getattr(args, "ray", None) is not None or any(log.host for log in logs):
+        return None
+    if not any(log.kind == "verl" for log in logs):
+        return None
+    now = time.time() if now is None else now
+    out: dict[str, dict[str, object]] = {}
+    for log in logs:
+        try:
+            st = os.stat(log.path)
+        except OSError:
+            return None  # a missing file is reported by _add_local_logs
+        age = now - st.st_mtime
+        if age < POST_MORTEM_AGE_S:
+            return None
+        out[log.path] = {
+            "mtime": st.st_mtime,
+            "written": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(st.st_mtime)),
+            "age_s": round(age, 1),
+            "age_text": _age_text(age),
+            "size": st.st_size,
+        }
+    return out
+
+
+def _age_text(seconds: float) -> str:
+    """``45 s``, ``12 min``, ``3.5 h``, ``2.0 days``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def _add_post_mortem(
+    inputs: Inputs, logs: list[LogSpec], info: dict[str, dict[str, object]], headless: bool
+) -> None:
+    """Finished logs: read them to the end, no live sampling of this machine (its GPUs and
+    CPUs say nothing about a job that is over), no stall judgement (no arrival times).
+
+    ``diagnose``/``snapshot`` stop there; the app goes on following the files, so a log that
+    was only quiet (a long step) shows its next steps live."""
+    _add_local_logs(inputs, logs, finite=True, then_follow=not headless)
+    inputs.store.post_mortem = info
+    inputs.finite = headless
+    inputs.mode = "POST-MORTEM"
+    names = ", ".join(os.path.basename(p) for p in info)
+    inputs.title = f"verl-top — post-mortem of {names}"
+    for path, item in info.items():
+        inputs.store.notes.append(
+            f"post-mortem: {path} was last written {item['written']} ({item['age_text']} ago); "
+            "read to its end and judged as a finished run (--follow: treat it as live)"
         )
 
 
 def _add_live(inputs: Inputs, args: argparse.Namespace, logs: list[LogSpec]) -> None:
     prom = _prometheus(args)
+    finished = None if prom else finished_logs(args, logs)
+    if finished is not None:
+        # Only the headless commands have --duration: the app keeps following.
+        _add_post_mortem(inputs, logs, finished, headless=hasattr(args, "duration"))
+        return
     if getattr(args, "ray", None) is not None:
         _add_ray(inputs, args, logs)
         inputs.sources.extend(prom)

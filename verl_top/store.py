@@ -343,6 +343,11 @@ class Store:
         self.steps: deque[VerlStep] = deque(maxlen=self.limits.steps)
         self.config: dict[str, object] = {}
         self.config_source = ""
+        # What each followed verl log gave (lines read/matched, steps, config keys, first
+        # unreadable line), by "host:path"; filled by the pipeline's parsers (issue 17).
+        self.log_stats: dict[str, dict[str, object]] = {}
+        # Set when finished logs are read post-mortem: path -> {"mtime": ..., "size": ...}.
+        self.post_mortem: dict[str, dict[str, float]] = {}
         self.probes: deque[ProbeResult] = deque(maxlen=self.limits.probes)
         self.nccl: dict[str, NcclInfo] = {}
         # Per host: the agent's topology/network inventory record, and its GPU link matrix

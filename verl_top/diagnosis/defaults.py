@@ -123,7 +123,8 @@ VERL_DEFAULTS: tuple[VerlDefault, ...] = (
     VerlDefault(
         R + "enforce_eager",
         False,
-        "True disables CUDA graphs: slow decode",
+        "True disables CUDA graphs: slow decode (verl's default: True up to 0.5, False from 0.6; "
+        "vLLM/SGLang only, HF rollout has no such switch)",
         "False (True only to work around an OOM)",
         "rollout",
     ),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 from verl_top.diagnosis import (
     step1_throughput,
@@ -13,7 +14,7 @@ from verl_top.diagnosis import (
     step4_mapping,
     step5_config,
 )
-from verl_top.diagnosis.findings import STEP_NAMES, Check, Finding, Rule, Verdict
+from verl_top.diagnosis.findings import STEP_NAMES, Check, Finding, Rule, Verdict, worth_text
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, mean
 from verl_top.store import Store
@@ -26,6 +27,14 @@ STEP_RULES: dict[int, list[Rule]] = {
     5: step5_config.RULES,
 }
 HISTORY_LEN = 20
+# Step-5 rules that judge a setting alone, not a measurement: once verl's step timings are known
+# they are advice about a stage, never the lead (the measured stage rules of step 3 are).
+# cfg.kv_cache (preemptions, OOM lines), cfg.offload (measured headroom) and
+# cfg.memory_headroom rest on measurements and keep their severity.
+STATIC_RULES = frozenset(
+    {"cfg.micro_batch_small", "cfg.token_budget", "cfg.enforce_eager", "cfg.batched_tokens"}
+)
+STATIC_NOTE = "a setting, not a measurement: with step timings known it is advice, not the lead"
 
 
 def run_rules(view: View, th: Thresholds) -> tuple[list[Finding], list[Check]]:
@@ -83,11 +92,26 @@ class Engine:
         th = self.thresholds
         view = View(store, th)
         findings, checks = run_rules(view, th)
+        if getattr(store, "log_stats", None):
+            _given_logs(checks)
+        timed = any(s.stage_times for s in view.steps())
+        if timed:
+            for f in findings:
+                if f.rule in STATIC_RULES and f.severity >= th.floor:
+                    f.severity = round(max(0.0, th.floor - 0.05), 3)
+                    f.evidence.append(STATIC_NOTE)
+            findings.sort(key=lambda f: (-f.severity, f.step, f.rule))
+        inputs = describe_inputs(view)
+        nothing = not inputs["gpus"] and not timed
         scores = {step: 0.0 for step in STEP_NAMES}
         for f in findings:
             scores[f.step] = max(scores[f.step], f.severity)
         best = max(scores, key=lambda s: (scores[s], -s))
         leader: int | None = best if scores[best] >= th.floor else None
+        if nothing and inputs["logs"]:
+            # A verl log was given but no timed step came out of it (and no GPU was seen):
+            # nothing measured to judge, whatever the printed config says.
+            leader = None
         self._decide(leader, scores, store.now)
         step = self._current
         rule = next((f.rule for f in findings if f.step == step), None) if step else None
@@ -100,17 +124,22 @@ class Engine:
         return Verdict(
             bottleneck_step=step,
             bottleneck_rule=rule,
-            headline=self._headline(view, findings, step),
+            headline=self._headline(view, findings, step, inputs, nothing),
             findings=findings,
             checks=checks,
             history=list(self._history),
             t=store.now,
+            inputs=inputs,
+            no_data=nothing and step is None,
         )
 
     def _decide(self, leader: int | None, scores: dict[int, float], now: float) -> None:
         th = self.thresholds
-        if not self._evaluated:
-            self._evaluated, self._current = True, leader
+        if not self._evaluated or not now:
+            # First look, or data without times (finished logs read post-mortem, where the app
+            # evaluates while the file is still being read): no history to be stable over, so
+            # the verdict follows the data, as `diagnose` does.
+            self._evaluated, self._current, self._challenger = True, leader, None
             return
         if leader == self._current:
             self._challenger = None
@@ -128,12 +157,36 @@ class Engine:
         if ch.count >= th.hysteresis_evals or now - ch.since_t >= th.hysteresis_s:
             self._current, self._challenger = leader, None
 
-    def _headline(self, view: View, findings: list[Finding], step: int | None) -> str:
+    def _headline(
+        self,
+        view: View,
+        findings: list[Finding],
+        step: int | None,
+        inputs: dict,
+        nothing: bool = False,
+    ) -> str:
+        unread = unread_logs_text(inputs)
+        if step is None and nothing and (inputs["logs"] or inputs["steps"]):
+            return "No data to judge: " + untimed_text(inputs, unread)
         if step is not None:
             top = next((f for f in findings if f.step == step), None)
             if top is None:  # held by hysteresis while its findings clear
                 return f"Step {step} ({STEP_NAMES[step]}) was the bottleneck; its findings cleared, confirming"
-            return f"Step {step} ({STEP_NAMES[step]}) is the bottleneck: {top.title}"
+            worth = worth_text(top)
+            return (
+                f"Step {step} ({STEP_NAMES[step]}) is the bottleneck: {top.title}"
+                + (f" — {worth}" if worth else "")
+                + (f". {unread}" if unread else "")
+            )
+        if not inputs["gpus"] and not inputs["steps"] and not inputs["config"]["keys"]:
+            if unread:
+                return f"No data to judge: {unread}"
+            if inputs["hosts"]:
+                return (
+                    f"No data to judge: {inputs['hosts']} host(s) seen, but no GPU sample and "
+                    "no verl step yet"
+                )
+            return "No data to judge: nothing was read yet"
         parts = []
         acts = [m for g in view.gpus() if (m := view.gpu_mean(g, "activity")) is not None]
         if acts:
@@ -144,5 +197,72 @@ class Engine:
         if rec and rec[-1].step_time_core:
             parts.append(f"step {rec[-1].step} took {rec[-1].step_time_core:.0f} s")
         if not parts:
-            return "Job looks healthy: no data yet to judge"
-        return "Job looks healthy: " + ", ".join(parts)
+            return "No verdict: too little data to judge" + (f". {unread}" if unread else "")
+        return "Job looks healthy: " + ", ".join(parts) + (f". {unread}" if unread else "")
+
+
+GIVEN_LOG_NOTE = "the --verl-log given has no such data (see what was read)"
+
+
+def _given_logs(checks: list[Check]) -> None:
+    """A log was given: a 'no data' check must not tell the user to pass one."""
+    for c in checks:
+        if c.status != "no_data":
+            continue
+        for ask in (
+            "pass --verl-log PATH (console log or file-logger JSONL)",
+            "pass --verl-log PATH",
+        ):
+            if ask in c.detail:
+                c.detail = c.detail.replace(ask, GIVEN_LOG_NOTE)
+                break
+
+
+def describe_inputs(view: View) -> dict[str, Any]:
+    """What the verdict rests on, for the banner, ``diagnose`` and ``--json``."""
+    store = view.store
+    logs = [dict(v) for v in getattr(store, "log_stats", {}).values()]
+    steps = view.steps()
+    post = getattr(store, "post_mortem", {}) or {}
+    return {
+        "logs": logs,
+        "config": {"keys": len(store.config), "source": store.config_source or None},
+        "steps": len(steps),
+        "last_step": steps[-1].step if steps else None,
+        "gpus": len(view.gpus()),
+        "hosts": len(store.hosts),
+        "post_mortem": {path: dict(info) for path, info in post.items()},
+    }
+
+
+def untimed_text(inputs: dict[str, Any], unread: str) -> str:
+    """Why logs that were read give nothing to judge: no step, or steps without stage times."""
+    if unread:
+        return unread
+    parts = []
+    for log in inputs.get("logs", []):
+        parts.append(
+            f"{log.get('path')}: {log.get('lines', 0)} lines read, {log.get('steps', 0)} verl "
+            f"steps, {log.get('config_keys', 0)} config keys, no step with stage timings "
+            "(timing_s/*)"
+        )
+    if not parts:
+        parts.append(f"{inputs.get('steps', 0)} verl steps without stage timings (timing_s/*)")
+    return "; ".join(parts) + "; config findings, if any, are listed below"
+
+
+def unread_logs_text(inputs: dict[str, Any]) -> str:
+    """One sentence per verl log that gave neither a step nor a config: what was read."""
+    out = []
+    for log in inputs.get("logs", []):
+        if log.get("steps") or log.get("config_keys"):
+            continue
+        text = (
+            f"{log.get('path')}: {log.get('lines', 0)} lines read, {log.get('matched', 0)} "
+            "matched, no verl step or config"
+        )
+        first = log.get("first_malformed") or log.get("first_unmatched")
+        if first:
+            text += f"; first unreadable line: {first!r}"
+        out.append(text)
+    return "; ".join(out)

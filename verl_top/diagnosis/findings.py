@@ -32,6 +32,25 @@ class Finding:
     evidence: list[str] = field(default_factory=list)  # numbers with units and their window
     advice: str = ""  # names the verl / NCCL setting to change
     data: dict[str, Any] = field(default_factory=dict)  # raw numbers
+    # What it is worth (issue 17 item 9): seconds of each step the problem costs, an upper
+    # bound on what the advised change could save per step, and how that bound was reached.
+    cost_s: float | None = None
+    save_s: float | None = None
+    step_s: float | None = None  # the step those seconds are part of
+    save_basis: str = ""
+
+
+def worth_text(f: Finding) -> str:
+    """'costs 2.0 s of each 2.1 s step; the advised change saves at most 1.9 s/step (basis)'."""
+    if f.cost_s is None:
+        return ""
+    of = f" of each {f.step_s:.3g} s step" if f.step_s else " per step"
+    text = f"costs {f.cost_s:.3g} s{of}"
+    if f.save_s is not None:
+        text += f"; the advised change saves at most {f.save_s:.3g} s/step"
+        if f.save_basis:
+            text += f" ({f.save_basis})"
+    return text
 
 
 @dataclass
@@ -55,6 +74,10 @@ class Verdict:
     checks: list[Check] = field(default_factory=list)
     history: list[tuple[float, int | None, str | None]] = field(default_factory=list)
     t: float = 0.0
+    # What the verdict rests on: verl logs read (lines, matched, steps, first unreadable line),
+    # config keys and their source, GPUs, post-mortem file times. ``no_data``: nothing to judge.
+    inputs: dict[str, Any] = field(default_factory=dict)
+    no_data: bool = False
 
 
 RuleResult = Finding | Check | list[Finding | Check]

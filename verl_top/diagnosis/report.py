@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from verl_top.diagnosis.engine import steps_summary
-from verl_top.diagnosis.findings import STEP_NAMES, Check, Finding, Verdict
+from verl_top.diagnosis.findings import STEP_NAMES, Check, Finding, Verdict, worth_text
 
 SCHEMA = "verl-top.diagnose/1"
 
@@ -13,6 +13,8 @@ SCHEMA = "verl-top.diagnose/1"
 def _finding_text(f: Finding) -> list[str]:
     lines = [f"  [{f.severity:.2f}] {f.title}  ({f.rule})"]
     lines += [f"      - {e}" for e in f.evidence]
+    if worth := worth_text(f):
+        lines.append(f"      $ {worth}")
     if f.advice:
         lines.append(f"      > {f.advice}")
     return lines
@@ -25,6 +27,7 @@ def format_text(verdict: Verdict) -> str:
         out.append(
             f"Bottleneck: step {verdict.bottleneck_step} {STEP_NAMES[verdict.bottleneck_step]} ({verdict.bottleneck_rule})"
         )
+    out += inputs_text(verdict.inputs)
     summary = steps_summary(verdict)
     for step, name in STEP_NAMES.items():
         worst, n = summary[step]
@@ -44,6 +47,44 @@ def format_text(verdict: Verdict) -> str:
     return "\n".join(out) + "\n"
 
 
+def inputs_text(inputs: dict[str, Any]) -> list[str]:
+    """What the verdict rests on, one line each: logs read, config keys, post-mortem times."""
+    if not inputs:
+        return []
+    out = []
+    for log in inputs.get("logs", []):
+        line = (
+            f"Read {log.get('path')}: {log.get('lines', 0)} lines, {log.get('matched', 0)} "
+            f"matched, {log.get('steps', 0)} steps, {log.get('config_keys', 0)} config keys"
+        )
+        if log.get("malformed"):
+            line += f", {log.get('malformed')} unreadable metric lines"
+        out.append(line)
+    cfg = inputs.get("config", {})
+    out.append(
+        f"Config: {cfg.get('keys', 0)} keys"
+        + (f" (from {cfg['source']})" if cfg.get("source") else " (none read)")
+    )
+    for path, info in inputs.get("post_mortem", {}).items():
+        out.append(
+            f"Post-mortem: {path} last written {info.get('written')} "
+            f"({info.get('age_text')} ago), last step {inputs.get('last_step')}"
+        )
+    return out
+
+
+def _worth_json(f: Finding) -> dict[str, Any] | None:
+    if f.cost_s is None:
+        return None
+    return {
+        "cost_s_per_step": _plain(f.cost_s),
+        "save_s_per_step_max": _plain(f.save_s),
+        "step_s": _plain(f.step_s),
+        "basis": f.save_basis,
+        "text": worth_text(f),
+    }
+
+
 def _finding_json(f: Finding) -> dict[str, Any]:
     return {
         "step": f.step,
@@ -53,6 +94,7 @@ def _finding_json(f: Finding) -> dict[str, Any]:
         "evidence": list(f.evidence),
         "advice": f.advice,
         "data": _plain(f.data),
+        "worth": _worth_json(f),
     }
 
 
@@ -98,4 +140,6 @@ def to_json(verdict: Verdict) -> dict[str, Any]:
         "findings": [_finding_json(f) for f in verdict.findings],
         "history": [{"t": t, "step": s, "rule": r} for t, s, r in verdict.history],
         "time": verdict.t,
+        "no_data": verdict.no_data,
+        "inputs": _plain(verdict.inputs),
     }

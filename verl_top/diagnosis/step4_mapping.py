@@ -149,6 +149,15 @@ def map_rollout_replicas(view: View, th: Thresholds) -> RuleResult:
     ratio = busy / expected
     if ratio >= th.replicas_ratio:
         return passed(STEP, "map.rollout_replicas", f"{busy} of {expected} GPUs busy during gen")
+    if busy == 0 and replicas <= 1:
+        # One replica and it is idle: nothing is spread badly; the rollout itself is slow
+        # (flow.rollout_bound judges it, with advice for its engine).
+        return passed(
+            STEP,
+            "map.rollout_replicas",
+            "one rollout replica, no GPU busy during gen: the rollout itself is slow "
+            "(flow.rollout_bound), not its placement",
+        )
     return Finding(
         STEP,
         "map.rollout_replicas",
@@ -165,10 +174,17 @@ def map_rollout_replicas(view: View, th: Thresholds) -> RuleResult:
 
 
 def map_seqlen_imbalance(view: View, th: Thresholds) -> RuleResult:
-    """global_seqlen/minmax_diff over global_seqlen/mean above seqlen_ratio."""
+    """global_seqlen/minmax_diff over global_seqlen/mean above seqlen_ratio — after balancing
+    when verl logs it (global_seqlen/balanced_max - balanced_min): that is what the ranks got."""
     ratios = []
     for s in view.recent_steps():
         d, m = s.metrics.get("global_seqlen/minmax_diff"), s.metrics.get("global_seqlen/mean")
+        hi, lo = (
+            s.metrics.get("global_seqlen/balanced_max"),
+            s.metrics.get("global_seqlen/balanced_min"),
+        )
+        if hi is not None and lo is not None:
+            d = hi - lo  # balance_batch already evened the ranks out: judge what they got
         if d is not None and m:
             ratios.append(float(d) / float(m))
     if not ratios:

@@ -45,8 +45,27 @@ def _reserved_frac(view: View) -> tuple[float, float, float] | None:
     return hit[1], dev, hit[1] / dev
 
 
+def _tokens_per_sample(view: View) -> tuple[float, str] | None:
+    """Tokens of one sample: logged mean prompt + response length, else the configured maxima."""
+    p = view.median_metric("prompt_length/mean")
+    r = view.median_metric("response_length/mean")
+    if r is not None:
+        return (p[1] if p else 0.0) + r[1], (
+            "mean prompt + response length logged" if p else "mean response length logged"
+        )
+    _, pm, _ = _get(view, "data.max_prompt_length")
+    _, rm, _ = _get(view, "data.max_response_length")
+    pn, rn = view.num(pm), view.num(rm)
+    if pn is None and rn is None:
+        return None
+    return (pn or 0.0) + (rn or 0.0), "at most: data.max_prompt_length + max_response_length"
+
+
 def cfg_micro_batch_small(view: View, th: Thresholds) -> RuleResult:
-    """ppo_micro_batch_size_per_gpu <= micro_batch_min without use_dynamic_bsz."""
+    """Too few tokens per training micro batch (count x tokens per sample) without dynamic bsz.
+
+    The count alone says little: one sample of 6k tokens is a full GEMM, eight of 100 are not.
+    """
     if not view.has_config():
         return no_data(STEP, "cfg.micro_batch_small", NEED_CONFIG)
     dk, dyn, dyn_def = _get(view, A + "use_dynamic_bsz")
@@ -70,23 +89,53 @@ def cfg_micro_batch_small(view: View, th: Thresholds) -> RuleResult:
         return no_data(
             STEP, "cfg.micro_batch_small", f"{A}ppo_micro_batch_size_per_gpu not in the config"
         )
-    if per_gpu > th.micro_batch_min:
-        return passed(STEP, "cfg.micro_batch_small", f"{key} = {per_gpu:g} per GPU")
+    sample = _tokens_per_sample(view)
+    if sample is None:
+        return no_data(
+            STEP,
+            "cfg.micro_batch_small",
+            f"{key} = {per_gpu:g}: needs the sample length (response_length/mean or "
+            "data.max_response_length) to know the tokens per micro batch",
+        )
+    tokens = per_gpu * sample[0]
+    if tokens >= th.micro_batch_tokens_min:
+        return passed(
+            STEP,
+            "cfg.micro_batch_small",
+            f"{key} = {per_gpu:g} x ~{sample[0]:.0f} tokens = {tokens:.0f} tokens per micro batch",
+        )
     train = view.median_share("update_actor", "update_critic")
-    sev = 0.55 if train and train[0] > th.train_frac else 0.45
+    if train is None:
+        sev = 0.45  # what the update costs is unknown (no verl steps)
+    elif train[0] < th.cost_frac_min:
+        sev = 0.2  # the update is a small share of the step: little to win
+    else:
+        sev = 0.55 if train[0] > th.train_frac else 0.45
+    update_s = view.median_seconds("update_actor", "update_critic")
     return Finding(
         STEP,
         "cfg.micro_batch_small",
         sev,
-        f"Micro batch of {per_gpu:g} per GPU without dynamic batch size: tiny GEMMs, low MFU",
+        f"Micro batch of {per_gpu:g} x ~{sample[0]:.0f} tokens = {tokens:.0f} tokens per GPU "
+        "without dynamic batch size: small GEMMs, low MFU",
         [
             _show(key, value, is_def) + note,
+            f"tokens per sample ~{sample[0]:.0f} ({sample[1]})",
             _show(dk, dyn, dyn_def),
-            f"recommendation: use_dynamic_bsz=True, or micro batch > {th.micro_batch_min:g} up to the normalized mini batch",
+            f"recommendation: >= {th.micro_batch_tokens_min:g} tokens per micro batch "
+            "(use_dynamic_bsz=True with ppo_max_token_len_per_gpu)",
         ]
-        + ([f"update stages {fmt_pct(train[0])} of step, {view.steps_text()}"] if train else []),
+        + (
+            [f"update stages {fmt_pct(train[0])} of step, {view.steps_text()}"]
+            if train
+            else ["update share unknown (no verl steps)"]
+        ),
         f"Set {A}use_dynamic_bsz=True with {A}ppo_max_token_len_per_gpu, or raise {A}ppo_micro_batch_size_per_gpu.",
-        {"per_gpu": per_gpu},
+        {"per_gpu": per_gpu, "tokens_per_micro_batch": tokens},
+        cost_s=update_s,
+        save_s=update_s,
+        step_s=view.median_step_s(),
+        save_basis="the update time itself; larger micro batches only shorten it",
     )
 
 
@@ -124,24 +173,65 @@ def cfg_token_budget(view: View, th: Thresholds) -> RuleResult:
     )
 
 
+# verl's own default for rollout.enforce_eager changed with the release: True up to v0.5.0,
+# False from v0.6.0 (verl/trainer/config/rollout/rollout.yaml at tags v0.5.0 and v0.6.0).
+# v0.6 also added rollout.cudagraph_capture_sizes, so the printed config tells them apart.
+EAGER_V06_KEY = R + "cudagraph_capture_sizes"
+EAGER_ENGINES = ("vllm", "sglang")
+
+
+def _engine_without(view: View, setting: str) -> str | None:
+    """Why a vLLM/SGLang setting does not apply: the rollout engine in use has no such knob
+    (HF generate has no KV-cache pool, batched-token cap or CUDA graphs). None when it applies
+    or the engine is unknown."""
+    engine = view.rollout_engine()
+    if engine is None or engine in EAGER_ENGINES:
+        return None
+    return f"rollout engine {engine}: it has no {setting} (the key is ignored)"
+
+
+def _eager_default(view: View) -> str:
+    """verl's default for enforce_eager in the release that printed this config."""
+    if view.config(EAGER_V06_KEY) is not None or EAGER_V06_KEY in view.store.config:
+        return "verl >= 0.6 default False"
+    return "verl <= 0.5 default True (False from 0.6)"
+
+
 def cfg_enforce_eager(view: View, th: Thresholds) -> RuleResult:
-    """Rollout enforce_eager: true (CUDA graphs off, slow decode)."""
+    """vLLM/SGLang rollout with enforce_eager: true (CUDA graphs off, slow decode)."""
     if not view.has_config():
         return no_data(STEP, "cfg.enforce_eager", NEED_CONFIG)
     key, value, is_def = _get(view, R + "enforce_eager")
+    engine = view.rollout_engine()
+    if engine is not None and engine not in EAGER_ENGINES:
+        return passed(
+            STEP,
+            "cfg.enforce_eager",
+            f"rollout engine {engine}: it has no enforce_eager switch (the key is ignored)",
+        )
+    default = _eager_default(view)
+    shown = f"{key} = {value}" + (" (not set: " if is_def else " (") + default + ")"
     if not view.flag(value):
-        return passed(STEP, "cfg.enforce_eager", _show(key, value, is_def))
-    gen = view.median_share("gen")
+        return passed(STEP, "cfg.enforce_eager", shown)
+    gen = view.median_role_share("rollout")
     sev = 0.6 if gen and gen[0] > 0.5 else 0.5
+    if gen is not None and gen[0] < th.cost_frac_min:
+        sev = 0.2  # eager decode costs at most the rollout, here a small share
+    gen_s = view.median_seconds(*gen[2]) if gen else None
     return Finding(
         STEP,
         "cfg.enforce_eager",
         sev,
-        "Rollout runs eagerly (CUDA graphs off): decode is CPU-launch bound",
-        [_show(key, value, is_def), "recommendation: false (use true only to work around an OOM)"]
-        + ([f"gen {fmt_pct(gen[0])} of step, {view.steps_text()}"] if gen else []),
+        f"{engine or 'Rollout'} runs eagerly (CUDA graphs off): decode is CPU-launch bound",
+        [shown, "recommendation: false (use true only to work around an OOM)"]
+        + ([f"rollout engine: {engine}"] if engine else ["rollout engine not in the config"])
+        + ([f"rollout {fmt_pct(gen[0])} of step, {view.steps_text()}"] if gen else []),
         f"Set {R}enforce_eager=False; if it was set for memory, lower {R}gpu_memory_utilization instead.",
-        {"value": value},
+        {"value": value, "engine": engine, "default": default},
+        cost_s=gen_s,
+        save_s=gen_s,
+        step_s=view.median_step_s(),
+        save_basis="the rollout time itself (CUDA graphs shorten decode, they cannot remove it)",
     )
 
 
@@ -193,6 +283,8 @@ def cfg_kv_cache(view: View, th: Thresholds) -> RuleResult:
     """gpu_memory_utilization low with preemptions, or high with OOM risk."""
     if not view.has_config():
         return no_data(STEP, "cfg.kv_cache", NEED_CONFIG)
+    if (skip := _engine_without(view, "gpu_memory_utilization")) is not None:
+        return passed(STEP, "cfg.kv_cache", skip)
     key, value, is_def = _get(view, R + "gpu_memory_utilization")
     util = view.num(value)
     if util is None:
@@ -246,6 +338,8 @@ def cfg_batched_tokens(view: View, th: Thresholds) -> RuleResult:
     """max_num_batched_tokens below max(batched_tokens_min, prompt + response)."""
     if not view.has_config():
         return no_data(STEP, "cfg.batched_tokens", NEED_CONFIG)
+    if (skip := _engine_without(view, "max_num_batched_tokens")) is not None:
+        return passed(STEP, "cfg.batched_tokens", skip)
     key, value, is_def = _get(view, R + "max_num_batched_tokens")
     _, p, _ = _get(view, "data.max_prompt_length")
     _, r, _ = _get(view, "data.max_response_length")

@@ -66,9 +66,18 @@ class Thresholds:
     sync_wait_frac: float = _t(0.15, "fraction", "share of the window a node spends waiting")
     sync_wait_episodes: float = _t(2, "episodes", "'repeatedly': separate waiting episodes")
     # -- step 3 ---------------------------------------------------------------------------
-    rollout_frac: float = _t(0.6, "fraction of step", "gen > 60 % of the step")
+    rollout_frac: float = _t(
+        0.5, "fraction of step", "rollout > half of the step: it is the stage to speed up"
+    )
     long_tail_ratio: float = _t(2.0, "x mean", "agent_loop generate_sequences max > 2x mean")
     clip_ratio: float = _t(0.1, "fraction", "response_length/clip_ratio > 0.1 (truncation)")
+    rollout_lead_frac: float = _t(
+        0.45, "fraction of step", "…or rollout > 45 % and the largest stage by lead_margin"
+    )
+    lead_margin: float = _t(1.5, "x", "…at least 1.5x the next stage role (update, log-prob, ...)")
+    long_tail_gen_frac: float = _t(
+        0.3, "fraction of step", "a generation tail matters only when rollout is > 30 % of step"
+    )
     train_frac: float = _t(0.5, "fraction of step", "update_actor (+critic) > 50 % of step")
     mfu_low: float = _t(0.15, "MFU", "perf/mfu/actor below 0.15 on a supported model")
     driver_frac: float = _t(0.05, "fraction of step", "adv or reward > 5 % of the step")
@@ -92,7 +101,17 @@ class Thresholds:
     replicas_ratio: float = _t(0.5, "ratio", "busy GPUs during gen below half the expected")
     seqlen_ratio: float = _t(0.1, "ratio", "global_seqlen/minmax_diff / mean > 0.1")
     # -- step 5 ---------------------------------------------------------------------------
-    micro_batch_min: float = _t(2, "samples", "ppo_micro_batch_size_per_gpu <= 2 is tiny GEMMs")
+    micro_batch_min: float = _t(
+        2,
+        "samples",
+        "ppo_micro_batch_size_per_gpu <= 2 is tiny GEMMs (kept for old settings files; the rule uses tokens)",
+    )
+    micro_batch_tokens_min: float = _t(
+        4096, "tokens", "fewer tokens per micro batch than this make small, launch-bound GEMMs"
+    )
+    cost_frac_min: float = _t(
+        0.1, "fraction of step", "a setting whose stage is below this share costs little"
+    )
     token_budget_factor: float = _t(2.0, "x (prompt+response)", "verl perf tuning: >= 2x")
     offload_headroom: float = _t(0.3, "fraction", "offload needless when > 30 % memory is free")
     kv_low: float = _t(0.4, "fraction", "gpu_memory_utilization below this with preemptions")

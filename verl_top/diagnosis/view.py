@@ -27,7 +27,15 @@ from typing import Any
 
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.store import GpuEntry, HostEntry, Ring, Store
-from verl_top.verl.stages import CORE_STAGES, EXTRA_STAGES, STAGE_BY_NAME, TIMING_PREFIXES
+from verl_top.verl.stages import (
+    CORE_STAGES,
+    EXTRA_STAGES,
+    STAGE_BY_NAME,
+    TIMING_PREFIXES,
+    core_names,
+    role_of,
+    split_timings,
+)
 
 # Stages of one step in execution order (verl.md §1.2), from the verl catalogue: the core stages
 # without the profiler bookkeeping; testing/save_checkpoint are the periodic ones after `step`.
@@ -66,21 +74,42 @@ class StepView:
     step_time_source: str = ""
     throughput: float | None = None  # perf/throughput, tokens/s/GPU
     is_outlier: bool = False  # a testing or save_checkpoint step: excluded from trends
+    unknown: dict[str, str] = field(default_factory=dict)  # stages outside the catalogue: role
+    denominator: float | None = None  # what shares are taken of: max(core step, stage sum)
 
     def share(self, *stages: str) -> float | None:
-        """Fraction of the core step time spent in ``stages`` (None when unknown)."""
-        if not self.step_time_core:
+        """Fraction of the step (``denominator``) spent in ``stages`` (None when unknown)."""
+        if not self.denominator:
             return None
         present = [self.stage_times[s] for s in stages if s in self.stage_times]
         if not present:
             return None
-        return sum(present) / self.step_time_core
+        return sum(present) / self.denominator
+
+    def role_stages(self, role: str) -> list[str]:
+        """This step's core stages of ``role`` (``rollout``: gen and rollout-named timers)."""
+        return [
+            s
+            for s in self.stage_times
+            if s not in PERIODIC_STAGES and role_of(s, self.unknown) == role
+        ]
 
 
 def step_view(step: int, t: float, metrics: dict[str, float]) -> StepView:
-    """Read one step's metrics: stage times, step time without periodic work, throughput."""
-    stages = {s: v for s in STEP_STAGES + PERIODIC_STAGES if (v := timing(metrics, s)) is not None}
-    core_sum = sum(v for s, v in stages.items() if s in STEP_STAGES)
+    """Read one step's metrics: stage times, step time without periodic work, throughput.
+
+    Every ``timing_s/<name>`` outside the catalogue is a stage too (``split_timings``); timers
+    nested in another (v0.5 ``reshard`` in ``gen``) and the profiler's bookkeeping are not.
+    """
+    timings = split_timings(metrics)
+    core_list = [
+        n
+        for n in core_names(timings.times, timings.nested)
+        if not (n in STAGE_BY_NAME and STAGE_BY_NAME[n].overhead)
+    ]
+    stages = {n: timings.times[n] for n in core_list}
+    stages.update({n: timings.times[n] for n in PERIODIC_STAGES if n in timings.times})
+    core_sum = sum(stages[n] for n in core_list)
     periodic = sum(v for s, v in stages.items() if s in PERIODIC_STAGES)
     logged = timing(metrics, "step")
     source = "timing_s/step"
@@ -103,6 +132,8 @@ def step_view(step: int, t: float, metrics: dict[str, float]) -> StepView:
         step_time_source=source,
         throughput=tput[1] if tput else None,
         is_outlier=periodic > 0,
+        unknown={n: r for n, r in timings.unknown.items() if n in stages},
+        denominator=max(core, core_sum) if core else None,
     )
 
 
@@ -307,6 +338,47 @@ class View:
         m = median(shares)
         return None if m is None else (m, len(shares))
 
+    def median_role_share(self, role: str) -> tuple[float, int, list[str]] | None:
+        """Median share of a role's stages over the recent steps, the step count, the names."""
+        shares, names = [], {}
+        for s in self.recent_steps():
+            stages = s.role_stages(role)
+            if stages and (x := s.share(*stages)) is not None:
+                shares.append(x)
+                names.update(dict.fromkeys(stages))
+        m = median(shares)
+        return None if m is None else (m, len(shares), list(names))
+
+    def median_seconds(self, *stages: str) -> float | None:
+        """Median seconds per recent step spent in ``stages`` together (steps that ran none
+        of them are left out)."""
+        return median(
+            sum(s.stage_times[n] for n in stages if n in s.stage_times)
+            for s in self.recent_steps()
+            if any(n in s.stage_times for n in stages)
+        )
+
+    def median_step_s(self) -> float | None:
+        """Median of the recent steps' share denominator (step without validation/checkpoint)."""
+        return median(s.denominator for s in self.recent_steps() if s.denominator)
+
+    def rollout_engine(self) -> str | None:
+        """The rollout engine in use (``hf``, ``vllm``, ``sglang``...) from the config."""
+        hit = self.config("actor_rollout_ref.rollout.name")
+        return str(hit[1]).lower() if hit is not None else None
+
+    def median_mfu(self) -> tuple[str, float, int] | None:
+        """Median actor MFU over the recent steps that estimated it (verl logs 0 when it
+        cannot, and a value above 1 is a wrong FLOPs figure: those steps say nothing)."""
+        hits = [
+            h
+            for s in self.recent_steps()
+            if (h := first(s.metrics, "perf/mfu/actor", "mfu/actor")) and 0 < h[1] <= 1
+        ]
+        if not hits:
+            return None
+        return hits[-1][0], float(statistics.median(v for _, v in hits)), len(hits)
+
     def median_metric(self, *keys: str) -> tuple[str, float, int] | None:
         """Median of the first present metric key over the recent steps."""
         hits = [h for s in self.recent_steps() if (h := first(s.metrics, *keys))]
@@ -329,7 +401,9 @@ class View:
                 if not s.step_time or not s.t:  # untimed steps (finished log) have no place in time
                     continue
                 cursor = s.t - s.step_time
-                for name in STEP_STAGES:
+                for name in s.stage_times:
+                    if name in PERIODIC_STAGES:
+                        continue
                     d = s.stage_times.get(name)
                     if d:
                         bands.append((cursor, cursor + d, name))

@@ -175,9 +175,13 @@ class LocalFollowSource:
         host: str | None = None,
         count: int = 0,
         until_eof: bool = False,
+        then_follow: bool = False,
     ) -> None:
         self.follows = _follow_args(follows)
         self.until_eof = until_eof  # read finished files to their end, then stop
+        # ...or, with then_follow, go on following them (a finished-looking log that grows
+        # again: the app opened on a long step's quiet minutes).
+        self.then_follow = then_follow
         self.interval = interval
         self.host = host or socket.gethostname()
         self.name = f"files:{self.host}"
@@ -194,7 +198,9 @@ class LocalFollowSource:
         try:
             if self.until_eof:
                 await self._read_to_end(followers, emit)
-                return
+                if not self.then_follow:
+                    return
+                await asyncio.sleep(self.interval)
             while not self.count or polls < self.count:
                 now = round(time.time(), 3)
                 for follower in followers:

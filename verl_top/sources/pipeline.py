@@ -72,6 +72,18 @@ class Pipeline:
         for listener in self.listeners:
             listener(record)
 
+    def finish(self) -> None:
+        """The inputs ended (a finished log read to its end): let every parser hand over what
+        it still holds (a config whose end never came, a last wrapped step line)."""
+        received = self.wall_clock()
+        for (host, path, kind), parser in list(self._streams.items()):
+            flush = getattr(parser, "flush", None)
+            if flush is None:
+                continue
+            for parsed in flush(0.0):
+                self._deliver(parsed, received)
+            self._note_counts(host, path, kind, parser)
+
     def _parse(self, rec: LogLines) -> list[Record]:
         factory = self.parsers.get(rec.kind)
         if factory is None:
@@ -82,4 +94,17 @@ class Pipeline:
             parser = self._streams[key] = factory(rec.host, rec.path)
         if rec.reset:
             parser.reset()
-        return parser.feed(rec.lines, rec.t)
+        out = parser.feed(rec.lines, rec.t)
+        self._note_counts(rec.host, rec.path, rec.kind, parser)
+        return out
+
+    def _note_counts(self, host: str, path: str, kind: str, parser: StreamParser) -> None:
+        """Keep what a verl log's parser read in the store (pane 3 and --json show it)."""
+        counts = getattr(parser, "counts", None)
+        if kind in ("verl", "verl_config") and isinstance(counts, dict):
+            self.store.log_stats[f"{host}:{path}"] = {
+                "host": host,
+                "path": path,
+                "kind": kind,
+                **counts,
+            }

@@ -61,6 +61,10 @@ def has_data(store: Store) -> bool:
 
 def banner(store: Store, verdict: Any) -> tuple[str, str]:
     """Banner text and its level (error / warning / info / ok / wait)."""
+    if getattr(verdict, "no_data", False) and getattr(store, "log_stats", None):
+        # The engine found nothing to judge in what was read (an unreadable or untimed log):
+        # say what was read, never "healthy" and never an endless "collecting…".
+        return str(getattr(verdict, "headline", "") or "No data to judge"), "warning"
     if not has_data(store):
         return "collecting…", "wait"
     if verdict is None:
@@ -77,6 +81,8 @@ def banner(store: Store, verdict: Any) -> tuple[str, str]:
     if step is None:
         if headline.lower().startswith("job looks healthy"):
             return headline, "ok"
+        if headline.startswith(("No data", "No verdict")):
+            return headline, "warning"
         return "Job looks healthy" + (f" — {headline}" if headline else ""), "ok"
     worst = max((float(f.severity) for f in step_findings(verdict, step)), default=0.5)
     name = STEP_NAMES.get(step, f"step {step}")
@@ -132,4 +138,4 @@ class VerlTopHeader(Vertical):
         b = self.query_one("#banner", Static)
         for lv in ("error", "warning", "info", "ok", "wait"):
             b.set_class(lv == level, f"-{lv}")
-        b.update(text)
+        b.update(Text(text))  # the headline quotes log lines and stage names: never markup

@@ -28,6 +28,9 @@ CONFIG_SECTIONS = frozenset(
 # Bounds so a runaway dict (or a hostile file) cannot grow memory without limit.
 MAX_CONFIG_LINES = 20000
 MAX_REPAIR_TRIES = 60
+# Lines of the driver that are not the config (a warning printed while pprint wrote it) skipped
+# before the dict is given up on and repaired.
+MAX_CONFIG_GAP = 40
 _OPENERS = "{[("
 # A pprinted dict entry: indentation, a quoted key, a colon.
 _KEY_LINE_RE = re.compile(r"\s*'[^']*':")
@@ -204,15 +207,18 @@ class PprintConfigCollector:
 
     ``prefix`` is the Ray actor prefix of the line ("" when none). Once a line of the driver
     starts a dict (``{'...``), later lines of the same prefix that are indented continue it;
-    lines of other actors, blank lines and unprefixed noise in between are skipped. The dict ends
-    when its brackets balance, or (repaired, partial) when a non-indented line of the same actor
-    arrives or the line limit is reached.
+    lines of other actors, blank lines and unprefixed noise in between are skipped, and so are up
+    to ``MAX_CONFIG_GAP`` non-indented lines of the same actor in a row (a line that follows an
+    entry cut after its colon is glued onto it). The dict ends when its brackets balance, or
+    (repaired, partial) when the gap grows too long, a step line of the same actor arrives, the
+    stream ends or the line limit is reached.
     """
 
     active: bool = False
     prefix: str = ""
     lines: list[str] = field(default_factory=list)
     depth: int = 0
+    gap: int = 0  # driver lines in a row that were not part of the config
 
     def reset(self) -> None:
         """Forget any config being collected."""
@@ -220,6 +226,7 @@ class PprintConfigCollector:
         self.prefix = ""
         self.lines = []
         self.depth = 0
+        self.gap = 0
 
     def starts(self, body: str) -> bool:
         """True when ``body`` (prefix already removed) opens a pprinted dict."""
@@ -246,11 +253,21 @@ class PprintConfigCollector:
         if not body.strip():
             return True, None
         if self.lines and not body[:1].isspace():
-            # The driver printed something else: the dict was cut. Keep what we have.
-            return False, self._finish_partial()
+            if self.lines[-1].rstrip().endswith(":"):
+                # "'nnodes': " then "1," on the next line: a flush split the entry. Glue it.
+                self.lines[-1] = self.lines[-1].rstrip() + " " + body
+                self.depth += bracket_delta(body)[0]
+                self.gap = 0
+                return True, self._finish() if self.depth <= 0 else None
+            # The driver printed something else meanwhile; the dict may still go on.
+            self.gap += 1
+            if self.gap > MAX_CONFIG_GAP:
+                return False, self._finish_partial()
+            return False, None
         if self.lines and body == self.lines[-1] and _KEY_LINE_RE.match(body):
             # Same dict entry twice in a row: a duplicated copy/paste line, not pprint output.
             return True, None
+        self.gap = 0
         self.lines.append(body)
         self.depth += bracket_delta(body)[0]
         if self.depth <= 0:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_top.model import Record, VerlConfig, VerlStep
+from verl_top.untrusted import clean_text
 from verl_top.verl.config import (
     CollectedConfig,
     PprintConfigCollector,
@@ -58,14 +59,34 @@ _RAY_PREFIX_RE = re.compile(r"\((?:[^()\s]+ ){0,3}pid=\d+(?:, ip=[^()\s]+)?\) ?"
 _REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 _STEP_HEAD_RE = re.compile(r"step:(\d{1,18})(?= - | -$|$)")
 _NUM = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
+# torch prints ``tensor(0.5, device='cuda:0')``; numpy >= 2 ``np.float64(0.5)``.
 _VALUE_RE = re.compile(
-    rf"(?:np\.\w+\(\s*({_NUM})\s*\)|({_NUM})|np\.(True|False)_|np\.bool_?\((True|False)\))"
+    rf"(?:(?:np\.\w+|tensor)\(\s*({_NUM})\s*(?:,[^()]*)?\)|({_NUM})"
+    r"|np\.(True|False)_|np\.bool_?\((True|False)\))"
 )
 _BOOLS = {"True": 1.0, "False": 0.0}
 _THREE_DEC_RE = re.compile(r"[-+]?(?:\d+\.\d{3}|nan|inf)")
 # Three "group/key:number" pairs in a row without a "step:" head: a piece of a wrapped line.
 _PAIR = r"[\w@.()\-]+/[\w@./()\-]*:(?:np\.\w+\()?[-+\w.]+\)?"
 _FRAGMENT_RE = re.compile(rf"(?:^|\s){_PAIR} - {_PAIR} - {_PAIR}")
+# Heads that tee/ts, logging formatters and ``srun --label`` put before a line. One separating
+# blank is removed with them, so the indentation of a pprinted config line is kept.
+_TIMESTAMP_RE = re.compile(
+    r"^\[?(?:\d{4}-\d\d-\d\d[T ]|[A-Z][a-z]{2} [ \d]\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?"
+    r"(?:Z|[+-]\d\d:?\d\d)?\]?(?: \|)?[ \t]"
+)
+_SRUN_LABEL_RE = re.compile(r"^ {0,4}\d{1,5}: ")
+_HEAD_STARTS = frozenset("[ADFJMNOS")  # "[2024-…", month names of syslog-style stamps
+# "step:N - " after some other head ("INFO:root:", "[rank0]: "): where the metrics start.
+_EMBEDDED_STEP_RE = re.compile(r"(?<=[\s\]|>:])step:\d{1,18} - ")
+MAX_HEAD_CHARS = 160
+# A piece of a terminal-wrapped metrics line: no blanks except " - " separators.
+_CONTINUATION_RE = re.compile(r"^-? ?[^\s]+(?: - [^\s]+)*(?: -)?$")
+MAX_WRAPPED_CHARS = 1_000_000
+# One metric per line: a "step: N" line, then "key: value" lines.
+_BLOCK_STEP_RE = re.compile(r"^step\s*[:=]\s*(\d{1,18})\s*$")
+_BLOCK_PAIR_RE = re.compile(r"^(?:- )?([\w@.()\-]+(?:/[\w@.()\-]+)+)\s*[:=]\s*(\S.*?)\s*$")
+MAX_SHOWN_LINE = 200
 
 NONE, OK, TRUNCATED, MALFORMED = "none", "ok", "truncated", "malformed"
 MAX_CONFIG_FILE_CHARS = 4_000_000
@@ -87,6 +108,7 @@ def logical_lines(raw: str) -> list[tuple[str, str]]:
     """
     text = strip_ansi(raw.rstrip("\r\n"))
     segments = text.split("\r") if "\r" in text else [text]
+    segments = [strip_heads(seg) for seg in segments]
     out: list[tuple[str, str]] = []
     for segment in segments:
         if "pid=" not in segment:
@@ -100,6 +122,35 @@ def logical_lines(raw: str) -> list[tuple[str, str]]:
             prefix, pos = match.group(0).rstrip(), match.end()
         out.append((prefix, segment[pos:]))
     return out
+
+
+def strip_heads(text: str) -> str:
+    """Remove timestamps (tee/ts, logging) and ``srun --label`` task numbers at a line's start.
+
+    Up to three heads in any order (``0: 2024-05-01 12:00:00 ...``); the blank after each goes
+    with it, further indentation stays.
+    """
+    for _ in range(3):
+        first = text[:1]
+        # Cheap test first: most lines start with a Ray prefix "(" or a letter of their own.
+        if not (
+            first.isdigit()
+            or first in _HEAD_STARTS
+            or (first == " " and text[1:5].strip()[:1].isdigit())
+        ):
+            break
+        match = _TIMESTAMP_RE.match(text) or _SRUN_LABEL_RE.match(text)
+        if match is None:
+            break
+        text = text[match.end() :]
+    return text
+
+
+def _join_wrapped(head: str, tail: str) -> str:
+    """Glue the next piece of a terminal-wrapped line onto what came before."""
+    if head.rstrip().endswith(" -") or tail.lstrip().startswith("- "):
+        return head.rstrip() + " " + tail.strip()
+    return head + tail  # cut inside a key or a value ("min:" + "-1.78")
 
 
 def _parse_value(text: str) -> float | None:
@@ -233,8 +284,16 @@ class VerlStreamParser:
     console log, a JSONL file and a mixed stream all work. Paths ending in ``.yaml``/``.yml``/
     ``.json`` are config files: their lines are accumulated and re-parsed until they form a
     mapping (JSONL step lines in them still count as steps). The pprinted config may span any
-    number of ``feed`` calls. Counters: ``lines``, ``steps``, ``configs``, ``malformed``,
-    ``truncated``.
+    number of ``feed`` calls.
+
+    Shapes people paste are accepted too: a step line wrapped by a terminal over several lines
+    (the pieces are glued back until a line that is not a piece), one ``key: value`` per line
+    after a ``step: N`` line, and lines behind timestamps or ``srun --label`` numbers. A step
+    line is emitted once the next line shows it is complete, or at the end of the ``feed``.
+
+    Counters: ``lines``, ``matched`` (lines that were part of a step or the config), ``steps``,
+    ``configs``, ``malformed``, ``truncated``; ``first_unmatched`` / ``first_malformed`` keep the
+    first such line (cleaned, shortened) so an unreadable file can be shown to the user.
     """
 
     def __init__(self, host: str, path: str) -> None:
@@ -246,11 +305,18 @@ class VerlStreamParser:
         self._text: list[str] = []
         self._text_chars = 0
         self._last_values: dict[str, Any] | None = None
+        self._pending: tuple[str, str] | None = None  # (prefix, body) of a step line, maybe wrapped
+        self._block: tuple[int, dict[str, float]] | None = None  # "step: N" + key: value lines
         self.lines = 0
+        self.matched = 0
         self.steps = 0
         self.configs = 0
+        self.config_keys = 0
+        self.config_source = ""
         self.malformed = 0
         self.truncated = 0
+        self.first_unmatched = ""
+        self.first_malformed = ""
 
     def reset(self) -> None:
         """The file was truncated or rotated: forget partial state (counters are kept)."""
@@ -258,21 +324,35 @@ class VerlStreamParser:
         self._text = []
         self._text_chars = 0
         self._last_values = None
+        self._pending = None
+        self._block = None
 
-    def feed(self, lines: list[str], t: float) -> list[Record]:
-        """Parse new lines that arrived at time ``t``; returns the records they complete."""
+    def feed(self, lines: list[str], t: float, more: bool = False) -> list[Record]:
+        """Parse new lines that arrived at time ``t``; returns the records they complete.
+
+        ``more``: the caller knows more lines follow at once (a file read in chunks), so a step
+        line at the end of this chunk is held until the next one shows whether it goes on.
+        """
         out: list[Record] = []
         grew = False
         for raw in lines:
             self.lines += 1
+            hit = False
             for prefix, body in logical_lines(raw):
                 if self._line(prefix, body, t, out):
+                    hit = True
                     continue
                 if self.config_file and self._text_chars < MAX_CONFIG_FILE_CHARS:
                     self._text.append(raw.rstrip("\r\n"))
                     self._text_chars += len(raw)
-                    grew = True
+                    grew = hit = True
                     break
+                if body.strip() and not self.first_unmatched:
+                    self.first_unmatched = _shown(body)
+            self.matched += hit
+        if not more:
+            self._end_pending(t, out)
+            self._end_block(t, out)
         if grew:
             self._config_from_text(t, out)
         return out
@@ -280,30 +360,116 @@ class VerlStreamParser:
     def flush(self, t: float) -> list[Record]:
         """End of input: return a config still being collected (repaired), if any."""
         out: list[Record] = []
+        self._end_pending(t, out)
+        self._end_block(t, out)
         self._emit_config(self._collector.abandon(), t, out)
         return out
 
+    @property
+    def counts(self) -> dict[str, Any]:
+        """What was read: lines, lines matched, steps, config keys, malformed, first misses."""
+        return {
+            "lines": self.lines,
+            "matched": self.matched,
+            "steps": self.steps,
+            "config_keys": self.config_keys,
+            "config_source": self.config_source,
+            "malformed": self.malformed,
+            "truncated": self.truncated,
+            "first_unmatched": self.first_unmatched,
+            "first_malformed": self.first_malformed,
+        }
+
     def _line(self, prefix: str, body: str, t: float, out: list[Record]) -> bool:
         """Handle one logical line; True when it was recognised (metrics, JSONL, config)."""
-        if self._collector.active:
-            consumed, done = self._collector.add(prefix, body)
-            self._emit_config(done, t, out)
-            if consumed:
+        if self._pending is not None:
+            if self._continues(prefix, body):
+                head = self._pending[1]
+                if len(head) < MAX_WRAPPED_CHARS:
+                    self._pending = (self._pending[0], _join_wrapped(head, body))
                 return True
-        if body.startswith("step:") or body.lstrip().startswith("step:"):
-            status, step, metrics = parse_console_body(body)
-            return self._step(status, step, metrics, "console", t, out)
+            self._end_pending(t, out)
+        if self._block is not None and self._block_line(body):
+            return True
+        self._end_block(t, out)
+        if self._collector.active:
+            stripped = body.lstrip()
+            if stripped.startswith("step:") and prefix == self._collector.prefix:
+                self._emit_config(self._collector.abandon(), t, out)
+            else:
+                consumed, done = self._collector.add(prefix, body)
+                self._emit_config(done, t, out)
+                if consumed:
+                    return True
         stripped = body.lstrip()
+        if not stripped.startswith("step:") and "step:" in body[: MAX_HEAD_CHARS + 30]:
+            embedded = _EMBEDDED_STEP_RE.search(body, 0, MAX_HEAD_CHARS + 30)
+            if embedded is not None and embedded.start() <= MAX_HEAD_CHARS:
+                stripped = body[embedded.start() :]
+        if stripped.startswith("step:"):
+            block = _BLOCK_STEP_RE.match(stripped)
+            if block is not None:
+                self._block = (int(block.group(1)), {})
+                return True
+            if _STEP_HEAD_RE.match(stripped) is None:  # "step: 3 with a space": not ours
+                return False
+            self._pending = (prefix, stripped)
+            return True
         if stripped.startswith('{"'):
             status, step, metrics = parse_jsonl_body(stripped)
-            return self._step(status, step, metrics, "jsonl", t, out)
+            return self._step(status, step, metrics, "jsonl", t, out, stripped)
         if not self.config_file and self._collector.starts(stripped):
             self._emit_config(self._collector.begin(prefix, stripped), t, out)
             return True
         if _is_fragment(body):
-            self.malformed += 1
+            self._malformed(body)
             return not self.config_file
         return False
+
+    def _continues(self, prefix: str, body: str) -> bool:
+        """True when ``body`` is the next piece of the pending, terminal-wrapped step line."""
+        if self._pending is None or prefix:
+            return False  # a terminal wraps text; it adds no Ray prefix to the pieces
+        text = body.strip()
+        return (
+            bool(text)
+            and "=" not in text
+            and not text.startswith(("{", "["))
+            and _STEP_HEAD_RE.match(text) is None  # "step:1.96 - ..." is a wrapped time_per_step
+            and _CONTINUATION_RE.match(text) is not None
+        )
+
+    def _end_pending(self, t: float, out: list[Record]) -> None:
+        if self._pending is None:
+            return
+        body = self._pending[1]
+        self._pending = None
+        status, step, metrics = parse_console_body(body)
+        self._step(status, step, metrics, "console", t, out, body)
+
+    def _block_line(self, body: str) -> bool:
+        """Add one ``key: value`` line to the open block; False when the line is not one."""
+        match = _BLOCK_PAIR_RE.match(body.strip())
+        if match is None or self._block is None:
+            return False
+        value = _parse_value(match.group(2))
+        if value is None:
+            return False
+        self._block[1][match.group(1)] = value
+        return True
+
+    def _end_block(self, t: float, out: list[Record]) -> None:
+        if self._block is None:
+            return
+        step, metrics = self._block
+        self._block = None
+        status = OK if metrics else MALFORMED
+        self._step(status, step, metrics, "console", t, out, f"step: {step}")
+
+    def _malformed(self, body: str) -> None:
+        self.malformed += 1
+        if not self.first_malformed:
+            self.first_malformed = _shown(body)
 
     def _step(
         self,
@@ -313,11 +479,12 @@ class VerlStreamParser:
         source: str,
         t: float,
         out: list[Record],
+        body: str = "",
     ) -> bool:
         if status == NONE:
             return False
         if status in (MALFORMED, TRUNCATED):
-            self.malformed += 1
+            self._malformed(body)
             self.truncated += status == TRUNCATED
         if status in (OK, TRUNCATED):
             self.steps += 1
@@ -337,12 +504,19 @@ class VerlStreamParser:
             return
         self._last_values = values
         self.configs += 1
+        self.config_keys = len(values)
+        self.config_source = source
         out.append(VerlConfig(host=self.host, t=t, values=values, source=source))
 
     def _config_from_text(self, t: float, out: list[Record]) -> None:
         tree = load_config_text("\n".join(self._text), json_first=self._json_file)
         if tree:
             self._emit_values(flatten(tree), "json" if self._json_file else "yaml", t, out)
+
+
+def _shown(body: str) -> str:
+    """A line as it may be shown back to the user: cleaned and shortened."""
+    return clean_text(body.strip(), MAX_SHOWN_LINE)
 
 
 @dataclass
@@ -354,8 +528,11 @@ class ParsedLog:
     config: dict[str, Any] | None = None
     config_source: str = ""  # console | console_partial | yaml | json
     lines: int = 0
+    matched: int = 0
     malformed: int = 0
     truncated: int = 0
+    first_unmatched: str = ""
+    first_malformed: str = ""
 
     @property
     def n_steps(self) -> int:
@@ -372,6 +549,7 @@ class ParsedLog:
         """Line, step and malformed counts, for reports."""
         return {
             "lines": self.lines,
+            "matched": self.matched,
             "steps": self.n_steps,
             "malformed": self.malformed,
             "truncated": self.truncated,
@@ -414,11 +592,14 @@ def parse_file(path: str | Path, host: str = "", t: float = 0.0, chunk: int = 20
     for line in _read_lines(path):
         batch.append(line)
         if len(batch) >= chunk:
-            take(parser.feed(batch, t))
+            take(parser.feed(batch, t, more=True))
             batch = []
     take(parser.feed(batch, t))
     take(parser.flush(t))
     result.lines = parser.lines
+    result.matched = parser.matched
     result.malformed = parser.malformed
     result.truncated = parser.truncated
+    result.first_unmatched = parser.first_unmatched
+    result.first_malformed = parser.first_malformed
     return result

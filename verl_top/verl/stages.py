@@ -10,6 +10,7 @@ the arrival time of the step line, which is printed when the step is over.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,27 +29,73 @@ class Stage:
     description: str
     extra: bool = False  # validation / checkpoint: periodic, not part of the steady-state step
     overhead: bool = False  # profiler bookkeeping, ~0.1 ms
+    role: str = ""  # rollout | reward | logprob | driver | train | sync | io | periodic | overhead
+    diag_step: int = 3  # the diagnosis step whose rules judge this stage
 
 
 # Execution order (= verl's timing dict order). ``step`` is the wall time of the stages before it
 # (and, before v0.6, of testing and save_checkpoint too); it is not a stage of its own in bands.
 STAGES: tuple[Stage, ...] = (
-    Stage("start_profile", "profile start", "profiler start for profiled steps", overhead=True),
-    Stage("gen", "generate", "rollout generation (includes the agent loop and, v0.5, reshard)"),
-    Stage("gen_max", "greedy baseline", "greedy rollout for the ReMax baseline"),
-    Stage("reward", "reward", "reward model / reward function"),
-    Stage("old_log_prob", "old log-prob", "actor forward for old log-probs and entropy"),
-    Stage("ref", "ref log-prob", "reference-model log-probs"),
-    Stage("values", "values", "critic forward"),
-    Stage("adv", "advantage", "advantage on the driver (includes waiting for async reward)"),
-    Stage("update_critic", "update critic", "critic PPO update"),
-    Stage("update_actor", "update actor", "actor PPO update (fwd+bwd+optimizer, offload)"),
-    Stage("update_weights", "weight sync", "trainer to rollout weight sync"),
-    Stage("dump_rollout_generations", "dump rollouts", "JSONL dump of samples"),
+    Stage(
+        "start_profile",
+        "profile start",
+        "profiler start for profiled steps",
+        overhead=True,
+        role="overhead",
+    ),
+    Stage(
+        "gen",
+        "generate",
+        "rollout generation (includes the agent loop and, v0.5, reshard)",
+        role="rollout",
+    ),
+    Stage("gen_max", "greedy baseline", "greedy rollout for the ReMax baseline", role="rollout"),
+    Stage("reward", "reward", "reward model / reward function", role="reward"),
+    Stage(
+        "old_log_prob",
+        "old log-prob",
+        "actor forward for old log-probs and entropy",
+        role="logprob",
+    ),
+    Stage("ref", "ref log-prob", "reference-model log-probs", role="logprob"),
+    Stage("values", "values", "critic forward", role="logprob"),
+    Stage(
+        "adv",
+        "advantage",
+        "advantage on the driver (includes waiting for async reward)",
+        role="driver",
+    ),
+    Stage("update_critic", "update critic", "critic PPO update", role="train"),
+    Stage(
+        "update_actor",
+        "update actor",
+        "actor PPO update (fwd+bwd+optimizer, offload)",
+        role="train",
+    ),
+    Stage(
+        "update_weights",
+        "weight sync",
+        "trainer to rollout weight sync",
+        role="sync",
+        diag_step=2,
+    ),
+    Stage("dump_rollout_generations", "dump rollouts", "JSONL dump of samples", role="io"),
     Stage("step", "step", "wall time of the step as verl measures it"),
-    Stage("testing", "validation", "validation run (every test_freq steps)", extra=True),
-    Stage("save_checkpoint", "checkpoint", "checkpoint save (every save_freq steps)", extra=True),
-    Stage("stop_profile", "profile stop", "profiler stop", overhead=True),
+    Stage(
+        "testing",
+        "validation",
+        "validation run (every test_freq steps)",
+        extra=True,
+        role="periodic",
+    ),
+    Stage(
+        "save_checkpoint",
+        "checkpoint",
+        "checkpoint save (every save_freq steps)",
+        extra=True,
+        role="periodic",
+    ),
+    Stage("stop_profile", "profile stop", "profiler stop", overhead=True, role="overhead"),
 )
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
 STAGE_BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
@@ -67,12 +114,40 @@ ALIASES: dict[str, tuple[str, str | None]] = {
     "param_sync": ("update_weights", None),
 }
 
+# Timers verl nests inside ``gen`` (rollout detail): never a stage of their own in the shares.
+DETAIL_NAMES: frozenset[str] = frozenset({"generate_sequences"})
+DETAIL_PREFIXES: tuple[str, ...] = ("agent_loop/", "generation_timing/")
+# A timer outside the catalogue whose name says rollout (a fork's own rollout timer).
+ROLLOUT_WORDS: tuple[str, ...] = ("gen", "generate", "rollout", "sample")
+UNKNOWN_ROLE = "unknown"
+
 TIMING_PREFIXES: tuple[str, ...] = ("timing_s/", "timing/")
 PER_TOKEN_PREFIX = "timing_per_token_ms/"
 
 # Tolerance when deciding whether ``step`` contains testing/save_checkpoint.
 STEP_TOLERANCE_S = 1.0
 STEP_TOLERANCE_FRAC = 0.02
+
+
+MFU_NOT_ESTIMATED = "not estimated"
+
+
+def mfu_value(value: float | None) -> float | None:
+    """verl's MFU, or ``None`` when it was not estimated: verl logs 0 for a GPU or model it
+    has no FLOPs figure for; NaN, negative values and impossible ones above 1 (a wrong
+    FLOPs figure) mean nothing either."""
+    if value is None or not math.isfinite(value) or value <= 0 or value > 1:
+        return None
+    return value
+
+
+def fmt_mfu(value: float | None) -> str:
+    """An MFU for people: ``0.31``; a tiny one in scientific notation (``1.5e-06``, never
+    ``0.00``); ``not estimated`` when verl logged 0 or nothing."""
+    mfu = mfu_value(value)
+    if mfu is None:
+        return MFU_NOT_ESTIMATED
+    return f"{mfu:.2f}" if mfu >= 0.01 else f"{mfu:.1e}"
 
 
 def timing_name(key: str) -> str | None:
@@ -100,15 +175,37 @@ class StageTimes:
 
     times: dict[str, float] = field(default_factory=dict)
     nested: dict[str, str] = field(default_factory=dict)  # stage -> the stage containing it
-    other: dict[str, float] = field(default_factory=dict)  # timing keys outside the catalogue
+    other: dict[str, float] = field(default_factory=dict)  # rollout detail timers (not stages)
     per_token_ms: dict[str, float] = field(default_factory=dict)
+    # Stages outside the catalogue (a fork's or a newer verl's own timers) and their role:
+    # ``rollout`` when the name says so (gen/generate/rollout/sample), else ``unknown``.
+    unknown: dict[str, str] = field(default_factory=dict)
+
+
+def is_rollout_name(name: str) -> bool:
+    """True when a timer's name says it is rollout (``gen``, ``generate``, ``rollout``, ``sample``)."""
+    low = name.lower()
+    return any(word in low for word in ROLLOUT_WORDS)
+
+
+def role_of(name: str, unknown: Mapping[str, str] | None = None) -> str:
+    """The role of a stage: the catalogue's, or the one given to a timer outside it."""
+    stage = STAGE_BY_NAME.get(name)
+    if stage is not None:
+        return stage.role
+    return (unknown or {}).get(name, UNKNOWN_ROLE)
 
 
 def split_timings(metrics: Mapping[str, float]) -> StageTimes:
-    """Sort a step's timing keys into canonical stages, nested timers and the rest.
+    """Sort a step's timing keys into stages, nested timers and rollout detail.
 
-    Rollout detail timers (``agent_loop/*``, ``generate_sequences``, ``generation_timing/*``)
-    stay in ``other``; ``StepView`` reads them for the long-tail ratio.
+    Every ``timing_s/<name>`` is a stage (the catalogue is open): a name outside the catalogue
+    keeps its own name and counts in the shares, with role ``rollout`` when its name says so and
+    ``unknown`` otherwise. Exceptions: rollout detail timers (``generate_sequences``,
+    ``generation_timing/*``, ``agent_loop/*``, any name with a ``/``) stay in ``other`` (verl
+    times them inside ``gen``; ``StepView`` reads them for the long tail), and when ``gen`` is
+    logged a rollout-named timer no longer than ``gen`` is taken as nested inside it.
+    NaN and infinite timings are left out.
     """
     out = StageTimes()
     for key, value in metrics.items():
@@ -116,6 +213,8 @@ def split_timings(metrics: Mapping[str, float]) -> StageTimes:
         if name is None:
             if key.startswith(PER_TOKEN_PREFIX):
                 out.per_token_ms[key[len(PER_TOKEN_PREFIX) :]] = value
+            continue
+        if not math.isfinite(value):
             continue
         if name in STAGE_BY_NAME:
             out.times[name] = value
@@ -126,12 +225,35 @@ def split_timings(metrics: Mapping[str, float]) -> StageTimes:
             if alias[1] is not None:
                 out.nested[alias[0]] = alias[1]
             continue
-        out.other[name] = value
+        if name in DETAIL_NAMES or "/" in name or name.startswith(DETAIL_PREFIXES) or not name:
+            out.other[name] = value
+            continue
+        out.times[name] = value
+        out.unknown[name] = "rollout" if is_rollout_name(name) else UNKNOWN_ROLE
+    gen = out.times.get("gen")
+    if gen is not None:
+        for name, role in out.unknown.items():
+            if role == "rollout" and out.times[name] <= gen:
+                out.nested[name] = "gen"
     return out
+
+
+def core_names(times: Mapping[str, float], nested: Mapping[str, str]) -> list[str]:
+    """Stages that make up the core step, in execution order; timers outside the catalogue
+    follow the rollout when rollout by name, else come after the catalogue's stages."""
+    known = [n for n in CORE_STAGES if n in times and n not in nested]
+    unknown = [n for n in times if n not in STAGE_BY_NAME and n not in nested]
+    rollout = [n for n in unknown if is_rollout_name(n)]
+    rest = [n for n in unknown if n not in rollout]
+    return rollout + known + rest
 
 
 def _sum(times: Mapping[str, float], names: Iterable[str], nested: Mapping[str, str]) -> float:
     return sum(times[n] for n in names if n in times and n not in nested)
+
+
+def _core_sum(times: Mapping[str, float], nested: Mapping[str, str]) -> float:
+    return sum(times[n] for n in core_names(times, nested))
 
 
 def step_includes_extras(
@@ -148,7 +270,7 @@ def step_includes_extras(
     extras = _sum(times, EXTRA_STAGES, nested)
     if step is None or extras <= 0:
         return None
-    core = _sum(times, CORE_STAGES, nested)
+    core = _core_sum(times, nested)
     tolerance = max(STEP_TOLERANCE_S, STEP_TOLERANCE_FRAC * step)
     return step + tolerance >= core + extras
 
@@ -164,8 +286,8 @@ def core_step_time(
     nested = nested or {}
     step = times.get("step")
     if step is None:
-        core = _sum(times, CORE_STAGES, nested)
-        return core if any(n in times for n in CORE_STAGES) else None
+        names = core_names(times, nested)
+        return _core_sum(times, nested) if names else None
     if step_includes_extras(times, nested):
         return max(0.0, step - _sum(times, EXTRA_STAGES, nested))
     return step
@@ -200,6 +322,7 @@ class StepView:
     nested: dict[str, str] = field(default_factory=dict)
     other_timings: dict[str, float] = field(default_factory=dict)
     per_token_ms: dict[str, float] = field(default_factory=dict)
+    unknown: dict[str, str] = field(default_factory=dict)  # stages outside the catalogue: role
     step_time: float | None = None  # verl's ``step`` (or the sum of stages when not logged)
     step_time_core: float | None = None  # without testing / save_checkpoint
     wall_time: float | None = None  # core + testing + save_checkpoint: time the step occupied
@@ -247,10 +370,13 @@ class StepView:
             nested=dict(nested),
             other_timings=timings.other,
             per_token_ms=timings.per_token_ms,
+            unknown=dict(timings.unknown),
         )
         extras = _sum(times, EXTRA_STAGES, nested)
         view.is_outlier = extras > 0
-        view.has_training = any(n in times for n in ("gen", "update_actor", "update_critic"))
+        view.has_training = any(
+            n in times for n in ("gen", "update_actor", "update_critic")
+        ) or any(role == "rollout" for role in timings.unknown.values())
         view.includes_extras = step_includes_extras(times, nested)
         view.step_time_core = core_step_time(times, nested)
         if "step" in times:
@@ -302,10 +428,8 @@ class StepView:
             self.total_tokens_per_s = self.throughput * gpus
         samples = samples_per_step(config)
         self.samples_per_s = _ratio(float(samples), core) if samples else None
-        mfu = _first(m, "perf/mfu/actor", "mfu/actor", "actor/perf/mfu")
-        self.mfu = mfu if mfu is not None and mfu > 0 else None
-        mfu_critic = _first(m, "perf/mfu/critic", "mfu/critic")
-        self.mfu_critic = mfu_critic if mfu_critic is not None and mfu_critic > 0 else None
+        self.mfu = mfu_value(_first(m, "perf/mfu/actor", "mfu/actor", "actor/perf/mfu"))
+        self.mfu_critic = mfu_value(_first(m, "perf/mfu/critic", "mfu/critic"))
         self.mem_reserved_gb = _first(
             m, "perf/max_memory_reserved_gb", "actor/perf/max_memory_reserved_gb"
         )
@@ -344,6 +468,46 @@ class StepView:
         """Duration of a canonical stage, or ``None`` when it did not run / was not logged."""
         return self.stage_times.get(name)
 
+    def role(self, name: str) -> str:
+        """Role of one of this step's stages (``rollout``, ``train``, ..., ``unknown``)."""
+        return role_of(name, self.unknown)
+
+    def shares(self) -> StageShares | None:
+        """Each core stage's share of the step, plus ``other`` (time no stage explains).
+
+        The denominator is the step without testing/save_checkpoint (``step_time_core``), or
+        the sum of the stages when they add up to more (overlapping or asynchronous timers), so
+        the parts always sum to 100 %. ``None`` when the step time is unknown.
+        """
+        names = [
+            n
+            for n in core_names(self.stage_times, self.nested)
+            if not (n in STAGE_BY_NAME and STAGE_BY_NAME[n].overhead)  # ~0.1 ms: in "other"
+        ]
+        if not names or not self.step_time_core:
+            return None
+        total = sum(self.stage_times[n] for n in names)
+        denominator = max(self.step_time_core, total)
+        if denominator <= 0:
+            return None
+        parts = [(n, self.stage_times[n], self.stage_times[n] / denominator) for n in names]
+        other = max(0.0, denominator - total)
+        return StageShares(denominator, parts, other, other / denominator)
+
+
+@dataclass
+class StageShares:
+    """A step split into its stages' shares: ``parts`` (name, seconds, share) and ``other``."""
+
+    denominator: float  # seconds all shares are taken of
+    parts: list[tuple[str, float, float]]
+    other_s: float
+    other_share: float
+
+    def share(self, *names: str) -> float:
+        """Sum of the shares of ``names`` (0 for stages that did not run)."""
+        return sum(share for n, _, share in self.parts if n in names)
+
 
 def stage_bands(
     steps: Iterable[VerlStep | StepView],
@@ -366,7 +530,8 @@ def stage_bands(
             times, nested, t = item.stage_times, item.nested, item.t
         step_bands: list[tuple[float, float, str]] = []
         end = t
-        for name in reversed(WORK_STAGES):
+        order = core_names(times, nested) + [n for n in EXTRA_STAGES if n in times]
+        for name in reversed(order):
             duration = times.get(name)
             if duration is None or name in nested or duration <= 0:
                 continue

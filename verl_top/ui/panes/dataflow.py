@@ -25,7 +25,7 @@ from textual.widgets import Static
 from verl_top.model import VerlStep
 from verl_top.store import Store
 from verl_top.ui.panes.base import Pane
-from verl_top.verl.stages import STAGE_BY_NAME, StepView, stage_bands
+from verl_top.verl.stages import STAGE_BY_NAME, StepView, is_rollout_name, stage_bands
 
 # Stages of the per-step table, in the order of an RL step (``reshard`` is older verl's sync).
 STAGES = (
@@ -59,6 +59,28 @@ STAGE_STYLE: dict[str, tuple[str, str]] = {
     "save_checkpoint": ("s", "grey42"),
 }
 UNTIMED = ("·", "grey35")  # step time verl did not attribute to any stage
+# Stages outside the catalogue: rollout by name, or of unknown role (their own name is shown).
+ROLLOUT_BY_NAME = ("R", "dodger_blue2")
+UNKNOWN_STAGE = ("x", "grey58")
+
+
+def style_of(stage: str, view: StepView | None = None) -> tuple[str, str]:
+    """(letter, colour) of a stage; timers outside the catalogue by their role."""
+    if stage in STAGE_STYLE:
+        return STAGE_STYLE[stage]
+    if not stage:
+        return UNTIMED
+    role = view.role(stage) if view is not None else ""
+    return ROLLOUT_BY_NAME if role == "rollout" or is_rollout_name(stage) else UNKNOWN_STAGE
+
+
+def stage_label(stage: str) -> str:
+    """A stage's label; a timer outside the catalogue keeps its own name (rollout says so)."""
+    if stage in STAGE_BY_NAME:
+        return STAGE_BY_NAME[stage].label
+    return f"{stage} (rollout by name)" if is_rollout_name(stage) else f"{stage} (not in catalogue)"
+
+
 MISSING_VERL = (
     "no verl log: give --verl-log PATH (the driver's console log or the file logger's JSONL)"
 )
@@ -69,28 +91,12 @@ TREND_STEPS = 3
 FLAT_PCT = 5.0  # |trend| below this shows →
 
 
-def stage_time(metrics: dict[str, float], stage: str) -> float | None:
-    """Seconds of ``stage`` in one step (``timing_s/`` or the older ``timing/`` prefix)."""
-    value = metrics.get(f"timing_s/{stage}")
-    if value is None:
-        value = metrics.get(f"timing/{stage}")
-    return None if value is None else float(value)
-
-
-def step_time(metrics: dict[str, float]) -> float | None:
-    """Wall time of the whole step."""
-    for key in ("timing_s/step", "timing/step", "perf/time_per_step"):
-        if key in metrics:
-            return float(metrics[key])
-    return None
-
-
 def stage_cell(stage: str) -> Text:
     """The stage's letter on its colour, then its name."""
-    letter, colour = STAGE_STYLE.get(stage, UNTIMED)
+    letter, colour = style_of(stage)
     text = Text()
     text.append(f" {letter} ", style=f"bold black on {colour}")
-    text.append(f" {stage}")
+    text.append(f" {stage or 'other'}")
     return text
 
 
@@ -98,25 +104,34 @@ def legend(stages: Iterable[str], untimed: bool = False) -> Text:
     """One line naming the letters used."""
     text = Text("legend: ", style="dim")
     for stage in stages:
-        letter, colour = STAGE_STYLE.get(stage, UNTIMED)
+        letter, colour = style_of(stage)
         text.append(letter, style=f"bold black on {colour}")
-        text.append(f" {STAGE_BY_NAME[stage].label if stage in STAGE_BY_NAME else stage}  ")
+        text.append(f" {stage_label(stage)}  ")
     if untimed:
         text.append(UNTIMED[0], style=f"bold black on {UNTIMED[1]}")
-        text.append(" untimed (step time no stage accounts for)")
+        text.append(" other (step time no stage accounts for)")
     return text
 
 
 def segments(view: StepView) -> list[tuple[str, float]]:
-    """(stage, seconds) of one step in execution order; untimed rest last."""
-    out = [
+    """(stage, seconds) of one step in execution order (timers outside the catalogue too),
+    validation/checkpoint, then ``other``: the rest of the shares' denominator."""
+    shares = view.shares()
+    if shares is None:
+        out = [
+            (name, view.stage_times[name])
+            for name in STAGE_STYLE
+            if name in view.stage_times and name not in view.nested and view.stage_times[name] > 0
+        ]
+        return out
+    out = [(name, seconds) for name, seconds, _ in shares.parts if seconds > 0]
+    out += [
         (name, view.stage_times[name])
-        for name in STAGE_STYLE
-        if name in view.stage_times and name not in view.nested and view.stage_times[name] > 0
+        for name in ("testing", "save_checkpoint")
+        if view.stage_times.get(name, 0) > 0
     ]
-    core = sum(d for name, d in out if not STAGE_BY_NAME[name].extra)
-    if view.step_time_core is not None and view.step_time_core - core > 0.005 * max(core, 1e-9):
-        out.append(("", view.step_time_core - core))
+    if shares.other_s > 0.005 * shares.denominator:
+        out.append(("", shares.other_s))
     return out
 
 
@@ -130,7 +145,7 @@ def stage_bar(view: StepView, seconds_per_cell: float) -> Text:
         end = round(acc / seconds_per_cell) if seconds_per_cell > 0 else 0
         width = max(0, end - used)
         if width:
-            letter, colour = STAGE_STYLE.get(stage, UNTIMED)
+            letter, colour = style_of(stage, view)
             text.append(letter * width, style=f"black on {colour}")
             used = end
     return text
@@ -202,16 +217,27 @@ def stage_summary(views: Sequence[StepView]) -> RenderableType:
         ("trend", "left"),
     ):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
-    for stage in STAGE_STYLE:
-        if STAGE_BY_NAME[stage].extra:
+    order: dict[str, None] = {}
+    for v in normal:
+        shares = v.shares()
+        order.update(dict.fromkeys(n for n, _, _ in (shares.parts if shares else [])))
+    for stage in [*order, ""]:
+        if stage in STAGE_BY_NAME and STAGE_BY_NAME[stage].overhead:
             continue
-        times = [v.stage_times[stage] for v in normal if stage in v.stage_times]
+        # One denominator for every row (StepView.shares): the rows sum to 100 %.
+        rows = [(sh, v) for v in normal if (sh := v.shares()) is not None]
+        if stage:
+            times = [v.stage_times[stage] for v in normal if stage in v.stage_times]
+            shares_of = [sh.share(stage) for sh, v in rows if stage in v.stage_times]
+            last = _median([v.stage_times[stage] for v in recent if stage in v.stage_times])
+        else:
+            times = [sh.other_s for sh, _ in rows]
+            shares_of = [sh.other_share for sh, _ in rows]
+            last = _median([sh.other_s for v in recent if (sh := v.shares()) is not None])
         if not times:
             continue
-        shares = [s for v in normal if (s := v.share(stage)) is not None]
         run = _median(times)
-        last = _median([v.stage_times[stage] for v in recent if stage in v.stage_times])
-        share = _median(shares)
+        share = _median(shares_of)
         share_text = Text("—" if share is None else f"{share * 100:.0f}%")
         if share is not None and share >= 0.3:
             share_text.stylize("bold")
@@ -222,8 +248,9 @@ def stage_summary(views: Sequence[StepView]) -> RenderableType:
             "—" if last is None else f"{last:.2f}",
             trend_text(last, run),
         )
-    step_run = _median([v.step_time_core for v in normal if v.step_time_core is not None])
-    step_last = _median([v.step_time_core for v in recent if v.step_time_core is not None])
+    dens = [sh.denominator for v in normal if (sh := v.shares()) is not None]
+    step_run = _median(dens)
+    step_last = _median([sh.denominator for v in recent if (sh := v.shares()) is not None])
     table.add_row(
         Text("    step (core)", style="bold"),
         "—" if step_run is None else f"{step_run:.2f}",
@@ -294,27 +321,31 @@ def rate_text(views: Sequence[StepView]) -> Text:
     return text
 
 
-def steps_table(steps: list[VerlStep]) -> Table:
-    """Stage seconds and share of step for each of ``steps``."""
-    present = [s for s in STAGES if any(stage_time(st.metrics, s) is not None for st in steps)]
+def steps_table(views: Sequence[StepView]) -> Table:
+    """Stage seconds and share of step for each step; the shares use the same denominator as
+    the bars and the summary (step without validation/checkpoint), so a row sums to 100 %."""
+    order: dict[str, None] = {}
+    for v in views:
+        shares = v.shares()
+        order.update(dict.fromkeys(n for n, _, _ in (shares.parts if shares else [])))
+    present = [s for s in order if not (s in STAGE_BY_NAME and STAGE_BY_NAME[s].overhead)]
+    extras = [s for s in ("testing", "save_checkpoint") if any(s in v.stage_times for v in views)]
     table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("step", justify="right")
     table.add_column("step s", justify="right")
-    for stage in present:
+    for stage in [*present, "other", *extras]:
         table.add_column(stage, justify="right")
-    for st in steps:
-        total = step_time(st.metrics)
-        cells: list[Any] = [str(st.step), "—" if total is None else f"{total:.1f}"]
+    for v in views:
+        shares = v.shares()
+        total = shares.denominator if shares else v.step_time_core
+        cells: list[Any] = [str(v.step), "—" if total is None else f"{total:.1f}"]
         for stage in present:
-            v = stage_time(st.metrics, stage)
-            if v is None:
-                cells.append("—")
-                continue
-            share = v / total * 100 if total else None
-            cell = Text(f"{v:.1f}")
-            if share is not None:
-                cell.append(f" {share:.0f}%", style="bold" if share >= 30 else "dim")
-            cells.append(cell)
+            seconds = v.stage_times.get(stage)
+            cells.append(_share_cell(seconds, shares.share(stage) if shares else None))
+        cells.append(_share_cell(shares.other_s, shares.other_share) if shares else Text("—"))
+        for stage in extras:
+            seconds = v.stage_times.get(stage)
+            cells.append("—" if seconds is None else f"{seconds:.1f}")
         table.add_row(*cells)
     return table
 
@@ -361,6 +392,34 @@ def rollout_table(store: Store) -> RenderableType | None:
         style="bold underline",
     )
     return Group(title, table)
+
+
+def _share_cell(seconds: float | None, share: float | None) -> Text:
+    if seconds is None:
+        return Text("—")
+    cell = Text(f"{seconds:.1f}")
+    if share is not None:
+        pct = share * 100
+        cell.append(f" {pct:.0f}%", style="bold" if pct >= 30 else "dim")
+    return cell
+
+
+def parse_line(store: Store) -> Text | None:
+    """What each followed verl log gave: lines read and matched, steps, config keys."""
+    stats = list(getattr(store, "log_stats", {}).values())
+    if not stats:
+        return None
+    text = Text("", style="dim")
+    for st in stats:
+        text.append(
+            f"{st.get('path')}: {st.get('lines', 0)} lines read, {st.get('matched', 0)} matched, "
+            f"{st.get('steps', 0)} steps, {st.get('config_keys', 0)} config keys"
+        )
+        if st.get("malformed"):
+            text.append(f", {st.get('malformed')} unreadable metric lines")
+        text.append("\n")
+    text.rstrip()
+    return text
 
 
 class StepViews:
@@ -436,11 +495,17 @@ class DataflowPane(Pane):
         """Everything below the findings."""
         servers = rollout_table(store)
         if not store.steps:
-            missing = Text(MISSING_VERL, style="italic")
-            return missing if servers is None else Group(missing, Text(""), servers)
+            counts = parse_line(store)
+            if counts is not None:  # a log was given but nothing in it could be read
+                head: RenderableType = Group(
+                    Text("no verl step read from the log yet", style="italic"), counts
+                )
+            else:
+                head = Text(MISSING_VERL, style="italic")
+            return head if servers is None else Group(head, Text(""), servers)
         views = self._views.views(store)
         shown = views[-LAST_STEPS:]
-        used = [s for s in STAGE_STYLE if any(s in v.stage_times for v in shown)]
+        used = list(dict.fromkeys(n for v in shown for n, _ in segments(v) if n))
         parts: list[RenderableType] = [
             Text(
                 f"Stages of the last {len(shown)} steps (bar length ∝ seconds)",
@@ -472,8 +537,11 @@ class DataflowPane(Pane):
                 f"Stage times of the last {len(shown)} steps (seconds, share of step)",
                 style="bold underline",
             ),
-            steps_table(list(store.steps)[-LAST_STEPS:]),
+            steps_table(shown),
         ]
         if servers is not None:
             parts += [Text(""), servers]
+        counts = parse_line(store)
+        if counts is not None:
+            parts += [Text(""), counts]
         return Group(*parts)

@@ -240,7 +240,7 @@ def verl_summary(store: Store) -> Text:
     The second line shows which verl stage ran when over the history window (pane 3's letters).
     """
     from verl_top.ui.panes.dataflow import STAGE_STYLE, stage_strip  # pane 3 owns the letters
-    from verl_top.verl.stages import StepView
+    from verl_top.verl.stages import StepView, fmt_mfu
 
     if not store.steps:
         return Text("verl: no verl log: give --verl-log PATH", style="dim")
@@ -258,7 +258,7 @@ def verl_summary(store: Store) -> Text:
         (tput_label, fmt_num(view.throughput, "{:,.0f}")),
         ("tokens/s total", fmt_num(view.total_tokens_per_s, "{:,.0f}")),
         ("step time", fmt_num(step_s, "{:.1f}", " s")),
-        ("MFU", fmt_num(view.mfu, "{:.2f}")),
+        ("MFU", fmt_mfu(view.mfu)),  # 0 from verl = not estimated; 1.5e-06 never "0.00"
     ]
     for label, value in parts:
         text.append(f" · {label} ")
