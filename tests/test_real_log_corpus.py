@@ -69,7 +69,22 @@ def test_corpus_is_complete() -> None:
         assert (CORPUS / case["file"]).stat().st_size < 300_000
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c["file"].removesuffix(".log") for c in CASES])
+def _param(case: dict) -> object:
+    """One corpus row; a disagreement reviewed and kept is a strict xfail (it must keep failing,
+    so a change that makes the tool agree is noticed and the row updated)."""
+    marks = []
+    if case.get("known_disagreement"):
+        marks.append(pytest.mark.xfail(strict=True, reason=case["known_disagreement"]))
+    return pytest.param(case, id=case["file"].removesuffix(".log"), marks=marks)
+
+
+def test_at_least_90_percent_of_rows_are_expected_to_agree() -> None:
+    """The issue's bar: >= 90 % right verdicts on the corpus (known disagreements count wrong)."""
+    agree = sum(1 for c in CASES if not c.get("known_disagreement"))
+    assert agree / len(CASES) >= 0.9, f"{agree}/{len(CASES)}"
+
+
+@pytest.mark.parametrize("case", [_param(c) for c in CASES])
 def test_real_log_lead_verdict(case: dict, capsys: pytest.CaptureFixture[str]) -> None:
     exp = case["expected"]
     code, doc = _diagnose(CORPUS / case["file"], capsys)

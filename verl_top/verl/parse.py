@@ -24,6 +24,7 @@ Malformed input policy (all counted in ``malformed``, never raised):
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -488,7 +489,12 @@ class VerlStreamParser:
             self.truncated += status == TRUNCATED
         if status in (OK, TRUNCATED):
             self.steps += 1
-            out.append(VerlStep(host=self.host, t=t, step=step, metrics=metrics, source=source))
+            # nan/inf are read (verl prints them) but kept out of the record: absent = no data,
+            # so no share, ratio or export ever sees a non-finite number.
+            finite_metrics = {k: v for k, v in metrics.items() if math.isfinite(v)}
+            out.append(
+                VerlStep(host=self.host, t=t, step=step, metrics=finite_metrics, source=source)
+            )
         return True
 
     def _emit_config(self, collected: CollectedConfig | None, t: float, out: list[Record]) -> None:
