@@ -12,19 +12,13 @@ The file is pure ASCII so that its character count equals its byte count in any 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
-import queue
-import random
-import re
-import shutil
-import socket
-import subprocess
 import sys
-import threading
 import time
+
+# Everything else is imported where it is used (argparse, re, subprocess, threading, ...): a
+# module the agent does not need on its path costs resident memory for the agent's whole life.
 
 AGENT_VERSION = "0.1.0"
 PROTOCOL_VERSION = 1
@@ -35,9 +29,13 @@ MAX_LINES_PER_RECORD = 500
 MAX_READ_PER_POLL = 8 * 1024 * 1024  # bytes read from one followed file per tick
 MAX_PARTIAL = 1024 * 1024  # a "line" longer than this is emitted without its newline
 HEARTBEAT_S = 5.0
+PROC_READ = 256 * 1024  # one read of a /proc file; larger files are read on in a loop
 PROCS_FORCE_S = 30.0
 LOST_RETRY_S = 30.0
 GPM_MIN_GAP_S = 0.1  # NVML: GPM samples closer than 100 ms give no valid metrics
+GPM_EVERY = 5  # ticks between GPM samples: the costliest NVML read, so it has its own stride
+SLOW_EVERY = 5  # ticks between reads of values that change slowly (temperature, memory clock)
+NVML_FI_POWER_AVERAGE = 185  # nvml.h NVML_FI_DEV_POWER_AVERAGE: what nvmlDeviceGetPowerUsage gives
 
 # NVML return codes (nvml.h); compared with NVMLError.value so any pynvml version works.
 NVML_NOT_SUPPORTED = 3
@@ -152,10 +150,13 @@ class ProcFile:
         try:
             if self.fd is None:
                 self.fd = os.open(self.path, os.O_RDONLY)
-            os.lseek(self.fd, 0, os.SEEK_SET)
-            chunks = []
+            # One pread: a syscall costs more than the parsing on a VM, and these files are small.
+            data = os.pread(self.fd, PROC_READ, 0)
+            if len(data) < PROC_READ:
+                return data.decode("ascii", "replace")
+            chunks = [data]
             while True:
-                chunk = os.read(self.fd, 65536)
+                chunk = os.pread(self.fd, PROC_READ, sum(len(c) for c in chunks))
                 if not chunk:
                     break
                 chunks.append(chunk)
@@ -217,6 +218,7 @@ class HostSampler:
         self._netdev = ProcFile("/proc/net/dev")
         self._diskstats = ProcFile("/proc/diskstats")
         self._statm = ProcFile("/proc/self/statm")
+        self._loadavg = ProcFile("/proc/loadavg")
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
         self._disks = _whole_disks()
         self._disks_at = time.monotonic()
@@ -258,6 +260,8 @@ class HostSampler:
             key, _, rest = line.partition(":")
             if key in ("MemTotal", "MemAvailable", "MemFree", "Buffers", "Cached"):
                 info[key] = int(rest.split()[0]) * 1024
+                if "MemAvailable" in info and "MemTotal" in info:
+                    break  # the first lines; the other ~50 are not needed
         total = info.get("MemTotal")
         avail = info.get("MemAvailable")
         if avail is None and total is not None:
@@ -311,6 +315,19 @@ class HostSampler:
                 wr += int(f[9]) * 512
         return rd, wr
 
+    def _load(self):
+        """Load averages from a kept-open /proc/loadavg (os.getloadavg opens it every call)."""
+        parts = self._loadavg.read().split()
+        if len(parts) >= 3:
+            try:
+                return float(parts[0]), float(parts[1]), float(parts[2])
+            except ValueError:
+                pass
+        try:
+            return os.getloadavg()
+        except OSError:
+            return (None, None, None)
+
     def agent_rss(self):
         """The agent's resident memory in bytes."""
         if self._proc_self is not None:
@@ -339,10 +356,7 @@ class HostSampler:
         prev = self._prev
         self._prev = (mono, cpu, net, disk, acpu)
         used, total = self._mem()
-        try:
-            load = os.getloadavg()
-        except OSError:
-            load = (None, None, None)
+        load = self._load()
         cpu_pct = iowait = agent_pct = None
         per_core = []
         net_rx = net_tx = d_rd = d_wr = None
@@ -388,7 +402,14 @@ class HostSampler:
         )
 
     def close(self):
-        for pf in (self._stat, self._meminfo, self._netdev, self._diskstats, self._statm):
+        for pf in (
+            self._stat,
+            self._meminfo,
+            self._netdev,
+            self._diskstats,
+            self._statm,
+            self._loadavg,
+        ):
             pf.close()
 
 
@@ -462,12 +483,14 @@ class ProcInspector:
                 user = self._user(uid)
             except OSError:
                 user = ""
-            raw = _read_bytes("/proc/%d/cmdline" % pid, 65536) or b""
-            cmd = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
             rank, local = self._env_ranks(pid)
-            static = (start, user, cmd, rank, local)
+            static = (start, user, "", rank, local)
             self._static[pid] = static
             self._cpu.pop(pid, None)
+        # The title is read every time: Ray rewrites it per task ("ray::WorkerDict.actor_rollout_
+        # generate_sequences"), so it tells which method the worker is running now.
+        raw = _read_bytes("/proc/%d/cmdline" % pid, 65536) or b""
+        cmd = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
         mono = time.monotonic()
         prev = self._cpu.get(pid)
         self._cpu[pid] = (mono, ticks)
@@ -476,7 +499,7 @@ class ProcInspector:
             cpu = round(100.0 * (ticks - prev[1]) / self._hz / (mono - prev[0]), 1)
         return {
             "user": static[1],
-            "cmd": static[2],
+            "cmd": cmd,
             "cpu_pct": cpu,
             "rss_bytes": rss,
             "env_rank": static[3],
@@ -597,6 +620,132 @@ def _lost_fields(index):
     return (("index", index), ("lost", True), ("label", ""))
 
 
+def _nvml_structs():
+    """ctypes layouts of the nvml.h structs the fast path fills (made once, on first use)."""
+    import ctypes as c  # noqa: PLC0415 - only the NVML fast path needs it
+
+    class Utilization(c.Structure):
+        _fields_ = (("gpu", c.c_uint), ("memory", c.c_uint))
+
+    class MemoryV2(c.Structure):
+        _fields_ = (
+            ("version", c.c_uint),
+            ("total", c.c_ulonglong),
+            ("reserved", c.c_ulonglong),
+            ("free", c.c_ulonglong),
+            ("used", c.c_ulonglong),
+        )
+
+    class Value(c.Union):
+        _fields_ = (
+            ("dVal", c.c_double),
+            ("uiVal", c.c_uint),
+            ("ulVal", c.c_ulong),
+            ("ullVal", c.c_ulonglong),
+            ("sllVal", c.c_longlong),
+            ("siVal", c.c_int),
+            ("usVal", c.c_ushort),
+        )
+
+    class FieldValue(c.Structure):
+        _fields_ = (
+            ("fieldId", c.c_uint),
+            ("scopeId", c.c_uint),
+            ("timestamp", c.c_longlong),
+            ("latencyUsec", c.c_longlong),
+            ("valueType", c.c_int),
+            ("nvmlReturn", c.c_int),
+            ("value", Value),
+        )
+
+    return c, Utilization, MemoryV2, FieldValue
+
+
+_VALUE_KINDS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")  # nvmlValueType_t
+NVML_MEMORY_V2 = 0x02000028  # nvml.h nvmlMemory_v2: sizeof(nvmlMemory_v2_t) | 2 << 24
+
+
+class _DirectNvml:
+    """The per-tick NVML reads through the library's C entry points, with every buffer made once.
+
+    pynvml's getters allocate a ctypes struct, a byref() and an exception check per call; here
+    each GPU owns its structs and pre-built pointers, and a call is one C call plus reading the
+    struct. Power comes from one ``nvmlDeviceGetFieldValues`` call per GPU (the only per-tick
+    value of a gpu record that NVML offers as a field; utilisation, memory, clocks, temperature
+    and clock-event reasons have no field ids).
+    """
+
+    def __init__(self, fp, count):
+        c, Utilization, MemoryV2, FieldValue = _nvml_structs()
+        self.util_fn = fp("nvmlDeviceGetUtilizationRates")
+        self.mem_fn = fp("nvmlDeviceGetMemoryInfo_v2")
+        self.clock_fn = fp("nvmlDeviceGetClockInfo")
+        self.temp_fn = fp("nvmlDeviceGetTemperature")
+        self.fields_fn = fp("nvmlDeviceGetFieldValues")
+        try:
+            self.reasons_fn = fp("nvmlDeviceGetCurrentClocksEventReasons")
+        except Exception:  # drivers before 535 have only the old name
+            self.reasons_fn = fp("nvmlDeviceGetCurrentClocksThrottleReasons")
+        self.power_fn = fp("nvmlDeviceGetPowerUsage")
+        self.use_fields = True
+        self.bufs = []
+        for _ in range(count):
+            util, mem = Utilization(), MemoryV2()
+            mem.version = NVML_MEMORY_V2
+            sm, memclk, temp, power = c.c_uint(), c.c_uint(), c.c_uint(), c.c_uint()
+            reasons = c.c_ulonglong()
+            fv = (FieldValue * 1)()
+            fv[0].fieldId = NVML_FI_POWER_AVERAGE
+            ptrs = tuple(c.pointer(x) for x in (util, mem, sm, memclk, temp, reasons, power))
+            self.bufs.append((util, mem, sm, memclk, temp, reasons, power, fv, ptrs))
+        self.n1 = c.c_int(1)
+
+    @classmethod
+    def make(cls, nv, count):
+        """The fast path when the binding exposes its C entry points (pynvml does), else None."""
+        fp = getattr(nv, "_nvmlGetFunctionPointer", None)
+        if fp is None or os.environ.get("VERL_TOP_AGENT_NVML_API"):
+            return None
+        try:
+            return cls(fp, count)
+        except Exception:  # an old library without one of the entry points: pynvml's getters
+            return None
+
+    def read(self, i, h, f, slow, rc, un):
+        """Fill ``f`` (GPU i's reused field dict); ``rc(i, key, code)`` handles return codes and
+        ``un`` holds the (gpu, key) pairs known to be unsupported."""
+        util, mem, sm, memclk, temp, reasons, power, fv, p = self.bufs[i]
+        if (i, "util") not in un and rc(i, "util", self.util_fn(h, p[0])):
+            f["util_gpu"] = util.gpu
+            f["util_mem"] = util.memory
+        if (i, "mem") not in un and rc(i, "mem", self.mem_fn(h, p[1])):
+            f["mem_used_mib"] = round(mem.used / MIB, 1)
+            f["mem_total_mib"] = round(mem.total / MIB, 1)
+        self._power(i, h, f, fv, power, p[6], rc, un)
+        if (i, "sm_clk") not in un and rc(i, "sm_clk", self.clock_fn(h, 1, p[2])):
+            f["sm_mhz"] = sm.value  # NVML_CLOCK_SM
+        if (i, "reasons") not in un and rc(i, "reasons", self.reasons_fn(h, p[5])):
+            f["clock_reasons"] = reasons.value
+        if slow or "temp_c" not in f:
+            if (i, "temp") not in un and rc(i, "temp", self.temp_fn(h, 0, p[4])):
+                f["temp_c"] = temp.value  # NVML_TEMPERATURE_GPU
+            if (i, "mem_clk") not in un and rc(i, "mem_clk", self.clock_fn(h, 2, p[3])):
+                f["mem_mhz"] = memclk.value  # NVML_CLOCK_MEM
+            f.setdefault("temp_c", None)
+
+    def _power(self, i, h, f, fv, power, ptr, rc, un):
+        if self.use_fields:
+            code = self.fields_fn(h, self.n1, fv)
+            if code == 0 and fv[0].nvmlReturn == 0:
+                v = getattr(fv[0].value, _VALUE_KINDS[fv[0].valueType % 7])
+                f["power_w"] = round(v / 1000.0, 1)
+                return
+            if code in (NVML_GPU_IS_LOST, NVML_RESET_REQUIRED):
+                raise _GpuLost()
+            self.use_fields = False  # the field is not offered here: the plain getter from now on
+        if (i, "power") not in un and rc(i, "power", self.power_fn(h, ptr)):
+            f["power_w"] = round(power.value / 1000.0, 1)
+
 
 class NvmlBackend:
     """Samples GPUs through pynvml with cached handles, cached NotSupported and GPM."""
@@ -604,7 +753,11 @@ class NvmlBackend:
     name = "pynvml"
     blocking = False
 
-    def __init__(self, nvml=None):
+    def __init__(self, nvml=None, gpm_every=GPM_EVERY, slow_every=SLOW_EVERY):
+        self.gpm_every = max(1, int(gpm_every))
+        self.slow_every = max(1, int(slow_every))
+        self._ticks = 0
+        self._slow_due = self._gpm_due = True
         if nvml is None:
             try:
                 import pynvml as nvml  # noqa: PLC0415 - optional
@@ -653,6 +806,8 @@ class NvmlBackend:
             self._init_gpu(i)
         self.capabilities = ["gpm"] if any(g is not None for g in self._gpm) else []
         self.capabilities.append("procs")
+        self._fields = [{"index": i, "lost": False, "label": ""} for i in range(count)]
+        self._direct = _DirectNvml.make(nvml, count)
 
     @staticmethod
     def _static(fn):
@@ -784,9 +939,33 @@ class NvmlBackend:
                 fields[name] = round(m.value, 2)
 
     def _sample_gpu(self, i, h):
+        """One GPU's field pairs: fast values every tick, slow ones and GPM on their strides."""
+        f = self._fields[i]  # a dict reused tick after tick: only the values change
+        if self._direct is not None:
+            self._direct.read(i, h, f, self._slow_due, self._q_rc, self._unsupported)
+        else:
+            self._read_api(i, h, f)
+        if f.get("mem_used_mib") is not None:
+            f["mem_total_mib"] = self._totals[i] or f.get("mem_total_mib")
+        f["power_limit_w"] = self._limits[i]
+        if self._gpm_due and self._gpm[i] is not None and (i, "gpm") not in self._unsupported:
+            self._gpm_sample(i, h, f)  # between GPM ticks the last window's values are repeated
+        return tuple((k, f[k]) for k in GPU_FIELDS if f.get(k) is not None)
+
+    def _q_rc(self, i, key, code):
+        """Handle a raw NVML return code: True when it is success; remember what is unsupported."""
+        if code == 0:
+            return True
+        if code in (NVML_NOT_SUPPORTED, NVML_FUNCTION_NOT_FOUND, NVML_NO_PERMISSION):
+            self._unsupported.add((i, key))
+        elif code in (NVML_GPU_IS_LOST, NVML_RESET_REQUIRED):
+            raise _GpuLost()
+        return False
+
+    def _read_api(self, i, h, f):
+        """The pynvml-function path (bindings without raw entry points, and the tests' fakes)."""
         nv = self.nv
         q = self._q
-        f = {"index": i}
         u = q(i, "util", nv.nvmlDeviceGetUtilizationRates, h)
         if u is not None:
             f["util_gpu"] = u.gpu
@@ -794,24 +973,23 @@ class NvmlBackend:
         mem = q(i, "mem", self._memory, h)
         if mem is not None:
             f["mem_used_mib"] = round(mem[0] / MIB, 1)
-            f["mem_total_mib"] = self._totals[i] or round(mem[1] / MIB, 1)
+            f["mem_total_mib"] = round(mem[1] / MIB, 1)
         p = q(i, "power", nv.nvmlDeviceGetPowerUsage, h)
         if p is not None:
             f["power_w"] = round(p / 1000.0, 1)
-        f["power_limit_w"] = self._limits[i]
-        f["temp_c"] = q(i, "temp", nv.nvmlDeviceGetTemperature, h, 0)  # NVML_TEMPERATURE_GPU
         f["sm_mhz"] = q(i, "sm_clk", nv.nvmlDeviceGetClockInfo, h, 1)  # NVML_CLOCK_SM
-        f["mem_mhz"] = q(i, "mem_clk", nv.nvmlDeviceGetClockInfo, h, 2)  # NVML_CLOCK_MEM
         f["clock_reasons"] = q(i, "reasons", self._reasons, h)
-        if self._gpm[i] is not None and (i, "gpm") not in self._unsupported:
-            self._gpm_sample(i, h, f)
-        f["lost"] = False
-        f["label"] = ""
-        return tuple((k, f.get(k)) for k in GPU_FIELDS if k in f)
+        if self._slow_due or "temp_c" not in f:
+            f["temp_c"] = q(i, "temp", nv.nvmlDeviceGetTemperature, h, 0)  # NVML_TEMPERATURE_GPU
+            f["mem_mhz"] = q(i, "mem_clk", nv.nvmlDeviceGetClockInfo, h, 2)  # NVML_CLOCK_MEM
 
     def sample(self, now):
         out = []
         mono = time.monotonic()
+        n = self._ticks
+        self._ticks = n + 1
+        self._slow_due = n % self.slow_every == 0
+        self._gpm_due = n % self.gpm_every == 0
         for i, h in enumerate(self.handles):
             if i in self._lost:
                 if mono < self._lost[i] or h is None:
@@ -823,6 +1001,7 @@ class NvmlBackend:
                 fields = self._sample_gpu(i, h)
             except _GpuLost:
                 self._lost[i] = mono + LOST_RETRY_S
+                self._fields[i] = {"index": i, "lost": False, "label": ""}
                 out.append(_lost_fields(i))
                 continue
             self._lost.pop(i, None)
@@ -895,7 +1074,7 @@ SMI_FIELD_MAP = (
     ("clocks.mem", "mem_mhz"),
     ("clocks_event_reasons.active", "clock_reasons"),
 )
-_SMI_NUM = re.compile(r"^([-+]?\d+(?:\.\d+)?)\s*(?:[A-Za-z%/]+)?$")
+_SMI_NUM = r"^([-+]?\d+(?:\.\d+)?)\s*(?:[A-Za-z%/]+)?$"
 
 
 def smi_value(text):
@@ -908,7 +1087,9 @@ def smi_value(text):
             return int(s, 16)
         except ValueError:
             return None
-    m = _SMI_NUM.match(s)
+    import re  # noqa: PLC0415 - only the nvidia-smi path parses text (re caches the pattern)
+
+    m = re.match(_SMI_NUM, s)
     if not m:
         return None
     num = m.group(1)
@@ -981,6 +1162,8 @@ class SmiBackend:
     blocking = True
 
     def __init__(self, exe=None, runner=None):
+        import shutil  # noqa: PLC0415 - only this fallback needs it
+
         self.exe = exe or shutil.which("nvidia-smi")
         if not self.exe:
             raise BackendUnavailable("nvidia-smi not on PATH")
@@ -1017,6 +1200,8 @@ class SmiBackend:
         self.failing = ""
 
     def _spawn(self, args):
+        import subprocess  # noqa: PLC0415 - only this fallback spawns
+
         try:
             proc = subprocess.run(
                 [self.exe] + args + ["--format=csv,noheader,nounits"],
@@ -1154,6 +1339,8 @@ class ReplayBackend:
             for i in range(self.n)
         ]
         self.capabilities = ["gpm"]
+        import random  # noqa: PLC0415 - only replay jitters
+
         rng = random.Random(seed)
         # Small fixed per-GPU differences, so the fan-out does not look like one GPU 8 times.
         self._scale = [1.0 if i == 0 else 0.96 + 0.06 * rng.random() for i in range(self.n)]
@@ -1195,7 +1382,13 @@ class ReplayBackend:
                 out[k] = min(100.0, round(v * s * j, 2))
             elif k == "temp_c":
                 out[k] = v + self._temp_off[i]
-            elif k in ("power_w", "nvlink_tx_mibs", "nvlink_rx_mibs", "pcie_tx_mibs", "pcie_rx_mibs"):
+            elif k in (
+                "power_w",
+                "nvlink_tx_mibs",
+                "nvlink_rx_mibs",
+                "pcie_tx_mibs",
+                "pcie_rx_mibs",
+            ):
                 out[k] = round(v * s * j, 2)
             elif k == "mem_used_mib":
                 out[k] = round(v * (0.995 + 0.005 * s), 1)
@@ -1231,7 +1424,11 @@ def make_backend(opts):
     if choice == "replay":
         try:
             return ReplayBackend(
-                opts.replay_trace, opts.replay_gpus, opts.replay_speed, opts.replay_seed, opts.interval
+                opts.replay_trace,
+                opts.replay_gpus,
+                opts.replay_speed,
+                opts.replay_seed,
+                opts.interval,
             )
         except BackendUnavailable as exc:
             return NoneBackend(str(exc))
@@ -1240,7 +1437,9 @@ def make_backend(opts):
     nvml_reason = smi_reason = ""
     if choice in ("auto", "pynvml"):
         try:
-            return NvmlBackend()
+            return NvmlBackend(
+                None, getattr(opts, "gpm_every", GPM_EVERY), getattr(opts, "slow_every", SLOW_EVERY)
+            )
         except BackendUnavailable as exc:
             nvml_reason = str(exc)
         if choice == "pynvml":
@@ -1422,7 +1621,7 @@ class Agent:
     def __init__(self, options=None):
         opts = options if options is not None else parse_args([])
         self.opts = opts
-        self.host = opts.host or socket.gethostname()
+        self.host = opts.host or os.uname().nodename
         self.interval = max(0.05, float(opts.interval))
         self.procs_enabled = not opts.no_procs
         self.procs_every = max(1, int(opts.procs_every))
@@ -1455,7 +1654,7 @@ class Agent:
         caps.append("follow")
         fields = (
             ("agent_version", AGENT_VERSION),
-            ("python", platform.python_version()),
+            ("python", "%d.%d.%d" % sys.version_info[:3]),
             ("backend", b.name),
             ("driver", b.driver),
             ("nvml_version", b.nvml_version),
@@ -1514,15 +1713,15 @@ class Agent:
         if raw is None:
             return None
         raw.sort()
-        signature = tuple(raw)
+        infos = [self.inspector.inspect(pid) for pid, _, _ in raw]
+        # A changed title (the method a Ray worker runs) is a change too, not only pids and memory.
+        signature = (tuple(raw), tuple(info.get("cmd", "") for info in infos))
+        self.inspector.forget_except({p[0] for p in raw})
         last = self._last_procs
         if last is not None and last[1] == signature and now - last[0] < PROCS_FORCE_S:
             return None
         self._last_procs = (now, signature)
-        procs = []
-        for pid, gpu, used in raw:
-            procs.append(proc_dict(pid, gpu, used, self.inspector.inspect(pid)))
-        self.inspector.forget_except({p[0] for p in raw})
+        procs = [proc_dict(pid, gpu, used, info) for (pid, gpu, used), info in zip(raw, infos)]  # noqa: B905 - 3.8
         return _record("procs", self.host, now, (("procs", procs),))
 
     def follow(self, kind, path, from_start=False):
@@ -1578,6 +1777,8 @@ class Agent:
 
 def parse_args(argv=None):
     """The agent's command line."""
+    import argparse  # noqa: PLC0415 - the command line is read once
+
     p = argparse.ArgumentParser(prog="verl-top-agent", description="verl-top node agent")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between ticks")
     p.add_argument("--host", default="", help="host name in records (default: hostname)")
@@ -1595,6 +1796,10 @@ def parse_args(argv=None):
     p.add_argument("--count", type=int, default=0, help="stop after N ticks (0: run on)")
     p.add_argument("--no-procs", action="store_true", help="do not list GPU processes")
     p.add_argument("--procs-every", type=int, default=5, help="list GPU processes every N ticks")
+    p.add_argument("--gpm-every", type=int, default=GPM_EVERY, help="GPM sample every N ticks")
+    p.add_argument(
+        "--slow-every", type=int, default=SLOW_EVERY, help="temperature, memory clock every N ticks"
+    )
     p.add_argument("--host-sampler", default="auto", choices=("auto", "psutil", "proc"))
     p.add_argument(
         "--ignore-stdin", action="store_true", help="run without the stdin control channel"
@@ -1650,13 +1855,20 @@ def main(argv=None):
     opts = parse_args(argv)
     agent = Agent(opts)
     writer = _Writer()
+    import queue  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
     q = queue.Queue()
     if not (opts.ignore_stdin or opts.once):
         threading.Thread(target=_read_stdin, args=(q,), name="control", daemon=True).start()
     try:
         if not writer.write([agent.hello()]):
             return 1
-        if opts.once and isinstance(agent.backend, NvmlBackend) and "gpm" in agent.backend.capabilities:
+        if (
+            opts.once
+            and isinstance(agent.backend, NvmlBackend)
+            and "gpm" in agent.backend.capabilities
+        ):
             time.sleep(GPM_MIN_GAP_S + 0.02)  # GPM needs two samples 100 ms apart
         limit = 1 if opts.once else max(0, opts.count)
         next_tick = time.monotonic()
