@@ -80,6 +80,7 @@ class Row:
     cpu_ms: list[float] = field(default_factory=list)
     bytes_per_sample: float | None = None
     rss_mb: float | None = None
+    rss_peak_mb: float | None = None  # the agent process: VmHWM (peak since exec)
     cpu_ms_steady: float | None = None  # the agent process: from its heartbeats
     parts: dict[str, float | None] = field(default_factory=dict)  # the agent tick's parts
     note: str = ""
@@ -105,6 +106,7 @@ class Row:
             "cpu_ms_p50": median(self.cpu_ms),
             "cpu_ms_per_gpu": cpu / self.gpus if cpu is not None and self.gpus else None,
             "rss_mb": self.rss_mb,
+            "rss_peak_mb": self.rss_peak_mb,
             "bytes_per_sample": self.bytes_per_sample,
             "parts": self.parts,
             "note": self.note,
@@ -310,6 +312,7 @@ class AgentProcess:
         # n + 1 gpu timestamps seen = n complete ticks written
         ok = self.wait_for(lambda data: data.count(b'"type":"host"') >= self.n, timeout=timeout)
         hwm = vm_kib(self.proc.pid, "VmHWM")
+        steady = vm_kib(self.proc.pid, "VmRSS")
         cpu1 = task_cpu_s(self.proc.pid)
         ticks1 = self.out_path.read_bytes().count(b'"type":"host"')
         assert self.proc.stdin is not None
@@ -345,7 +348,10 @@ class AgentProcess:
         row.bytes_per_sample = body / ticks if ticks else None
         hbs = [r for r in records if r.get("type") == "hb" and r.get("agent_cpu_s") is not None]
         hb_rss = max((r.get("agent_rss_bytes") or 0 for r in hbs), default=0) / 2**20
-        row.rss_mb = hwm / 1024.0 if hwm else (hb_rss or None)
+        # The steady resident size (VmRSS after the ticks) is the figure; the peak since exec
+        # (VmHWM: start-up, compiling the shipped source) goes in the note.
+        row.rss_mb = steady / 1024.0 if steady else (hb_rss or None)
+        row.rss_peak_mb = hwm / 1024.0 if hwm else None
         how = "heartbeat deltas"
         if self.cpu0 is not None and cpu1 is not None and ticks1 > self.ticks0:
             row.cpu_ms_steady = (cpu1 - self.cpu0) * 1000 / (ticks1 - self.ticks0)
@@ -363,8 +369,8 @@ class AgentProcess:
             how = "exit rusage minus the first heartbeat's CPU"
         row.note += (
             f"exit {self.proc.returncode}; {ticks} ticks; process CPU incl. start-up "
-            f"{total_cpu * 1000:.0f} ms; CPU/sample from {how}; {RSS_NOTE}, "
-            f"own heartbeat RSS {hb_rss:.1f} MB"
+            f"{total_cpu * 1000:.0f} ms; CPU/sample from {how}; RSS = VmRSS after the ticks, "
+            f"peak VmHWM {fmt(row.rss_peak_mb, 1)} MB; own heartbeat RSS {hb_rss:.1f} MB"
         )
         return row
 
