@@ -224,7 +224,12 @@ class HostSampler:
         self._disks_at = time.monotonic()
         self._proc_self = self.psutil.Process() if self.psutil is not None else None
         self._prev = None  # (mono, cpu_times per core, net, disk, agent cpu)
+        self._n = 0
+        self._slow = None  # (load averages, agent RSS): read on a stride
         self.cpu_count = os.cpu_count()
+        self.cpu_lines = (
+            self.cpu_count or 1
+        ) + 1  # "cpu" then one line per core: the rest is skipped
         self.mem_total = self._mem()[1]
         self.sample(time.time())  # prime the deltas so the first tick has rates
 
@@ -242,11 +247,11 @@ class HostSampler:
                 out.append((tot, ct.idle + io, io))
             return out
         out = []
-        for line in self._stat.read().splitlines():
+        for line in self._stat.read().split("\n", self.cpu_lines)[: self.cpu_lines]:
             if not line.startswith("cpu"):
                 break
-            parts = line.split()
-            vals = [int(x) for x in parts[1:9]]  # user nice system idle iowait irq softirq steal
+            # user nice system idle iowait irq softirq steal
+            vals = list(map(int, line.split(None, 9)[1:9]))
             io = vals[4] if len(vals) > 4 else 0
             out.append((sum(vals), vals[3] + io, io))
         return out
@@ -356,7 +361,12 @@ class HostSampler:
         prev = self._prev
         self._prev = (mono, cpu, net, disk, acpu)
         used, total = self._mem()
-        load = self._load()
+        # The kernel updates load averages every 5 s, and the agent's RSS moves slowly: both are
+        # read on every 5th sample and repeated between (fewer /proc reads per tick).
+        self._n += 1
+        if self._n % SLOW_EVERY == 1 or self._slow is None:
+            self._slow = (self._load(), self.agent_rss())
+        load, rss = self._slow
         cpu_pct = iowait = agent_pct = None
         per_core = []
         net_rx = net_tx = d_rd = d_wr = None
@@ -398,7 +408,7 @@ class HostSampler:
             ("disk_read_bps", d_rd),
             ("disk_write_bps", d_wr),
             ("agent_cpu_pct", agent_pct),
-            ("agent_rss_bytes", self.agent_rss()),
+            ("agent_rss_bytes", rss),
         )
 
     def close(self):
