@@ -84,6 +84,7 @@ class Row:
     rss_peak_mb: float | None = None  # the agent process: VmHWM (peak since exec)
     cpu_ms_steady: float | None = None  # the agent process: from its heartbeats
     parts: dict[str, float | None] = field(default_factory=dict)  # the agent tick's parts
+    gpu_ms: list[float] = field(default_factory=list)  # the agent tick: its GPU part per tick
     note: str = ""
 
     def cpu_median(self) -> float | None:
@@ -110,6 +111,8 @@ class Row:
             "rss_peak_mb": self.rss_peak_mb,
             "bytes_per_sample": self.bytes_per_sample,
             "parts": self.parts,
+            "cpu_ms": [round(x, 4) for x in self.cpu_ms],  # per tick, to see strided ticks
+            "gpu_ms": [round(x, 4) for x in self.gpu_ms],
             "note": self.note,
         }
 
@@ -180,10 +183,10 @@ def _timed(obj: Any, attr: str, sink: list[float]) -> None:
     setattr(obj, attr, wrapper)
 
 
-def measure_agent_tick(argv: list[str], rate: float, n: int) -> Row:
+def measure_agent_tick(argv: list[str], rate: float, n: int, variant: str = "") -> Row:
     """The in-process tick + encoding cost, with its parts (GPU, host, procs, encoding)."""
     agent = na.Agent(na.parse_args(argv))
-    row = Row(AGENT_ROW, rate, gpus=len(agent.backend.gpus))
+    row = Row(AGENT_ROW + (f" [{variant}]" if variant else ""), rate, gpus=len(agent.backend.gpus))
     parts: dict[str, list[float]] = {"gpu": [], "host": [], "procs": [], "encode": []}
     _timed(agent.backend, "sample", parts["gpu"])
     _timed(agent.host_sampler, "sample", parts["host"])
@@ -218,6 +221,7 @@ def measure_agent_tick(argv: list[str], rate: float, n: int) -> Row:
     row.bytes_per_sample = sum(nbytes) / len(nbytes) if nbytes else None
     # procs are listed every --procs-every ticks: their cost per tick is the mean, not median.
     ticks = max(1, len(row.cpu_ms))
+    row.gpu_ms = list(parts["gpu"])
     row.parts = {
         "gpu_ms_mean": sum(parts["gpu"]) / ticks,
         "gpu_ms_p50": median(parts["gpu"]),
@@ -763,6 +767,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--no-floor-detail", action="store_true", help="skip NVML call costs and RSS steps"
     )
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=ARGS",
+        help="also time the tick with other agent options at the lowest rate, e.g. "
+        "'gpm30=--gpm-every 30' (repeatable)",
+    )
     args = p.parse_args(argv)
 
     trace = args.trace or default_trace()
@@ -773,6 +785,13 @@ def main(argv: list[str] | None = None) -> int:
         n = args.samples or max(3, int(round(args.duration * rate)))
         print(f"measuring at {rate:g} Hz, {n} samples per tool ...", flush=True)
         rows += run_rate(backend, args.gpus, trace, rate, n, not args.no_floor, args.host_sampler)
+    low = min(float(x) for x in args.rates.split(",") if x.strip())
+    for spec in args.variant:
+        name, _, extra = spec.partition("=")
+        n = args.samples or max(3, int(round(args.duration * low)))
+        print(f"variant {name}: {extra} at {low:g} Hz ...", flush=True)
+        base = agent_argv(backend, args.gpus, trace, low, host_sampler=args.host_sampler)
+        rows.append(measure_agent_tick(base + extra.split(), low, n, variant=name))
     print()
     print(report(rows))
     tgt = targets(rows)

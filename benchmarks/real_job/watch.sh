@@ -51,6 +51,9 @@ python3 "$SRC/benchmarks/real_job/live_shots.py" --watch "$WATCH_S" --out "$W/sh
   > "$W/shots.log" 2>&1 &
 SHOTS=$!
 # 3. snapshot and diagnose over the same window
+# (run from $SRC: `python3 -m` puts the working directory first on sys.path, and the checkout's
+# root on the GPU machine holds another copy of verl_top)
+cd "$SRC"
 python3 -m verl_top snapshot $ARGS --duration "$WATCH_S" -o "$W/snapshot" > "$W/snapshot.log" 2>&1 &
 SNAP=$!
 python3 -m verl_top diagnose $ARGS --duration "$WATCH_S" --json > "$W/diagnose.json" 2> "$W/diagnose.err" &
