@@ -531,15 +531,26 @@ PYNVML_RSS = "import pynvml; pynvml.nvmlInit(); pynvml.nvmlDeviceGetCount()"
 
 
 def run_rate(
-    backend: str, gpus: int, trace: str, rate: float, n: int, floor: bool, host_sampler: str
+    backend: str,
+    gpus: int,
+    trace: str,
+    rate: float,
+    n: int,
+    floor: bool,
+    host_sampler: str,
+    extra: list[str] | None = None,
+    only_agent: bool = False,
 ) -> list[Row]:
-    """All rows at one pacing rate."""
-    argv = agent_argv(backend, gpus, trace, rate, host_sampler=host_sampler)
+    """All rows at one pacing rate (``extra``: more agent options; ``only_agent``: no
+    comparators)."""
+    argv = agent_argv(backend, gpus, trace, rate, host_sampler=host_sampler) + (extra or [])
     proc = AgentProcess.start(argv, rate, n)
     rows = [measure_agent_tick(argv, rate, n)]
     # The subprocess ran alongside the in-process loop; it is reaped before any spawned
     # comparator, so nothing else is counted in its rusage.
     rows.append(proc.finish(timeout=n / rate + 30))
+    if only_agent:
+        return rows
     rows.append(measure_smi(rate, n))
     rows.append(
         measure_in_process("nvitop Device.as_snapshot() all", rate, n, nvitop_setup, NVITOP_RSS)
@@ -768,6 +779,10 @@ def main(argv: list[str] | None = None) -> int:
         "--no-floor-detail", action="store_true", help="skip NVML call costs and RSS steps"
     )
     p.add_argument(
+        "--agent-extra", default="", metavar="ARGS", help="more agent options, e.g. '--nvml ctypes'"
+    )
+    p.add_argument("--only-agent", action="store_true", help="the agent rows only, no comparators")
+    p.add_argument(
         "--variant",
         action="append",
         default=[],
@@ -784,7 +799,17 @@ def main(argv: list[str] | None = None) -> int:
     for rate in (float(x) for x in args.rates.split(",") if x.strip()):
         n = args.samples or max(3, int(round(args.duration * rate)))
         print(f"measuring at {rate:g} Hz, {n} samples per tool ...", flush=True)
-        rows += run_rate(backend, args.gpus, trace, rate, n, not args.no_floor, args.host_sampler)
+        rows += run_rate(
+            backend,
+            args.gpus,
+            trace,
+            rate,
+            n,
+            not args.no_floor,
+            args.host_sampler,
+            args.agent_extra.split(),
+            args.only_agent,
+        )
     low = min(float(x) for x in args.rates.split(",") if x.strip())
     for spec in args.variant:
         name, _, extra = spec.partition("=")

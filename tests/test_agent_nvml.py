@@ -514,3 +514,55 @@ def test_fast_path_unsupported_and_lost_codes(fake: FakeNvml, direct: FakeEntryP
     fake.raises[("util", 0)] = real.NVML_ERROR_GPU_IS_LOST
     g = gpu_lines(a.tick())
     assert g[0]["lost"] is True and "util_gpu" not in g[0] and g[1]["util_gpu"] == 51
+
+
+def test_ctypes_binding_missing_library_is_a_clear_reason_and_auto_falls_back(
+    fake: FakeNvml,
+) -> None:
+    """--nvml ctypes loads libnvidia-ml.so.1 itself (no pynvml import); without the library it
+    says so, and --nvml auto falls back to the pynvml module (here the fake)."""
+    try:
+        na.CtypesNvml()
+    except na.BackendUnavailable as exc:
+        assert "libnvidia-ml.so.1" in str(exc)
+    else:  # a machine with the NVIDIA driver: nothing to check here
+        return
+    a = agent("--nvml", "ctypes")
+    assert a.backend.name == "none" and "NVML library not found" in a.backend.error
+    b = agent("--nvml", "auto")
+    assert b.backend.name == "pynvml" and gpu_lines(b.tick())[0]["util_gpu"] == 50
+
+
+@pytest.fixture
+def fake_libnvml(tmp_path: Path) -> Path:
+    """tests/fixtures/agent/fake_nvml.c built into a shared library (the C compiler is part of
+    the project's CI image; without one the ctypes binding cannot be exercised off a GPU node)."""
+    import shutil
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.fail("no C compiler: needed to build the fake libnvidia-ml for the ctypes binding")
+    src = Path(__file__).parent / "fixtures" / "agent" / "fake_nvml.c"
+    lib = tmp_path / "libfakenvml.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(src)], check=True)
+    return lib
+
+
+def test_ctypes_binding_samples_a_library_with_nvml_layouts(
+    fake_libnvml: Path, monkeypatch
+) -> None:
+    """The whole agent over libnvidia-ml's C ABI, without pynvml: the same record as through
+    pynvml's getters (test_normal_sample_with_gpm), the fast path taken, processes listed."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # importing pynvml would fail
+    nvml = na.CtypesNvml(str(fake_libnvml))
+    backend = na.NvmlBackend(nvml, 5, 5)
+    assert backend._direct is not None and backend.driver == "580.159.04"
+    assert backend.gpus[1]["uuid"] == "GPU-fake-1" and backend.gpus[1]["bus_id"] == "00000000:01:00.0"
+    assert backend.gpus[1]["mem_total_mib"] == 143771.0 and backend.gpus[1]["power_limit_w"] == 700.0
+    assert backend.gpus[1]["gpm"] is False  # the library says GPM is not supported
+    g1 = dict(backend.sample(0.0)[1])
+    assert (g1["util_gpu"], g1["util_mem"], g1["temp_c"]) == (51, 21, 41)
+    assert (g1["mem_used_mib"], g1["power_w"]) == (1001.0, 651.0)  # power from the field values
+    assert (g1["sm_mhz"], g1["mem_mhz"], g1["clock_reasons"]) == (1980, 3201, 0x4)
+    assert sorted(backend.processes()) == [(4242, 0, 2048.0), (4243, 1, 2048.0)]
+    backend.close()

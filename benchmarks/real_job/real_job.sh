@@ -30,13 +30,22 @@ el "verl-top wheels installed"
 # 1. the agent's cost next to nvidia-smi, nvitop and raw pynvml, GPU idle (issue 21)
 if [ "${AGENT_COST:-1}" = 1 ]; then
   (cd "$SRC/benchmarks" && PYTHONPATH=$SRC:$VT_SITE python3 agent_cost.py --backend pynvml \
-     --rates 1,10 --duration "${COST_S:-10}" --json-out "$R/agent_cost.json" > "$R/agent_cost.txt" 2>&1)
+     --rates 1,10 --duration "${COST_S:-10}" ${COST_VARIANTS:-} --json-out "$R/agent_cost.json" \
+     > "$R/agent_cost.txt" 2>&1)
   el "agent cost done"; sed -n '/^tool/,$p' "$R/agent_cost.txt" | cut -c1-200
+  # the same agent over libnvidia-ml through ctypes (no pynvml module): its rows only, 1 Hz
+  (cd "$SRC/benchmarks" && PYTHONPATH=$SRC:$VT_SITE python3 agent_cost.py --backend pynvml \
+     --rates 1 --duration "${COST_S:-10}" --only-agent --no-floor-detail --agent-extra "--nvml ctypes" \
+     --json-out "$R/agent_cost_ctypes.json" > "$R/agent_cost_ctypes.txt" 2>&1)
+  el "agent cost (ctypes) done"; sed -n '/^tool/,$p' "$R/agent_cost_ctypes.txt" | cut -c1-200
 fi
 
 # 2. topology: nvidia-smi's matrix, and verl-top's own collection when this checkout has it
 if [ "${TOPO:-1}" = 1 ]; then
   nvidia-smi topo -m > "$R/topo_smi.txt" 2>&1
+  # the nccl work's own capture (hello + topo records, pane 4's text), when this checkout has it
+  [ -f "$SRC/benchmarks/topology_capture.py" ] && (cd "$SRC" && PYTHONPATH=$SRC:$VT_SITE timeout 120 \
+     python3 benchmarks/topology_capture.py --out "$R/topology" > "$R/topology_capture.txt" 2>&1)
   (cd "$SRC" && PYTHONPATH=$SRC:$VT_SITE timeout 60 python3 -m verl_top.agent.node_agent --once \
      --ignore-stdin --host h200 > "$R/agent_once.ndjson" 2> "$R/agent_once.err")
   el "topology captured"

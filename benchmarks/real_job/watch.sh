@@ -28,6 +28,11 @@ PY
 for _ in $(seq 1 120); do alive && break; sleep 2; done
 el "WorkerDict alive"
 ARGS="--ray $DASH --verl-log $VERL_LOG --interval 1"
+# one tick of the agent with the job's GPU process on the GPU, through each NVML binding
+for b in pynvml ctypes; do
+  (cd "$SRC" && timeout 60 python3 -m verl_top.agent.node_agent --once --ignore-stdin --nvml $b \
+     --procs-every 1 --host vm > "$W/agent_once_$b.ndjson" 2> "$W/agent_once_$b.err")
+done
 
 # ground truth samplers: GPU process titles every second, ps every 5 s
 ( while :; do
@@ -70,6 +75,13 @@ while [ $T -lt "$WATCH_S" ]; do
   fi
   [ -n "$VT" ] && [ -r /proc/$VT/stat ] && \
     echo "$T $(awk '{print $14+$15}' /proc/$VT/stat) $(awk '{print $2}' /proc/$VT/statm)" >> "$W/tui_cpu_ticks.txt"
+  # the client's cost per part: the headless collectors (sampling, log following, Ray polling,
+  # store) against the TUI (the same plus rendering); clock ticks (100 Hz) and RSS pages
+  for pair in "shots:$SHOTS" "snapshot:$SNAP" "diagnose:$DIAG" "tui:$VT"; do
+    pid=${pair#*:}
+    [ -n "$pid" ] && [ -r /proc/$pid/stat ] && \
+      echo "$T ${pair%%:*} $(awk '{print $14+$15}' /proc/$pid/stat) $(awk '{print $2}' /proc/$pid/statm)"
+  done >> "$W/client_cpu_ticks.txt"
   if [ $((T % 10)) = 0 ] && command -v tmux > /dev/null; then
     tmux capture-pane -p -t vt > "$W/tui_$(printf %03d $T).txt" 2>/dev/null
   fi

@@ -757,6 +757,230 @@ class _DirectNvml:
             f["power_w"] = round(power.value / 1000.0, 1)
 
 
+class NvmlCallError(Exception):
+    """An NVML call returned an error code (``value``), like pynvml's NVMLError."""
+
+    def __init__(self, value, text=""):
+        Exception.__init__(self, text or "NVML error %d" % value)
+        self.value = value
+
+
+GPM_METRICS_ROOM = 512  # entries of nvmlGpmMetricsGet_t.metrics (nvml.h's maximum is below that)
+
+
+class CtypesNvml:
+    """The NVML calls the agent makes, straight from libnvidia-ml.so.1 through ctypes: the same
+    names and return values as pynvml's (what ``NvmlBackend`` uses), without importing pynvml,
+    whose module alone keeps ~4 MB resident. Struct layouts follow nvml.h."""
+
+    NVMLError = NvmlCallError
+    nvmlMemory_v2 = NVML_MEMORY_V2
+    NVML_GPM_METRICS_GET_VERSION = 1
+
+    def __init__(self, path="libnvidia-ml.so.1"):
+        import ctypes as c  # noqa: PLC0415
+
+        self.c = c
+        try:
+            self.lib = c.CDLL(path)
+        except OSError as exc:
+            raise BackendUnavailable("NVML library not found (libnvidia-ml.so.1): %s" % exc)
+        self._fns = {}
+        _, self.Utilization, self.MemoryV2, _ = _nvml_structs()
+
+        class MemoryV1(c.Structure):
+            _fields_ = (("total", c.c_ulonglong), ("free", c.c_ulonglong), ("used", c.c_ulonglong))
+
+        class PciInfo(c.Structure):
+            _fields_ = (
+                ("busIdLegacy", c.c_char * 16),
+                ("domain", c.c_uint),
+                ("bus", c.c_uint),
+                ("device", c.c_uint),
+                ("pciDeviceId", c.c_uint),
+                ("pciSubSystemId", c.c_uint),
+                ("busId", c.c_char * 32),
+            )
+
+        class GpmSupport(c.Structure):
+            _fields_ = (("version", c.c_uint), ("isSupportedDevice", c.c_uint))
+
+        class MetricInfo(c.Structure):
+            _fields_ = (("shortName", c.c_char_p), ("longName", c.c_char_p), ("unit", c.c_char_p))
+
+        class GpmMetric(c.Structure):
+            _fields_ = (
+                ("metricId", c.c_uint),
+                ("nvmlReturn", c.c_int),
+                ("value", c.c_double),
+                ("metricInfo", MetricInfo),
+            )
+
+        class GpmMetricsGet(c.Structure):
+            _fields_ = (
+                ("version", c.c_uint),
+                ("numMetrics", c.c_uint),
+                ("sample1", c.c_void_p),
+                ("sample2", c.c_void_p),
+                ("metrics", GpmMetric * GPM_METRICS_ROOM),
+            )
+
+        class ProcessInfo(c.Structure):  # nvmlProcessInfo_v2_t, what the _v3 calls fill
+            _fields_ = (
+                ("pid", c.c_uint),
+                ("usedGpuMemory", c.c_ulonglong),
+                ("gpuInstanceId", c.c_uint),
+                ("computeInstanceId", c.c_uint),
+            )
+
+        self.MemoryV1, self.PciInfo, self.GpmSupport = MemoryV1, PciInfo, GpmSupport
+        self.c_nvmlGpmMetricsGet_t = GpmMetricsGet
+        self.ProcessInfo = ProcessInfo
+
+    # plumbing ---------------------------------------------------------------------------------
+    def _nvmlGetFunctionPointer(self, name):
+        fn = self._fns.get(name)
+        if fn is None:
+            try:
+                fn = getattr(self.lib, name)
+            except AttributeError:
+                raise NvmlCallError(NVML_FUNCTION_NOT_FOUND, "NVML has no %s" % name)
+            self._fns[name] = fn
+        return fn
+
+    def _call(self, name, *args):
+        rc = self._nvmlGetFunctionPointer(name)(*args)
+        if rc:
+            raise NvmlCallError(rc, "%s: %s" % (name, self._error_text(rc)))
+
+    def _error_text(self, rc):
+        try:
+            fn = self._nvmlGetFunctionPointer("nvmlErrorString")
+            fn.restype = self.c.c_char_p
+            return _text(fn(rc))
+        except Exception:
+            return "error %d" % rc
+
+    def _string(self, name, *args):
+        buf = self.c.create_string_buffer(96)
+        self._call(name, *(args + (buf, self.c.c_uint(96))))
+        return buf.value.decode("utf-8", "replace")
+
+    def _scalar(self, ctype, name, *args):
+        out = ctype()
+        self._call(name, *(args + (self.c.byref(out),)))
+        return out.value
+
+    # the pynvml names NvmlBackend uses ----------------------------------------------------------
+    def nvmlInit(self):
+        try:
+            self._call("nvmlInit_v2")
+        except NvmlCallError as exc:
+            if exc.value != NVML_FUNCTION_NOT_FOUND:
+                raise
+            self._call("nvmlInit")
+
+    def nvmlShutdown(self):
+        self._call("nvmlShutdown")
+
+    def nvmlSystemGetDriverVersion(self):
+        return self._string("nvmlSystemGetDriverVersion")
+
+    def nvmlSystemGetNVMLVersion(self):
+        return self._string("nvmlSystemGetNVMLVersion")
+
+    def nvmlDeviceGetCount(self):
+        return self._scalar(self.c.c_uint, "nvmlDeviceGetCount_v2")
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        h = self.c.c_void_p()
+        self._call("nvmlDeviceGetHandleByIndex_v2", self.c.c_uint(index), self.c.byref(h))
+        return h
+
+    def nvmlDeviceGetName(self, h):
+        return self._string("nvmlDeviceGetName", h)
+
+    def nvmlDeviceGetUUID(self, h):
+        return self._string("nvmlDeviceGetUUID", h)
+
+    def nvmlDeviceGetPciInfo(self, h):
+        info = self.PciInfo()
+        self._call("nvmlDeviceGetPciInfo_v3", h, self.c.byref(info))
+        return info
+
+    def nvmlDeviceGetMemoryInfo(self, h, version=None):
+        if version:
+            mem = self.MemoryV2()
+            mem.version = version
+            self._call("nvmlDeviceGetMemoryInfo_v2", h, self.c.byref(mem))
+            return mem
+        mem = self.MemoryV1()
+        self._call("nvmlDeviceGetMemoryInfo", h, self.c.byref(mem))
+        return mem
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h):
+        return self._scalar(self.c.c_uint, "nvmlDeviceGetEnforcedPowerLimit", h)
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        u = self.Utilization()
+        self._call("nvmlDeviceGetUtilizationRates", h, self.c.byref(u))
+        return u
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return self._scalar(self.c.c_uint, "nvmlDeviceGetPowerUsage", h)
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        return self._scalar(self.c.c_uint, "nvmlDeviceGetTemperature", h, self.c.c_int(sensor))
+
+    def nvmlDeviceGetClockInfo(self, h, kind):
+        return self._scalar(self.c.c_uint, "nvmlDeviceGetClockInfo", h, self.c.c_int(kind))
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        return self._scalar(self.c.c_ulonglong, "nvmlDeviceGetCurrentClocksEventReasons", h)
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h):
+        return self._scalar(self.c.c_ulonglong, "nvmlDeviceGetCurrentClocksThrottleReasons", h)
+
+    def nvmlGpmQueryDeviceSupport(self, h):
+        sup = self.GpmSupport()
+        sup.version = 1  # NVML_GPM_SUPPORT_VERSION
+        self._call("nvmlGpmQueryDeviceSupport", h, self.c.byref(sup))
+        return sup
+
+    def nvmlGpmSampleAlloc(self):
+        sample = self.c.c_void_p()
+        self._call("nvmlGpmSampleAlloc", self.c.byref(sample))
+        return sample
+
+    def nvmlGpmSampleFree(self, sample):
+        self._call("nvmlGpmSampleFree", sample)
+
+    def nvmlGpmSampleGet(self, h, sample):
+        self._call("nvmlGpmSampleGet", h, sample)
+        return sample
+
+    def nvmlGpmMetricsGet(self, mg):
+        self._call("nvmlGpmMetricsGet", self.c.byref(mg))
+        return mg
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        """The compute processes on a GPU (room for twice as many as counted, like pynvml)."""
+        c = self.c
+        fn = self._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses_v3")
+        count = c.c_uint(0)
+        rc = fn(h, c.byref(count), None)
+        if rc == 0:
+            return []
+        if rc != 7:  # NVML_ERROR_INSUFFICIENT_SIZE: the count is in
+            raise NvmlCallError(rc, self._error_text(rc))
+        count.value = count.value * 2 + 5
+        infos = (self.ProcessInfo * count.value)()
+        rc = fn(h, c.byref(count), infos)
+        if rc:
+            raise NvmlCallError(rc, self._error_text(rc))
+        return list(infos[: count.value])
+
+
 class NvmlBackend:
     """Samples GPUs through pynvml with cached handles, cached NotSupported and GPM."""
 
@@ -1428,6 +1652,18 @@ class ReplayBackend:
         pass
 
 
+def _nvml_binding(kind):
+    """The NVML binding for ``--nvml``: ``ctypes`` (the library itself), ``pynvml`` (None: the
+    module, imported by NvmlBackend) or ``auto`` (ctypes, else pynvml)."""
+    if kind in ("ctypes", "auto"):
+        try:
+            return CtypesNvml()
+        except BackendUnavailable:
+            if kind == "ctypes":
+                raise
+    return None
+
+
 def make_backend(opts):
     """The GPU backend for ``opts.backend`` ("auto" tries pynvml, then nvidia-smi, then none)."""
     choice = opts.backend
@@ -1448,7 +1684,9 @@ def make_backend(opts):
     if choice in ("auto", "pynvml"):
         try:
             return NvmlBackend(
-                None, getattr(opts, "gpm_every", GPM_EVERY), getattr(opts, "slow_every", SLOW_EVERY)
+                _nvml_binding(getattr(opts, "nvml", "pynvml")),
+                getattr(opts, "gpm_every", GPM_EVERY),
+                getattr(opts, "slow_every", SLOW_EVERY),
             )
         except BackendUnavailable as exc:
             nvml_reason = str(exc)
@@ -1807,6 +2045,12 @@ def parse_args(argv=None):
     p.add_argument("--no-procs", action="store_true", help="do not list GPU processes")
     p.add_argument("--procs-every", type=int, default=5, help="list GPU processes every N ticks")
     p.add_argument("--gpm-every", type=int, default=GPM_EVERY, help="GPM sample every N ticks")
+    p.add_argument(
+        "--nvml",
+        default="pynvml",
+        choices=("pynvml", "ctypes", "auto"),
+        help="NVML binding: the pynvml module, or libnvidia-ml through ctypes (no pynvml import)",
+    )
     p.add_argument(
         "--slow-every", type=int, default=SLOW_EVERY, help="temperature, memory clock every N ticks"
     )
