@@ -557,8 +557,12 @@ def test_ctypes_binding_samples_a_library_with_nvml_layouts(
     nvml = na.CtypesNvml(str(fake_libnvml))
     backend = na.NvmlBackend(nvml, 5, 5)
     assert backend._direct is not None and backend.driver == "580.159.04"
-    assert backend.gpus[1]["uuid"] == "GPU-fake-1" and backend.gpus[1]["bus_id"] == "00000000:01:00.0"
-    assert backend.gpus[1]["mem_total_mib"] == 143771.0 and backend.gpus[1]["power_limit_w"] == 700.0
+    assert (
+        backend.gpus[1]["uuid"] == "GPU-fake-1" and backend.gpus[1]["bus_id"] == "00000000:01:00.0"
+    )
+    assert (
+        backend.gpus[1]["mem_total_mib"] == 143771.0 and backend.gpus[1]["power_limit_w"] == 700.0
+    )
     assert backend.gpus[1]["gpm"] is False  # the library says GPM is not supported
     g1 = dict(backend.sample(0.0)[1])
     assert (g1["util_gpu"], g1["util_mem"], g1["temp_c"]) == (51, 21, 41)
@@ -566,3 +570,17 @@ def test_ctypes_binding_samples_a_library_with_nvml_layouts(
     assert (g1["sm_mhz"], g1["mem_mhz"], g1["clock_reasons"]) == (1980, 3201, 0x4)
     assert sorted(backend.processes()) == [(4242, 0, 2048.0), (4243, 1, 2048.0)]
     backend.close()
+
+
+def test_no_driver_and_no_pynvml_says_the_library_is_missing(monkeypatch) -> None:
+    """auto: ctypes finds no libnvidia-ml, pynvml is not installed either: the reason named is
+    the missing library (the driver), not the missing Python package."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    try:
+        na.CtypesNvml()
+    except na.BackendUnavailable:
+        pass
+    else:
+        return  # a machine with the NVIDIA driver
+    a = na.Agent(na.parse_args(["--backend", "pynvml", "--host", "n1"]))
+    assert a.backend.name == "none" and "NVML library not found" in a.backend.error

@@ -2,7 +2,8 @@
 
 ONE self-contained file, standard library only at import, Python >= 3.8. It is shipped as text
 over SSH (see ``verl_top.agent.BOOTSTRAP``) and exec()ed as ``__main__``; it imports nothing from
-verl_top. pynvml and psutil are used when present, imported lazily.
+verl_top. NVML is called through ctypes (libnvidia-ml.so.1, no module needed; ``--nvml pynvml``
+uses the pynvml module instead); psutil is used when asked for; both imported lazily.
 
 Output: NDJSON on stdout, one record per line, in the wire format of ``verl_top/protocol.py``
 (``{"v":1,"type":...,"host":...,"t":...,fields}``, None fields left out). Input: JSON control
@@ -33,7 +34,9 @@ PROC_READ = 256 * 1024  # one read of a /proc file; larger files are read on in 
 PROCS_FORCE_S = 30.0
 LOST_RETRY_S = 30.0
 GPM_MIN_GAP_S = 0.1  # NVML: GPM samples closer than 100 ms give no valid metrics
-GPM_EVERY = 5  # ticks between GPM samples: the costliest NVML read, so it has its own stride
+# Ticks between GPM samples. On the H200 one GPM sample costs ~2.5 ms of CPU (the other reads of
+# a tick ~0.2 ms), so GPM has its own stride; between samples the last window's values repeat.
+GPM_EVERY = 10
 SLOW_EVERY = 5  # ticks between reads of values that change slowly (temperature, memory clock)
 NVML_FI_POWER_AVERAGE = 185  # nvml.h NVML_FI_DEV_POWER_AVERAGE: what nvmlDeviceGetPowerUsage gives
 
@@ -1042,6 +1045,8 @@ class NvmlBackend:
         self.capabilities.append("procs")
         self._fields = [{"index": i, "lost": False, "label": ""} for i in range(count)]
         self._direct = _DirectNvml.make(nvml, count)
+        if isinstance(nvml, CtypesNvml):
+            self.capabilities.append("nvml-ctypes")
 
     @staticmethod
     def _static(fn):
@@ -1652,20 +1657,9 @@ class ReplayBackend:
         pass
 
 
-def _nvml_binding(kind):
-    """The NVML binding for ``--nvml``: ``ctypes`` (the library itself), ``pynvml`` (None: the
-    module, imported by NvmlBackend) or ``auto`` (ctypes, else pynvml)."""
-    if kind in ("ctypes", "auto"):
-        try:
-            return CtypesNvml()
-        except BackendUnavailable:
-            if kind == "ctypes":
-                raise
-    return None
-
-
 def make_backend(opts):
-    """The GPU backend for ``opts.backend`` ("auto" tries pynvml, then nvidia-smi, then none)."""
+    """The GPU backend for ``opts.backend``: "auto" tries NVML (through ctypes, then the pynvml
+    module, as ``--nvml`` allows), then nvidia-smi, then none."""
     choice = opts.backend
     if choice == "replay":
         try:
@@ -1682,14 +1676,21 @@ def make_backend(opts):
         return NoneBackend("GPU sampling disabled (--backend none)")
     nvml_reason = smi_reason = ""
     if choice in ("auto", "pynvml"):
-        try:
-            return NvmlBackend(
-                _nvml_binding(getattr(opts, "nvml", "pynvml")),
-                getattr(opts, "gpm_every", GPM_EVERY),
-                getattr(opts, "slow_every", SLOW_EVERY),
-            )
-        except BackendUnavailable as exc:
-            nvml_reason = str(exc)
+        nvml_reason = ""
+        binding = getattr(opts, "nvml", "auto")
+        strides = (getattr(opts, "gpm_every", GPM_EVERY), getattr(opts, "slow_every", SLOW_EVERY))
+        if binding in ("auto", "ctypes"):
+            try:
+                return NvmlBackend(CtypesNvml(), *strides)
+            except BackendUnavailable as exc:
+                nvml_reason = str(exc)
+        if binding in ("auto", "pynvml"):
+            try:
+                return NvmlBackend(None, *strides)
+            except BackendUnavailable as exc:
+                # pynvml missing says less than the library's own reason when there is one
+                if not (nvml_reason and "not installed" in str(exc)):
+                    nvml_reason = str(exc)
         if choice == "pynvml":
             return NoneBackend(nvml_reason)
     if choice in ("auto", "nvidia-smi"):
@@ -2047,9 +2048,10 @@ def parse_args(argv=None):
     p.add_argument("--gpm-every", type=int, default=GPM_EVERY, help="GPM sample every N ticks")
     p.add_argument(
         "--nvml",
-        default="pynvml",
-        choices=("pynvml", "ctypes", "auto"),
-        help="NVML binding: the pynvml module, or libnvidia-ml through ctypes (no pynvml import)",
+        default="auto",
+        choices=("auto", "ctypes", "pynvml"),
+        help="NVML binding: libnvidia-ml through ctypes (no pynvml module to load: ~4 MB less "
+        "resident), or the pynvml module; auto: ctypes, else pynvml",
     )
     p.add_argument(
         "--slow-every", type=int, default=SLOW_EVERY, help="temperature, memory clock every N ticks"
