@@ -183,6 +183,23 @@ def _timed(obj: Any, attr: str, sink: list[float]) -> None:
     setattr(obj, attr, wrapper)
 
 
+def gpm_every(argv: list[str]) -> int:
+    """The agent's GPM stride for this command line."""
+    return int(na.parse_args(argv).gpm_every)
+
+
+def warm_gpm(backend: Any) -> None:
+    """Take each GPU's first GPM metrics now: libnvidia-ml's first nvmlGpmMetricsGet costs ~2 ms
+    once (seen on the H200: 2.2-2.8 ms, then 0.15-0.2 ms a sample), not on every GPM tick."""
+    gpm = getattr(backend, "_gpm", None)
+    if not gpm or not any(st is not None for st in gpm):
+        return
+    time.sleep(na.GPM_MIN_GAP_S + 0.02)
+    for i, h in enumerate(backend.handles):
+        if gpm[i] is not None:
+            backend._gpm_sample(i, h, {})
+
+
 def measure_agent_tick(argv: list[str], rate: float, n: int, variant: str = "") -> Row:
     """The in-process tick + encoding cost, with its parts (GPU, host, procs, encoding)."""
     agent = na.Agent(na.parse_args(argv))
@@ -198,6 +215,7 @@ def measure_agent_tick(argv: list[str], rate: float, n: int, variant: str = "") 
     # the same way (from its first tick on).
     for _ in range(WARMUP_TICKS):
         agent.tick(time.time())
+    warm_gpm(agent.backend)
     for sink in parts.values():
         sink.clear()
 
@@ -289,7 +307,7 @@ class AgentProcess:
     ticks0: int = 0
 
     @classmethod
-    def start(cls, argv: list[str], rate: float, n: int) -> AgentProcess:
+    def start(cls, argv: list[str], rate: float, n: int, warm: int = 1) -> AgentProcess:
         """Start it the way the SSH source does: bootstrap on the command line, source on stdin."""
         fd, name = tempfile.mkstemp(prefix="verl-top-agent-", suffix=".ndjson")
         with os.fdopen(fd, "wb") as out:
@@ -303,7 +321,10 @@ class AgentProcess:
         proc.stdin.write(agent_payload().encode("utf-8"))
         proc.stdin.flush()  # stdin stays open: it is the agent's control channel
         self = cls(proc, Path(name), n, rate)
-        self.wait_for(lambda data: b'"type":"host"' in data, timeout=20.0)
+        # Start-up and the first ``warm`` ticks (with NVML: up to the first GPM metrics, which
+        # cost the library ~2 ms once) done: from here on, CPU is steady-state sampling.
+        self.wait_for(lambda data: data.count(b'"type":"host"') >= warm, timeout=20.0 + warm / rate)
+        self.n = n + warm
         # Start-up done and one tick out: from here on, CPU is steady-state sampling.
         self.cpu0 = task_cpu_s(proc.pid)
         self.ticks0 = self.out_path.read_bytes().count(b'"type":"host"')
@@ -544,7 +565,8 @@ def run_rate(
     """All rows at one pacing rate (``extra``: more agent options; ``only_agent``: no
     comparators)."""
     argv = agent_argv(backend, gpus, trace, rate, host_sampler=host_sampler) + (extra or [])
-    proc = AgentProcess.start(argv, rate, n)
+    warm = 1 if backend != "pynvml" else gpm_every(argv) + 2
+    proc = AgentProcess.start(argv, rate, n, warm)
     rows = [measure_agent_tick(argv, rate, n)]
     # The subprocess ran alongside the in-process loop; it is reaped before any spawned
     # comparator, so nothing else is counted in its rusage.

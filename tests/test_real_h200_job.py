@@ -238,3 +238,24 @@ def test_client_cost_is_labelled_and_true(run: str) -> None:
     h.hello.pid = os.getpid()  # as when the local source runs the agent in this process
     line = cost_line(store, h).plain
     assert "verl-top itself" in line and "(30 s mean)" in line and "MiB" in line
+
+
+# -- the agent's NVML bindings on the real H200 ----------------------------------------------
+
+
+def test_ctypes_binding_gives_pynvmls_record_on_the_h200() -> None:
+    """One tick through libnvidia-ml by ctypes and one through pynvml, 0.2 s apart on the H200
+    with a torch process on the GPU: the same GPU facts, the same process, less memory."""
+
+    def lines(binding: str) -> dict[str, dict]:
+        path = HERE / "agent_nvml" / f"once_{binding}.ndjson"
+        return {r["type"]: r for r in map(json.loads, path.read_text().splitlines())}
+
+    a, b = lines("pynvml"), lines("ctypes")
+    assert a["hello"]["gpus"] == b["hello"]["gpus"] and a["hello"]["driver"] == b["hello"]["driver"]
+    steady = ("util_gpu", "mem_used_mib", "mem_total_mib", "power_limit_w", "sm_mhz", "mem_mhz",
+              "clock_reasons", "temp_c", "sm_util", "tensor_util", "lost")  # fmt: skip
+    assert {k: a["gpu"].get(k) for k in steady} == {k: b["gpu"].get(k) for k in steady}
+    assert b["gpu"]["power_w"] == pytest.approx(a["gpu"]["power_w"], abs=2.0)
+    assert a["procs"]["procs"] == b["procs"]["procs"]  # pid 434 on GPU 0 with 1634 MiB
+    assert b["host"]["agent_rss_bytes"] < a["host"]["agent_rss_bytes"] - 8 * 2**20

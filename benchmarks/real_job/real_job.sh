@@ -33,11 +33,11 @@ if [ "${AGENT_COST:-1}" = 1 ]; then
      --rates 1,10 --duration "${COST_S:-10}" ${COST_VARIANTS:-} --json-out "$R/agent_cost.json" \
      > "$R/agent_cost.txt" 2>&1)
   el "agent cost done"; sed -n '/^tool/,$p' "$R/agent_cost.txt" | cut -c1-200
-  # the same agent over libnvidia-ml through ctypes (no pynvml module): its rows only, 1 Hz
+  # the same agent through the pynvml module instead of ctypes: its rows only, 1 Hz
   (cd "$SRC/benchmarks" && PYTHONPATH=$SRC:$VT_SITE python3 agent_cost.py --backend pynvml \
-     --rates 1 --duration "${COST_S:-10}" --only-agent --no-floor-detail --agent-extra "--nvml ctypes" \
-     --json-out "$R/agent_cost_ctypes.json" > "$R/agent_cost_ctypes.txt" 2>&1)
-  el "agent cost (ctypes) done"; sed -n '/^tool/,$p' "$R/agent_cost_ctypes.txt" | cut -c1-200
+     --rates 1 --duration "${COST_S:-10}" --only-agent --no-floor-detail --agent-extra "--nvml pynvml" \
+     --json-out "$R/agent_cost_pynvml.json" > "$R/agent_cost_pynvml.txt" 2>&1)
+  el "agent cost (pynvml) done"; sed -n '/^tool/,$p' "$R/agent_cost_pynvml.txt" | cut -c1-200
 fi
 
 # 2. topology: nvidia-smi's matrix, and verl-top's own collection when this checkout has it
