@@ -71,8 +71,19 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--watch", type=float, default=60.0, help="seconds to watch before the shots")
     p.add_argument("--out", required=True, help="folder for the SVGs and client_cpu.csv")
+    p.add_argument("--profile", default="", help="cProfile dump (CPU-time clock) of the run")
     args = p.parse_args(argv[:cut])
-    asyncio.run(watch(args, argv[cut + 1 :]))
+    if not args.profile:
+        asyncio.run(watch(args, argv[cut + 1 :]))
+        return 0
+    import cProfile  # noqa: PLC0415 - only when asked
+    import time  # noqa: PLC0415
+
+    prof = cProfile.Profile(time.process_time)
+    try:
+        prof.runcall(asyncio.run, watch(args, argv[cut + 1 :]))
+    finally:
+        prof.dump_stats(args.profile)
     return 0
 
 

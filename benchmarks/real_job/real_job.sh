@@ -59,7 +59,12 @@ el "verl job done rc=$RC"
 # the watchers were started with WATCH_S; give any still writing (snapshot, shots) time to end
 for _ in $(seq 1 45); do grep -q "^.*done$" "$R/watch/watch.log" 2>/dev/null && break; sleep 2; done
 
-# 4. one archive with everything
+# 4. where the client's CPU went (cProfile of the headless app and of diagnose)
+(cd "$SRC" && PYTHONPATH=$SRC:$VT_SITE python3 benchmarks/real_job/client_parts.py \
+   "$R/watch/shots.prof" "$R/watch/diagnose.prof" > "$R/client_parts.txt" 2>&1)
+cat "$R/client_parts.txt"
+
+# 5. one archive with everything
 ls -la "$R" "$R/watch" 2>/dev/null | head -60
 tar -czf "$OUT/realjob-$MODEL.tar.gz" -C "$WORK" r
 ls -la "$OUT/realjob-$MODEL.tar.gz"

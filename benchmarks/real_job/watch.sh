@@ -52,8 +52,10 @@ else
   el "no tmux on this machine: TUI only headless (live_shots.py)"
 fi
 # 2. the same app headless, pictures of each pane at the end
-python3 "$SRC/benchmarks/real_job/live_shots.py" --watch "$WATCH_S" --out "$W/shots" -- $ARGS \
-  > "$W/shots.log" 2>&1 &
+# (profiled with a CPU clock: client_parts.py splits its CPU into sampling, logs, Ray, diagnosis,
+# rendering; the TUI under tmux is not profiled, its total is the true cost)
+python3 "$SRC/benchmarks/real_job/live_shots.py" --watch "$WATCH_S" --out "$W/shots" \
+  --profile "$W/shots.prof" -- $ARGS > "$W/shots.log" 2>&1 &
 SHOTS=$!
 # 3. snapshot and diagnose over the same window
 # (run from $SRC: `python3 -m` puts the working directory first on sys.path, and the checkout's
@@ -61,7 +63,8 @@ SHOTS=$!
 cd "$SRC"
 python3 -m verl_top snapshot $ARGS --duration "$WATCH_S" -o "$W/snapshot" > "$W/snapshot.log" 2>&1 &
 SNAP=$!
-python3 -m verl_top diagnose $ARGS --duration "$WATCH_S" --json > "$W/diagnose.json" 2> "$W/diagnose.err" &
+python3 "$SRC/benchmarks/real_job/profiled.py" "$W/diagnose.prof" -- diagnose $ARGS \
+  --duration "$WATCH_S" --json > "$W/diagnose.json" 2> "$W/diagnose.err" &
 DIAG=$!
 
 # the TUI's own cost, from /proc: CPU seconds and RSS every 2 s; tmux pane text every 10 s
