@@ -569,6 +569,14 @@ def test_ctypes_binding_samples_a_library_with_nvml_layouts(
     assert (g1["mem_used_mib"], g1["power_w"]) == (1001.0, 651.0)  # power from the field values
     assert (g1["sm_mhz"], g1["mem_mhz"], g1["clock_reasons"]) == (1980, 3201, 0x4)
     assert sorted(backend.processes()) == [(4242, 0, 2048.0), (4243, 1, 2048.0)]
+    # what the topology collection asks (a missing call raises NVMLError, like pynvml)
+    with pytest.raises(na.NvmlCallError) as err:
+        nvml.nvmlDeviceGetNvLinkState(backend.handles[0], 0)
+    assert err.value.value == 3 and "Not Supported" in str(err.value)
+    assert nvml.nvmlDeviceGetTopologyCommonAncestor(backend.handles[0], backend.handles[1]) == 30
+    with pytest.raises(na.NvmlCallError) as err:
+        nvml.nvmlDeviceGetNvLinkVersion(backend.handles[0], 0)
+    assert err.value.value == 13  # NVML_ERROR_FUNCTION_NOT_FOUND: not in this library
     backend.close()
 
 

@@ -966,6 +966,25 @@ class CtypesNvml:
         self._call("nvmlGpmMetricsGet", self.c.byref(mg))
         return mg
 
+    def nvmlDeviceGetNvLinkState(self, h, link):
+        return self._scalar(self.c.c_int, "nvmlDeviceGetNvLinkState", h, self.c.c_uint(link))
+
+    def nvmlDeviceGetNvLinkVersion(self, h, link):
+        return self._scalar(self.c.c_uint, "nvmlDeviceGetNvLinkVersion", h, self.c.c_uint(link))
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, h, link):
+        name = "nvmlDeviceGetNvLinkRemoteDeviceType"
+        return self._scalar(self.c.c_int, name, h, self.c.c_uint(link))
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, h, link):
+        info = self.PciInfo()
+        name = "nvmlDeviceGetNvLinkRemotePciInfo_v2"
+        self._call(name, h, self.c.c_uint(link), self.c.byref(info))
+        return info
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, h1, h2):
+        return self._scalar(self.c.c_int, "nvmlDeviceGetTopologyCommonAncestor", h1, h2)
+
     def nvmlDeviceGetComputeRunningProcesses(self, h):
         """The compute processes on a GPU (room for twice as many as counted, like pynvml)."""
         c = self.c
