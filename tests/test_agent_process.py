@@ -225,7 +225,7 @@ def test_once_and_count_exit_by_themselves() -> None:
         stdin=subprocess.DEVNULL, capture_output=True, timeout=20, check=True,
     )  # fmt: skip
     types = [json.loads(line)["type"] for line in out.stdout.decode().splitlines()]
-    assert types == ["hello", "host", "hb"]
+    assert types == ["hello", "topo", "host", "hb"]  # topo: once per connection, after hello
 
 
 def _py38() -> tuple[str, str]:

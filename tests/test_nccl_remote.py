@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -246,10 +247,10 @@ def test_cli_probes_remote_host_json(tmp_path: Path, ssh_keys, sshd_pool: SshdFa
     assert out.returncode == 0, out.stderr
     [rec] = [json.loads(line) for line in out.stdout.splitlines()]
     assert rec["ok"] and rec["hosts"] == [d.name] and rec["nranks"] == 2
-    bad = subprocess.run(
-        [*argv[:7], "--scope", "inter"], capture_output=True, text=True, timeout=30
-    )
-    assert bad.returncode == 2 and "--gpus" in bad.stderr
+    # --scope inter without --gpus counts the node's GPUs over SSH (nvidia-smi -L): none here.
+    no_gpus = [a for a in argv if a not in ("--gpus", "2")]
+    bad = subprocess.run([*no_gpus, "--scope", "inter"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and f"no GPU on {d.name}" in bad.stderr
 
 
 async def test_probe_key_runner_probes_ssh_hosts(
@@ -267,3 +268,78 @@ async def test_probe_key_runner_probes_ssh_hosts(
         [res] = await plan_runner(plan)(False)
     assert res.host == d.name and not res.ok and "no GPU found" in res.error
     await nothing_left(d, seen)
+
+
+FAKE_SMI_L = "printf 'GPU 0: NVIDIA H200 (UUID: GPU-a)\\nGPU 1: NVIDIA H200 (UUID: GPU-b)\\n'"
+
+
+async def test_cross_node_probe_takes_ranks_from_the_inventory_and_reports_progress(
+    tmp_path: Path, ssh_keys, sshd_pool: SshdFactory
+) -> None:
+    """No nprocs: the GPU count comes from each node over SSH (here a stand-in for
+    `nvidia-smi -L` printing 2 GPUs), and rank 0's launcher streams one progress line per size."""
+    d1, d2 = sshd_pool.start(), sshd_pool.start()
+    settings = _settings(tmp_path, ssh_keys, [d1, d2])
+    progress: list[tuple[str, str]] = []
+    async with watching(d1.name) as seen1, watching(d2.name) as seen2:
+        [res] = await probe_ssh_hosts(
+            [spec_for(d1), spec_for(d2)],
+            settings,
+            scope="inter",
+            gpu_count_command=FAKE_SMI_L,
+            master_port=free_port(d1.addr),
+            timeout=60,
+            on_progress=lambda host, text: progress.append((host, text)),
+            **SMALL,
+        )
+    assert res.ok, res.error
+    assert res.nranks == 4 and res.hosts == [d1.name, d2.name]  # 2 per node, from the count
+    mine = [t for h, t in progress if h == d1.name]
+    assert [t.split(",")[0] for t in mine] == [
+        "all_reduce 1/3: 1 MiB",
+        "all_reduce 2/3: 2 MiB",
+        "all_reduce 3/3: 4 MiB",
+    ]
+    assert all(re.fullmatch(r".*, busbw [0-9.e+-]+ GB/s", t) for t in mine)
+    await nothing_left(d1, seen1)
+    await nothing_left(d2, seen2)
+
+
+async def test_cross_node_probe_refuses_a_node_without_gpus(
+    tmp_path: Path, ssh_keys, sshd_pool: SshdFactory
+) -> None:
+    d1, d2 = sshd_pool.start(), sshd_pool.start()
+    settings = _settings(tmp_path, ssh_keys, [d1, d2])
+    with pytest.raises(ValueError, match=f"no GPU on {d1.name}, {d2.name}"):
+        await probe_ssh_hosts(
+            [spec_for(d1), spec_for(d2)], settings, scope="inter", gpu_count_command="true"
+        )
+
+
+async def test_probe_key_runner_adds_a_cross_node_run_from_the_agents_gpu_counts(
+    tmp_path: Path, ssh_keys, sshd_pool: SshdFactory
+) -> None:
+    """Two SSH sources: after each node alone, one run across both, ranks per node from the
+    GPU counts of their agents' hellos. No GPU here, so it fails on "no GPU found"; without any
+    count it is refused up front and says why. Nothing is left running either way."""
+    from verl_top.sources.ssh import SshSource
+    from verl_top.ui.probe_screen import ProbePlan, plan_runner
+
+    d1, d2 = sshd_pool.start(), sshd_pool.start()
+    settings = _settings(tmp_path, ssh_keys, [d1, d2])
+    srcs = [SshSource(spec_for(d), settings) for d in (d1, d2)]
+    plan = ProbePlan(remote_hosts=[s.name for s in srcs], remote_sources=srcs)
+    results = await plan_runner(plan)(False)
+    assert [r.scope for r in results] == ["intra", "intra", "inter"]
+    assert (
+        results[2].error
+        == f"no cross-node probe: no GPU on {d1.name}, {d2.name} (nvidia-smi -L lists none)"
+    )
+    plan.remote_gpus = {d1.name: 2, d2.name: 2}
+    async with watching(d1.name) as seen1, watching(d2.name) as seen2:
+        results = await plan_runner(plan)(False)
+    inter = results[2]
+    assert inter.scope == "inter" and inter.hosts == [d1.name, d2.name]
+    assert not inter.ok and "no GPU found" in inter.error
+    await nothing_left(d1, seen1)
+    await nothing_left(d2, seen2)

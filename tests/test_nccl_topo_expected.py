@@ -65,7 +65,10 @@ def test_ratio_and_fill() -> None:
     assert (p.link, p.expected_gbs) == ("nvlink4", 480.0)
     inter = ProbeResult(collective="all_reduce", nranks=16, scope="inter", transport="Socket")
     fill_expectation(inter, gpu_name="NVIDIA H200")
-    assert (inter.link, inter.expected_gbs) == ("socket", None)
+    # Sockets have no expectation of their own: the gap is to what RDMA would carry (one NDR
+    # NIC assumed when nothing says how many GPUs or NICs a node has), marked as an assumption.
+    assert (inter.link, inter.expected_gbs) == ("socket", pytest.approx(47.0))
+    assert inter.expected_source.startswith("with RDMA: assumed")
     ib = ProbeResult(collective="all_reduce", nranks=16, scope="inter", transport="IB+GDRDMA")
     fill_expectation(ib, gpu_name="NVIDIA H200", nics=topo and len(topo.nics))
     assert (ib.link, ib.expected_gbs) == ("ib_ndr", 4 * 47)

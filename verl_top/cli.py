@@ -116,10 +116,14 @@ def _load_settings(argv: Sequence[str]) -> Settings:
     return settings
 
 
-def _engine(settings: Settings):  # noqa: ANN202 - imported lazily: the engine pulls in the rules
-    from verl_top.diagnosis.engine import Engine
+def _engine(settings: Settings, args: argparse.Namespace | None = None):  # noqa: ANN202 - imported lazily: the engine pulls in the rules
+    import dataclasses
 
-    return Engine(settings.thresholds)
+    from verl_top.diagnosis.engine import Engine
+    from verl_top.inputs import expect_busbw_overrides
+
+    extra = expect_busbw_overrides(getattr(args, "expect_busbw", None) or [])
+    return Engine(dataclasses.replace(settings.thresholds, **extra))
 
 
 def _run_app(args: argparse.Namespace, settings: Settings | None = None) -> int:
@@ -133,7 +137,7 @@ def _run_app(args: argparse.Namespace, settings: Settings | None = None) -> int:
     except ThemeError as exc:
         raise InputError(f"--theme: {exc}") from exc
     inputs = build_inputs(args)
-    app = VerlTopApp(inputs, refresh=args.refresh, theme_name=theme, engine=_engine(settings))
+    app = VerlTopApp(inputs, refresh=args.refresh, theme_name=theme, engine=_engine(settings, args))
     app.run()
     inputs.close()
     if app.return_code:
@@ -149,7 +153,7 @@ def _run_diagnose(args: argparse.Namespace, settings: Settings | None = None) ->
 
     inputs = build_inputs(args)
     try:
-        verdict = asyncio.run(collect(inputs, args.duration, _engine(settings or Settings())))
+        verdict = asyncio.run(collect(inputs, args.duration, _engine(settings or Settings(), args)))
     finally:
         inputs.close()
     if args.json:
@@ -176,7 +180,7 @@ def _run_snapshot(args: argparse.Namespace, settings: Settings | None = None) ->
 
     inputs = build_inputs(args)
     try:
-        verdict = asyncio.run(collect(inputs, args.duration, _engine(settings or Settings())))
+        verdict = asyncio.run(collect(inputs, args.duration, _engine(settings or Settings(), args)))
         screen = _screen_svg(inputs, verdict)
         try:
             path = write_snapshot(

@@ -88,6 +88,14 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
         help="NCCL_DEBUG=INFO log or nccl-tests output to follow (repeatable)",
     )
     g.add_argument(
+        "--expect-busbw",
+        action="append",
+        default=[],
+        metavar="[intra=|inter=]GBS",
+        help="NCCL busbw you know your links reach (GB/s); overrides what verl-top derives "
+        "from the NIC inventory and topology (plain GBS: cross-node)",
+    )
+    g.add_argument(
         "--backend",
         default="auto",
         choices=("auto", "pynvml", "nvidia-smi", "replay", "none"),
@@ -284,3 +292,23 @@ def _add_ray(inputs: Inputs, args: argparse.Namespace, logs: list[LogSpec]) -> N
     inputs.sources.append(source)
     _add_local_logs(inputs, logs, finite=False)
     inputs.title = f"verl-top — ray {source.url}"
+
+
+def expect_busbw_overrides(values: list[str]) -> dict[str, float]:
+    """``--expect-busbw`` values as threshold overrides (raises InputError on a bad one)."""
+    out: dict[str, float] = {}
+    for text in values:
+        scope, sep, number = text.partition("=")
+        if not sep:
+            scope, number = "inter", text
+        key = {"inter": "expect_inter_busbw_gbs", "intra": "expect_busbw_gbs"}.get(scope.strip())
+        try:
+            gbs = float(number)
+        except ValueError:
+            gbs = -1.0
+        if key is None or not 0 < gbs < 1e6:
+            raise InputError(
+                f"--expect-busbw {text!r}: want GBS, intra=GBS or inter=GBS (a positive number)"
+            )
+        out[key] = gbs
+    return out

@@ -256,6 +256,15 @@ class ProbeResult(Record):
     transport: str = ""
     ok: bool = True
     error: str = ""
+    # Where expected_gbs came from: "--expect-busbw", "NIC inventory ...", "NCCL log ...",
+    # "assumed ..." or the table entry; shown next to every judgement.
+    # Fields added later default to None so older records and recordings stay byte-identical.
+    expected_source: str | None = None
+    peak_size_bytes: int | None = None  # the message size busbw_max_gbs was measured at
+    gpus_per_host: dict[str, int] | None = None  # ranks on each host
+    nics: int | None = None  # NICs per node NCCL listed ("NET/IB : Using [0].. [n]..")
+    settings: dict[str, str] | None = None  # NCCL_* seen (env lines, -x)
+    gpu_name: str | None = None  # of rank 0, for the expectation when no inventory tells it
 
 
 @dataclass
@@ -269,6 +278,10 @@ class NcclInfo(Record):
     nnodes: int | None = None
     init_complete: int = 0
     path: str = ""
+    # Added later: None (left off the wire) when the log says nothing, so old recordings match.
+    settings: dict[str, str] | None = None  # NCCL_* seen in the log
+    nics: list[str] | None = None  # NICs NCCL listed, e.g. "mlx5_0/IB"
+    gpus_per_host: dict[str, int] | None = None  # from "Init COMPLETE" lines
 
 
 @dataclass
@@ -330,6 +343,49 @@ class RayActors(Record):
     note: str = ""
 
 
+@dataclass
+class NicPort:
+    """One network port of a node, read from /sys by the agent."""
+
+    name: str  # mlx5_0 (an RDMA device) or eth0 (a plain interface)
+    port: int | None = None  # RDMA port number
+    kind: str = ""  # ib | roce | eth
+    rate_gbps: float | None = None  # link rate; None when down or unknown
+    state: str = ""  # ACTIVE / DOWN (RDMA), up / down (net)
+    numa_node: int | None = None  # NUMA node of its PCI device; None when unknown
+    netdev: str = ""  # the net interface of an RDMA port (ib0, ens1np0)
+    pci: str = ""  # PCI address (0000:1b:00.0)
+
+
+@dataclass
+class GpuTopo:
+    """One GPU's place in the node: PCI/NUMA and NVLink state."""
+
+    index: int
+    bus_id: str = ""
+    numa_node: int | None = None
+    nvlink_version: int | None = None
+    nvlinks_up: int | None = None  # links in state active
+    nvlinks_total: int | None = None  # links the GPU has (None: no NVLink or unknown)
+    nvlink_error: str = ""  # why NVLink state is unknown ("Not Supported")
+    nic: str = ""  # the closest active IB/RoCE port (sysfs PCI paths)
+    nic_link: str = ""  # and how: PIX | PXB | PHB | NODE | SYS (as `nvidia-smi topo -m`)
+
+
+@dataclass
+class NodeTopology(Record):
+    """A node's GPU/NIC topology and network inventory, sent once per agent connection."""
+
+    TYPE: ClassVar[str] = "topo"
+    source: str = ""  # nvml | nvidia-smi | file | "" (where the GPU matrix came from)
+    gpus: list[GpuTopo] = field(default_factory=list)
+    nics: list[NicPort] = field(default_factory=list)
+    links: dict[str, str] = field(default_factory=dict)  # "0-1" -> NV18 / SYS / PIX ...
+    smi_topo: str = ""  # raw `nvidia-smi topo -m` (bounded) when that was the source
+    error: str = ""
+    hostname: str = ""  # the node's own hostname: what nccl-tests and NCCL logs call it
+
+
 RECORD_TYPES: dict[str, type[Record]] = {
     cls.TYPE: cls
     for cls in (
@@ -346,6 +402,7 @@ RECORD_TYPES: dict[str, type[Record]] = {
         NcclInfo,
         LogEvent,
         RayActors,
+        NodeTopology,
     )
 }
 
@@ -356,4 +413,6 @@ NESTED: dict[tuple[str, str], type] = {
     ("probe", "rows"): ProbeRow,
     ("ray_actors", "nodes"): RayNode,
     ("ray_actors", "actors"): RayActor,
+    ("topo", "gpus"): GpuTopo,
+    ("topo", "nics"): NicPort,
 }

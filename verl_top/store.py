@@ -28,6 +28,7 @@ from verl_top.model import (
     LogEvent,
     LogLines,
     NcclInfo,
+    NodeTopology,
     ProbeResult,
     ProcessList,
     RayActor,
@@ -277,6 +278,10 @@ class Store:
         self.config_source = ""
         self.probes: deque[ProbeResult] = deque(maxlen=self.limits.probes)
         self.nccl: dict[str, NcclInfo] = {}
+        # Per host: the agent's topology/network inventory record, and its GPU link matrix
+        # {(i, j): "NV18" | "SYS" | ...} that pane 4 and map.topology read.
+        self.node_topology: dict[str, NodeTopology] = {}
+        self.topology: dict[str, dict[tuple[int, int], str]] = {}
         self.events: deque[LogEvent] = deque(maxlen=self.limits.events)
         self.latencies: deque[float] = deque(maxlen=self.limits.latencies)
         self.now: float = 0.0  # newest data time seen
@@ -398,6 +403,19 @@ class Store:
     def _on_nccl(self, rec: NcclInfo, received: float | None) -> None:
         self.nccl[f"{rec.host}:{rec.path}"] = rec
 
+    def _on_topo(self, rec: NodeTopology, received: float | None) -> None:
+        from verl_top.nccl.topo import clean_topology, record_matrix  # pure, no I/O
+
+        rec = clean_topology(rec)
+        if rec.host not in self.node_topology and len(self.node_topology) >= 4096:
+            return  # bounded like every other per-host table
+        self.node_topology[rec.host] = rec
+        matrix = record_matrix(rec)
+        if matrix:
+            self.topology[rec.host] = matrix
+        else:
+            self.topology.pop(rec.host, None)
+
     def _on_event(self, rec: LogEvent, received: float | None) -> None:
         self.events.append(rec)
 
@@ -423,6 +441,7 @@ class Store:
         NcclInfo: _on_nccl,
         LogEvent: _on_event,
         RayActors: _on_ray,
+        NodeTopology: _on_topo,
     }  # type: ignore[dict-item]
 
     def mark_stale(self, stale_after: float, now_wall: float | None = None) -> list[str]:

@@ -377,27 +377,36 @@ def scenarios() -> dict[str, tuple[list[Record], dict[str, Any], str]]:
                     in_place_busbw_gbs=float(p[11]),
                 )
             )
+
+    def socket_probe(transport: str) -> ProbeResult:
+        return ProbeResult(
+            host="n1",
+            t=T_END,
+            tool="nccl-tests",
+            collective="all_reduce",
+            scope="inter",
+            hosts=["n1", "n2"],
+            nranks=16,
+            rows=rows,
+            busbw_max_gbs=max(r.busbw_gbs for r in rows),
+            expected_gbs=8 * 46.0,
+            link="2 nodes, 8x 400 Gb/s NDR IB per node",
+            transport=transport,
+        )
+
     add(
         "nccl_busbw_low",
-        [
-            ProbeResult(
-                host="n1",
-                t=T_END,
-                tool="nccl-tests",
-                collective="all_reduce",
-                scope="inter",
-                hosts=["n1", "n2"],
-                nranks=16,
-                rows=rows,
-                busbw_max_gbs=max(r.busbw_gbs for r in rows),
-                expected_gbs=8 * 46.0,
-                link="2 nodes, 8x 400 Gb/s NDR IB per node",
-                transport="Socket",
-            )
-        ],
+        [socket_probe("")],
         2,
         "nccl.busbw_low",
-        "real 2-node 16xH200 all_reduce over sockets; expectation 8 NDR NICs per node",
+        "real 2-node 16xH200 all_reduce rows, transport not logged; expectation 8 NDR NICs per node",
+    )
+    add(
+        "nccl_socket",
+        [socket_probe("Socket")],
+        2,
+        "nccl.transport_socket",
+        "the same real rows with the Socket transport: RDMA off is the cause, busbw_low follows",
     )
     add(
         "sync_weight_update",

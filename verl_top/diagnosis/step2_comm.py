@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, fmt_pct
+from verl_top.model import ProbeResult
+from verl_top.nccl.expected import fill_expectation, inventory_for, rdma_ports
 from verl_top.store import GpuEntry
 
 STEP = 2
@@ -20,6 +23,12 @@ def _nnodes(view: View) -> tuple[int | None, str]:
     for info in view.store.nccl.values():
         if info.nnodes:
             return info.nnodes, "NCCL log"
+    for info in view.store.nccl.values():
+        if len(info.gpus_per_host or {}) > 1:
+            return len(info.gpus_per_host or {}), "NCCL Init COMPLETE lines"
+    multi = [p for p in view.store.probes if len(p.hosts) > 1]
+    if multi:
+        return len(multi[-1].hosts), f"{multi[-1].tool} rank list"
     hit = view.config("trainer.nnodes")
     if hit is not None and (n := view.num(hit[1])):
         return int(n), "trainer.nnodes"
@@ -27,57 +36,195 @@ def _nnodes(view: View) -> tuple[int | None, str]:
     return (hosts, "GPU hosts monitored") if hosts else (None, "")
 
 
+def human_size(n: int) -> str:
+    """1073741824 -> "1 GiB"; other sizes in the largest whole unit."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            v = n / (1 << shift)
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.1f} {unit}"
+    return f"{n} B"
+
+
+@dataclass
+class BusbwJudgement:
+    """One probe's peak busbw at its largest sizes against what its links should carry."""
+
+    probe: ProbeResult
+    got: float
+    size: int  # message size of the peak
+    sizes_text: str  # which rows were used, in words
+    expected: float | None
+    basis: str  # where ``expected`` came from
+    assumed: bool
+
+    @property
+    def ratio(self) -> float | None:
+        """got / expected."""
+        return self.got / self.expected if self.expected else None
+
+
+def judge_probe(view: View, th: Thresholds, p: ProbeResult) -> BusbwJudgement | None:
+    """Peak busbw over the largest sizes present (>= busbw_min_bytes when there are such rows)
+    and the expectation from the user's number, the agents' inventory, the log or the table."""
+    if not p.rows:
+        return None
+    largest = max(r.size_bytes for r in p.rows)
+    floor = min(th.busbw_min_bytes, largest)
+    best: tuple[float, int] | None = None
+    for r in p.rows:
+        if r.size_bytes < floor:
+            continue
+        for bw in (r.busbw_gbs, r.in_place_busbw_gbs):
+            if bw is not None and (best is None or bw > best[0]):
+                best = (bw, r.size_bytes)
+    if best is None:
+        return None
+    if floor >= th.busbw_min_bytes:
+        sizes = f">= {human_size(int(th.busbw_min_bytes))} (largest {human_size(largest)})"
+    else:
+        sizes = (
+            f"the largest size present, {human_size(largest)} (below "
+            f"{human_size(int(th.busbw_min_bytes))}: the peak may be higher)"
+        )
+    inter = len(p.hosts) > 1 or p.scope == "inter"
+    override = (th.expect_inter_busbw_gbs if inter else th.expect_busbw_gbs) or None
+    trial = dataclasses.replace(p, rows=[])
+    names = view.device_names()
+    exp = fill_expectation(
+        trial,
+        gpu_name=p.gpu_name or (names[0] if names else ""),
+        inventory=view.store.node_topology,
+        override=override,
+    )
+    known = p.expected_gbs and "assumed" not in (p.expected_source or "")
+    if exp is not None and not (exp.assumed and known):
+        return BusbwJudgement(p, best[0], best[1], sizes, exp.gbs, exp.basis, exp.assumed)
+    if p.expected_gbs:  # the producer knew better than a guess (or nothing else is known)
+        basis = p.expected_source or p.link or "probe's expectation"
+        assumed = "assumed" in (p.expected_source or "")
+        return BusbwJudgement(p, best[0], best[1], sizes, p.expected_gbs, basis, assumed)
+    joined = " ".join(names)
+    if not inter and p.collective == "all_reduce" and ("H100" in joined or "H200" in joined):
+        basis = "8xH100/H200 NVLink all_reduce (thresholds.nvlink_allreduce_gbs)"
+        return BusbwJudgement(p, best[0], best[1], sizes, th.nvlink_allreduce_gbs, basis, False)
+    return BusbwJudgement(p, best[0], best[1], sizes, None, "", False)
+
+
+def _socket_sources(view: View) -> list[tuple[str, str, dict[str, str]]]:
+    """(where, transport, NCCL settings) of every multi-node Socket transport seen."""
+    out = []
+    for i in view.store.nccl.values():
+        if "socket" in i.transport.lower():
+            out.append(
+                (
+                    f"NCCL log {i.host}:{i.path}" if i.path else f"NCCL log {i.host}",
+                    i.transport,
+                    i.settings or {},
+                )
+            )
+    for p in view.store.probes:
+        if len(p.hosts) > 1 and "socket" in p.transport.lower():
+            out.append((f"{p.tool} across {', '.join(p.hosts)}", p.transport, p.settings or {}))
+    return out
+
+
+def _rdma_inventory(view: View) -> list[str]:
+    """ "host: mlx5_0 IB 400 Gb/s, ..." for monitored hosts that have active IB/RoCE ports."""
+    out = []
+    for host, topo in view.store.node_topology.items():
+        ports = rdma_ports(topo)
+        if ports:
+            out.append(f"{host}: " + ", ".join(f"{n} {r:g} Gb/s" for n, r in ports[:8]))
+    return out
+
+
 def nccl_transport_socket(view: View, th: Thresholds) -> RuleResult:
-    """Multi-node job whose NCCL log says it uses the Socket transport (RDMA off)."""
+    """Multi-node job or probe whose NCCL traffic uses the Socket transport (RDMA off)."""
     infos = [i for i in view.store.nccl.values() if i.transport]
-    if not infos:
+    probes = [p for p in view.store.probes if p.transport and len(p.hosts) > 1]
+    if not infos and not probes:
         return no_data(STEP, "nccl.transport_socket", NEED_NCCL)
-    socket = [i for i in infos if "socket" in i.transport.lower()]
+    socket = _socket_sources(view)
     nnodes, src = _nnodes(view)
     if not socket:
-        return passed(
-            STEP,
-            "nccl.transport_socket",
-            "transport: " + ", ".join(sorted({i.transport for i in infos})),
-        )
+        seen = {i.transport for i in infos} | {p.transport for p in probes}
+        return passed(STEP, "nccl.transport_socket", "transport: " + ", ".join(sorted(seen)))
     if nnodes is not None and nnodes <= 1:
         return passed(
             STEP,
             "nccl.transport_socket",
             "Socket transport but a single node (no inter-node traffic)",
         )
-    sev = 0.8 if nnodes else 0.4
-    where = ", ".join(sorted({f"{i.host}:{i.path}" if i.path else i.host for i in socket}))
+    rdma = _rdma_inventory(view)
+    sev = 0.9 if rdma else (0.8 if nnodes else 0.4)
+    where, transport, settings = socket[0]
+    evidence = [
+        f"{where}: transport {transport}",
+        f"nodes: {nnodes or 'unknown'} ({src or 'not known'})",
+    ]
+    off = [f"{k}={settings[k]}" for k in ("NCCL_IB_DISABLE", "NCCL_NET") if k in settings]
+    named = [f"{k}={settings[k]}" for k in ("NCCL_SOCKET_IFNAME", "NCCL_IB_HCA") if k in settings]
+    if off or named:
+        evidence.append("settings seen: " + ", ".join(off + named))
+    if rdma:
+        evidence.append("these nodes have RDMA ports: " + "; ".join(rdma[:4]))
+    gap: dict[str, float] = {}
+    for p in view.store.probes:
+        if len(p.hosts) > 1 and "socket" in p.transport.lower():
+            j = judge_probe(view, th, p)
+            if j is not None and j.expected:
+                evidence.append(
+                    f"busbw {j.got:.1f} GB/s at {human_size(j.size)} = {fmt_pct(j.ratio)} of "
+                    f"~{j.expected:.0f} GB/s expected ({j.basis})"
+                )
+                gap = {"busbw_gbs": j.got, "expected_gbs": j.expected}
+                break
+    fix = "Enable InfiniBand/RoCE: "
+    fix += (
+        "unset NCCL_IB_DISABLE (it is set to 1); "
+        if "NCCL_IB_DISABLE=1" in off
+        else "check NCCL_IB_DISABLE is unset; "
+    )
+    fix += (
+        "set NCCL_IB_HCA to the HCAs (e.g. mlx5_0; a single HCA limits the job to one NIC) and "
+        "NCCL_SOCKET_IFNAME to the bootstrap interface; check the IB devices are in the container."
+    )
     return Finding(
         STEP,
         "nccl.transport_socket",
         sev,
         f"NCCL uses TCP sockets between nodes (RDMA not enabled) on a {nnodes or '?'}-node job",
-        [
-            f"NCCL log ({where}): transport {socket[0].transport}",
-            f"nodes: {nnodes or 'unknown'} ({src or 'not known'})",
-        ],
-        "Enable InfiniBand/RoCE: unset NCCL_IB_DISABLE, set NCCL_IB_HCA to the HCAs (e.g. mlx5_0) and "
-        "NCCL_SOCKET_IFNAME to the data interface; check the IB devices are in the container.",
-        {"transport": socket[0].transport, "nnodes": nnodes},
+        evidence,
+        fix,
+        {"transport": transport, "nnodes": nnodes, "settings": dict(settings), **gap},
     )
 
 
-def _expected(view: View, th: Thresholds, probe) -> tuple[float | None, str]:  # type: ignore[no-untyped-def]
-    if probe.expected_gbs:
-        return probe.expected_gbs, probe.link or "probe's expectation"
-    names = " ".join(view.device_names())
-    if (
-        probe.scope == "intra"
-        and probe.collective == "all_reduce"
-        and ("H100" in names or "H200" in names)
-    ):
-        return th.nvlink_allreduce_gbs, "8xH100/H200 NVLink all_reduce"
-    return None, ""
+def _unused_nics(view: View, p: ProbeResult) -> list[str]:
+    """An evidence line when NCCL listed fewer NICs than the nodes have active RDMA ports."""
+    found = inventory_for(p.hosts, view.store.node_topology)
+    have = [len(rdma_ports(rec)) for rec in found.values()]
+    if not p.nics or not have or min(have) <= p.nics:
+        return []
+    hca = (p.settings or {}).get("NCCL_IB_HCA")
+    return [
+        f"NCCL used {p.nics} NIC(s) per node; the nodes have {min(have)} active RDMA ports"
+        + (f" (NCCL_IB_HCA={hca} limits it)" if hca else " (check NCCL_IB_HCA)")
+    ]
+
+
+def _gdr_note(transport: str) -> str:
+    """Why an RDMA transport without GPUDirect matters, "" otherwise."""
+    if transport in ("IB", "RoCE"):
+        return (
+            " without GPUDirect RDMA (channels via NET/IB/<n> without /GDRDMA): data is staged "
+            "through host memory; check the nvidia-peermem module and NCCL_NET_GDR_LEVEL"
+        )
+    return ""
 
 
 def nccl_busbw_low(view: View, th: Thresholds) -> RuleResult:
-    """Probe busbw at >= busbw_min_bytes below busbw_ratio of the link's expected value."""
+    """Peak busbw at the largest sizes below busbw_ratio of what the probe's links should carry."""
     probes = [p for p in view.store.probes if p.ok and p.rows and p.nranks > 1]
     if not probes:
         return no_data(
@@ -85,44 +232,55 @@ def nccl_busbw_low(view: View, th: Thresholds) -> RuleResult:
             "nccl.busbw_low",
             "needs a bandwidth probe: run `verl-top probe nccl` (perturbs training)",
         )
-    worst: tuple[float, float, float, str, object] | None = None
-    for p in probes:
-        big = [r.busbw_gbs for r in p.rows if r.size_bytes >= th.busbw_min_bytes]
-        if not big:
-            continue
-        got = max(big)
-        exp, link = _expected(view, th, p)
-        if exp is None:
-            continue
-        ratio = got / exp
-        if worst is None or ratio < worst[0]:
-            worst = (ratio, got, exp, link, p)
-    if worst is None:
+    judged = [j for p in probes if (j := judge_probe(view, th, p)) is not None]
+    rated = [j for j in judged if j.ratio is not None]
+    if not rated:
         return no_data(
             STEP,
             "nccl.busbw_low",
-            "probe lacks >= 1 GiB rows or an expected bandwidth for its link",
+            "no expected bandwidth for the probe's link: pass --expect-busbw GBS or monitor "
+            "the nodes (NIC inventory)",
         )
-    ratio, got, exp, link, p = worst
+    worst = min(rated, key=lambda j: j.ratio or 0.0)
+    ratio = worst.ratio or 0.0
+    p = worst.probe
     if ratio >= th.busbw_ratio:
         return passed(
             STEP,
             "nccl.busbw_low",
-            f"busbw {got:.0f} GB/s = {fmt_pct(ratio)} of {exp:.0f} GB/s ({link})",
+            f"busbw {worst.got:.0f} GB/s at {human_size(worst.size)} = {fmt_pct(ratio)} of "
+            f"{worst.expected:.0f} GB/s ({worst.basis})",
+        )
+    sev = scale(ratio, th.busbw_ratio, 0.1, 0.5, 0.9)
+    if worst.assumed:
+        sev = min(sev, 0.5)  # a design-based guess must not outrank measured facts
+    where = f"{p.nranks} ranks, {len(p.hosts) or 1} node(s)"
+    if p.gpus_per_host:
+        where += (
+            " (" + ", ".join(f"{h}: {n} GPUs" for h, n in list(p.gpus_per_host.items())[:4]) + ")"
         )
     return Finding(
         STEP,
         "nccl.busbw_low",
-        scale(ratio, th.busbw_ratio, 0.1, 0.5, 0.9),
-        f"NCCL {p.collective} busbw {got:.0f} GB/s is {fmt_pct(ratio)} of the {exp:.0f} GB/s expected ({link})",
+        sev,
+        f"NCCL {p.collective} busbw {worst.got:.0f} GB/s is {fmt_pct(ratio)} of the "
+        f"{worst.expected:.0f} GB/s expected" + (" (assumed)" if worst.assumed else ""),
         [
-            f"max busbw at >= {th.busbw_min_bytes / 2**30:.0f} GiB: {got:.1f} GB/s ({p.tool}, {p.nranks} ranks, {p.scope}, hosts {', '.join(p.hosts) or '?'})",
-            f"expected {exp:.0f} GB/s for {link}",
-            f"transport: {p.transport or 'unknown'}",
+            f"peak busbw over {worst.sizes_text}: {worst.got:.1f} GB/s at {human_size(worst.size)} ({p.tool}, {where})",
+            f"expected {worst.expected:.0f} GB/s: {worst.basis}",
+            f"transport: {p.transport or 'unknown'}" + _gdr_note(p.transport),
+            *_unused_nics(view, p),
         ],
         "Check the transport (NCCL_DEBUG=INFO: IB vs Socket), NCCL_IB_HCA / NCCL_SOCKET_IFNAME, "
         "GPUDirect RDMA (NCCL_NET_GDR_LEVEL) and NIC/switch health.",
-        {"busbw_gbs": got, "expected_gbs": exp, "ratio": ratio},
+        {
+            "busbw_gbs": worst.got,
+            "expected_gbs": worst.expected,
+            "ratio": ratio,
+            "size_bytes": worst.size,
+            "expected_basis": worst.basis,
+            "assumed": worst.assumed,
+        },
     )
 
 

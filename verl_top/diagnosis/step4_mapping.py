@@ -5,7 +5,7 @@ from __future__ import annotations
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, fmt_pct, mean, median
-from verl_top.nccl.topo import slow_tp_groups
+from verl_top.nccl.topo import slow_tp_groups, topology_marks
 from verl_top.store import GpuEntry
 
 STEP = 4
@@ -203,20 +203,44 @@ def _tp_sizes(view: View) -> list[tuple[str, int]]:
     return out
 
 
+def _marks_finding(marks: list[str]) -> Finding:
+    """GPUs the topology record marks: NVLinks down, or across a CPU socket from every NIC."""
+    return Finding(
+        STEP,
+        "map.topology",
+        0.5,
+        f"{len(marks)} GPU(s) with NVLinks down or across a CPU socket from their NIC",
+        marks[:6],
+        "NVLinks down: check `nvidia-smi nvlink -s` and the fabric manager, then reset or drain "
+        "the node. Across a socket: bind each rank to a GPU on its NIC's NUMA node "
+        "(NCCL_IB_HCA order, CUDA_VISIBLE_DEVICES).",
+        {"marks": marks},
+    )
+
+
 def map_topology(view: View, th: Thresholds) -> RuleResult:
     """A TP group spans GPUs that are not linked by NVLink (topology SYS/PHB/NODE/PIX/PXB)."""
     topo = view.topology()
-    if topo is None:
+    marks = [
+        f"{host} GPU{m.gpu}: {m.text}"
+        for host, rec in sorted(view.store.node_topology.items())
+        for m in topology_marks(rec)
+    ]
+    if topo is None and not marks:
         return no_data(
             STEP,
             "map.topology",
-            "needs the GPU link matrix (store.topology from `nvidia-smi topo -m`); not collected yet",
+            "needs the GPU link matrix (the agent's topo record or `nvidia-smi topo -m`); "
+            "not collected yet",
         )
     sizes = _tp_sizes(view)
+    if marks and (topo is None or not sizes):
+        return _marks_finding(marks)
     if not sizes:
         return no_data(
             STEP, "map.topology", NEED_CONFIG + " (needs a tensor_model_parallel_size > 1)"
         )
+    topo = topo or {}
     bad: list[str] = []
     for host, matrix in topo.items():
         n = 1 + max((max(i, j) for i, j in matrix), default=-1)
@@ -226,13 +250,15 @@ def map_topology(view: View, th: Thresholds) -> RuleResult:
                     f"{host} GPUs {start}-{start + tp - 1} ({key.split('.')[-2]} TP {tp}): {'/'.join(slow)}"
                 )
     if not bad:
+        if marks:
+            return _marks_finding(marks)
         return passed(STEP, "map.topology", "every TP group is NVLink-connected")
     return Finding(
         STEP,
         "map.topology",
         0.6,
         f"{len(bad)} TP group(s) cross PCIe/CPU links instead of NVLink",
-        bad[:6],
+        bad[:6] + marks[:3],  # marked GPUs (NVLinks down, far NIC) often explain the groups
         "Keep each tensor-parallel group inside one NVLink domain: lower tensor_model_parallel_size "
         "or fix CUDA_VISIBLE_DEVICES ordering.",
         {"groups": bad},

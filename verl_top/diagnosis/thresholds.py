@@ -51,6 +51,12 @@ class Thresholds:
     busbw_min_bytes: float = _t(1 << 30, "B", "use busbw at >= 1 GiB messages only")
     busbw_ratio: float = _t(0.6, "ratio", "busbw below 60 % of the link's expected value")
     nvlink_allreduce_gbs: float = _t(480.0, "GB/s", "8xH100/H200 NVLS all_reduce busbw")
+    expect_busbw_gbs: float = _t(
+        0.0, "GB/s", "intra-node busbw you know your nodes reach (0: derive from topology)"
+    )
+    expect_inter_busbw_gbs: float = _t(
+        0.0, "GB/s", "cross-node busbw you know your network reaches (0: derive from NICs)"
+    )
     ib_nic_gbs: float = _t(46.0, "GB/s", "one 400 Gb/s NDR NIC (46-48 GB/s measured)")
     weight_update_frac: float = _t(0.1, "fraction of step", "weight sync > 10 % of the step")
     sync_wait_idle_pct: float = _t(

@@ -177,6 +177,8 @@ SNAPSHOT_SCHEMA: dict[str, Any] = {
         {
             "notes": {"type": "array", "items": _STR},
             "process_map": {"type": "array", "items": _MAPPED},
+            # Each node's topo record (docs/protocol.md) plus "marks": [{"gpu", "text"}].
+            "topology": {"type": "array", "items": {"type": "object"}},
         },
     ),
 }

@@ -184,6 +184,18 @@ def _host_samples(entry: HostEntry, since: float) -> list[HostSample]:
     return out
 
 
+def _topology_json(store: Store) -> list[dict[str, Any]]:
+    """Each host's topology record with its marked GPUs (NVLinks down, across a socket)."""
+    from verl_top.nccl.topo import topology_marks
+
+    out = []
+    for rec in store.node_topology.values():
+        d = _fields(rec)
+        d["marks"] = [{"gpu": m.gpu, "text": m.text} for m in topology_marks(rec)]
+        out.append(d)
+    return out
+
+
 def recording_records(store: Store) -> list[Record]:
     """Every record needed to replay what the store shows, oldest first, redacted.
 
@@ -193,6 +205,7 @@ def recording_records(store: Store) -> list[Record]:
     """
     since = store.window_start()
     head: list[Record] = [h.hello for h in store.hosts.values() if h.hello is not None]
+    head.extend(store.node_topology.values())  # once per connection, like hello
     body: list[Record] = []
     for h in store.hosts.values():
         body.extend(_host_samples(h, since))
@@ -354,6 +367,7 @@ def build_snapshot(
         "config": {"source": store.config_source, "values": redact_mapping(store.config)},
         "probes": [_fields(p) for p in store.probes],
         "nccl": [_fields(n) for n in store.nccl.values()],
+        "topology": _topology_json(store),
         "events": [_fields(e) for e in store.events],
         "diagnosis": diagnosis_json(verdict),
         "files": {

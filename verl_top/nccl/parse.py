@@ -11,11 +11,13 @@ and ``ProbeResult`` records.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
 from verl_top.model import LogEvent, NcclInfo, ProbeResult, ProbeRow, Record
 from verl_top.nccl.expected import fill_expectation
+from verl_top.untrusted import clean_text
 from verl_top.verl.parse import strip_ansi
 
 MIB = 1 << 20
@@ -112,6 +114,14 @@ class NcclTestsResult:
         return list(seen)
 
     @property
+    def gpus_per_host(self) -> dict[str, int]:
+        """Ranks (one GPU each) per host, hosts in rank order."""
+        out: dict[str, int] = {}
+        for dev in self.devices:
+            out[dev.host] = out.get(dev.host, 0) + 1
+        return out
+
+    @property
     def gpu_name(self) -> str:
         """The GPU name of rank 0 ("" when the header has no device lines)."""
         return self.devices[0].name if self.devices else ""
@@ -119,7 +129,11 @@ class NcclTestsResult:
     def to_probe(self, host: str = "", t: float = 0.0) -> ProbeResult:
         """This run as a ``ProbeResult`` (expected bandwidth is left for the caller to fill)."""
         hosts = self.hosts
-        transport = self.log.transport() if self.log is not None else ""
+        transport = ""
+        if self.log is not None:
+            # The rank list says how many nodes there are, even when NCCL's INFO lines do not.
+            multi = len(hosts) > 1 or (self.log.nnodes or 0) > 1
+            transport = (self.log.network() or self.log.intra()) if multi else self.log.intra()
         return ProbeResult(
             host=host,
             t=t,
@@ -133,6 +147,11 @@ class NcclTestsResult:
             transport=transport,
             ok=not self.errors and bool(self.rows),
             error="; ".join(self.errors) if self.errors else ("" if self.rows else "no data rows"),
+            peak_size_bytes=self.busbw_max_size,
+            gpus_per_host=self.gpus_per_host or None,
+            nics=len(self.log.ib_devices) if self.log is not None and self.log.ib_devices else None,
+            settings=(dict(self.log.settings) or None) if self.log is not None else None,
+            gpu_name=self.gpu_name or None,
         )
 
 
@@ -318,12 +337,26 @@ _USING_NETWORK = re.compile(r"Using network (.+?)\s*$")
 _GDR_HCA = re.compile(r"GPU Direct RDMA Enabled for HCA")
 _COMM_SUMMARY = re.compile(r"\bcomm 0x[0-9a-f]+ rank \d+ nRanks (\d+) nNodes (\d+)")
 _INIT_COMPLETE = re.compile(r"\bnranks (\d+)\b.*- Init COMPLETE")
+# "<host>:<pid>:<tid> [<dev>] NCCL INFO ... rank R nranks N cudaDev D ... - Init COMPLETE"
+_INIT_RANK = re.compile(
+    r"(?:^|[\s\]])(?P<host>[^:\s\]]+):\d+:\d+ \[\d+\] NCCL INFO .*?\brank (?P<rank>\d+) "
+    r"nranks \d+ cudaDev (?P<dev>\d+)"
+)
+_MAX_RANKS = 65536
 _WATCHDOG = re.compile(
     r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+)"
     r".*?Timeout\(ms\)=(\d+)\) ran for (\d+) milliseconds"
 )
 _RANK = re.compile(r"\[(?:PG [^\]]*?)?Rank (\d+)\]")
 _NCCL_WARN = re.compile(r"\bNCCL WARN (.*)$")
+# NCCL's own echo of a setting ("NCCL_IB_DISABLE set by environment to 1.", "NCCL_IB_HCA set to
+# mlx5_0") and a launcher's command line ("-x NCCL_IB_DISABLE=1", "export NCCL_IB_HCA=mlx5_0").
+_ENV_ECHO = re.compile(r"\b(NCCL_[A-Z0-9_]+) set (?:by environment )?to (\S+)")
+_ENV_ASSIGN = re.compile(
+    r"(?:^|[\s'\",])(NCCL_[A-Z0-9_]+)=[\"']?([^\s'\";,]+(?:,[^\s'\";,=]+(?=[\s'\";,]|$))*)"
+)
+_MAX_SETTINGS = 64
+_MAX_SETTING_LEN = 200
 _BENIGN_WARN = ("Address already in use",)
 
 SEVERITY_WATCHDOG = 1.0
@@ -394,6 +427,9 @@ class NcclLogState:
     nvls: bool = False
     shm: bool = False
     seen: bool = False  # any NCCL line at all
+    settings: dict[str, str] = field(default_factory=dict)  # NCCL_* from env echo / command line
+    nic_layers: dict[str, str] = field(default_factory=dict)  # mlx5_0 -> IB | RoCE
+    rank_gpus: dict[int, tuple[str, int]] = field(default_factory=dict)  # rank -> (host, cudaDev)
 
     def feed_line(self, line: str) -> None:
         """Update the state from one line (prefixes such as ``(WorkerDict pid=..)`` are fine)."""
@@ -401,6 +437,8 @@ class NcclLogState:
             return
         if "NCCL INFO" in line or "NCCL WARN" in line or "NCCL version" in line:
             self.seen = True
+        if "NCCL_" in line:
+            self._settings(line)
         if not self.version and (m := _NCCL_VERSION.search(line)):
             self.version = m.group(1)
         if "via " in line:
@@ -412,6 +450,9 @@ class NcclLogState:
             self.init_complete += 1
             if m := _INIT_COMPLETE.search(line):
                 self.nranks = max(self.nranks or 0, int(m.group(1)))
+            if (m := _INIT_RANK.search(line)) and len(self.rank_gpus) < _MAX_RANKS:
+                host = clean_text(m.group("host"), 128)
+                self.rank_gpus[int(m.group("rank"))] = (host, int(m.group("dev")))
         if m := _USING_NETWORK.search(line):
             self.using_network = m.group(1)
         if "NET/IB : No device found" in line:
@@ -419,12 +460,46 @@ class NcclLogState:
         if m := _IB_USING.search(line):
             for dev, layer in _IB_DEV.findall(m.group(2)):
                 self.link_layers.add(layer)
-                if dev not in self.ib_devices:
+                if dev not in self.ib_devices and len(self.ib_devices) < _MAX_SETTINGS:
                     self.ib_devices.append(dev)
+                    self.nic_layers[dev] = layer
         if _GDR_HCA.search(line):
             self.gdr_hca = True
         if "Connected NVLS" in line or re.search(r"NVLS multicast support is available", line):
             self.nvls = True
+
+    def _settings(self, line: str) -> None:
+        """Record NCCL_* settings the line states (NCCL's echo wins over a command line)."""
+        found = [(m.group(1), m.group(2).rstrip(".")) for m in _ENV_ECHO.finditer(line)]
+        if not found:
+            found = [(m.group(1), m.group(2)) for m in _ENV_ASSIGN.finditer(line)]
+        for name, value in found:
+            if name in self.settings or len(self.settings) < _MAX_SETTINGS:
+                self.settings[name] = clean_text(value, _MAX_SETTING_LEN)
+                self.seen = True
+
+    def merged(self, other: NcclLogState) -> NcclLogState:
+        """This state with what ``other`` saw and this one did not (this one wins)."""
+        out = NcclLogState(**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+        out.settings = {**other.settings, **self.settings}
+        out.net_via = {**other.net_via, **self.net_via}
+        out.link_layers = self.link_layers | other.link_layers
+        out.ib_devices = list(dict.fromkeys(self.ib_devices + other.ib_devices))
+        out.nic_layers = {**other.nic_layers, **self.nic_layers}
+        out.rank_gpus = {**other.rank_gpus, **self.rank_gpus}
+        out.using_network = self.using_network or other.using_network
+        out.nnodes = self.nnodes or other.nnodes
+        for flag in ("p2p", "mnnvl", "nvls", "shm", "gdr_hca", "no_ib_device", "seen"):
+            setattr(out, flag, getattr(self, flag) or getattr(other, flag))
+        return out
+
+    def rdma_disabled(self) -> str:
+        """The setting that turns RDMA off ("NCCL_IB_DISABLE=1"), "" when none is set."""
+        if self.settings.get("NCCL_IB_DISABLE", "").strip() == "1":
+            return "NCCL_IB_DISABLE=1"
+        if self.settings.get("NCCL_NET", "").strip().lower() == "socket":
+            return "NCCL_NET=Socket"
+        return ""
 
     def _via(self, line: str) -> None:
         if m := _VIA_NET.search(line):
@@ -454,7 +529,21 @@ class NcclLogState:
             return others[0]
         if self.using_network.startswith("IB"):
             return fabric
+        if not self.using_network and self.rdma_disabled():
+            # No channel lines (NCCL_DEBUG below INFO), but RDMA was switched off: NCCL can
+            # only use its socket transport between nodes.
+            return "Socket"
         return self.using_network
+
+    def transport_basis(self) -> str:
+        """Which lines the network transport was read from, in words."""
+        if self.net_via:
+            return "NCCL channel lines (via NET/...)"
+        if self.using_network:
+            return f'NCCL "Using network {self.using_network}"'
+        if self.rdma_disabled():
+            return f"{self.rdma_disabled()} (no NCCL_DEBUG=INFO channel lines)"
+        return ""
 
     def intra(self) -> str:
         """The intra-node transport (rules 5-6 of §2.3), "" when none was seen."""
@@ -474,6 +563,11 @@ class NcclLogState:
         intra = self.intra()
         if (self.nnodes or 0) <= 1 and intra:
             return intra
+        if net == "Socket" and not self.net_via and not self.using_network and not self.nnodes:
+            # Only a setting (NCCL_IB_DISABLE=1) says so and nothing says there are several
+            # nodes: a single-node run would move no bytes over sockets. Callers that know the
+            # hosts (nccl-tests rank lists) use network() themselves.
+            net = ""
         return net or intra
 
     def info(self, host: str, t: float, path: str) -> NcclInfo:
@@ -487,7 +581,21 @@ class NcclLogState:
             nnodes=self.nnodes,
             init_complete=self.init_complete,
             path=path,
+            settings=dict(self.settings) or None,
+            nics=self.nic_list() or None,
+            gpus_per_host=self.gpus_per_host() or None,
         )
+
+    def gpus_per_host(self) -> dict[str, int]:
+        """Ranks per host from the ``Init COMPLETE`` lines seen (hosts in rank order)."""
+        out: dict[str, int] = {}
+        for _, (host, _dev) in sorted(self.rank_gpus.items()):
+            out[host] = out.get(host, 0) + 1
+        return out
+
+    def nic_list(self) -> list[str]:
+        """The NICs NCCL said it uses, ``mlx5_0/IB`` style (empty when no NET/IB line)."""
+        return [f"{d}/{self.nic_layers.get(d, '?')}" for d in self.ib_devices]
 
 
 def parse_nccl_log(text: str) -> tuple[NcclLogState, list[LogEvent]]:
@@ -543,6 +651,8 @@ class NcclStreamParser:
             self.state.nranks,
             self.state.nnodes,
             self.state.init_complete,
+            tuple(self.state.settings.items()),
+            tuple(self.state.ib_devices),
         )
         if self.state.seen and any(key) and key != self._last:
             self._last = key
@@ -581,8 +691,10 @@ class NcclStreamParser:
         if _AVG_BUSBW.match(stripped):
             res = parse_nccl_tests("\n".join(self._run))
             self._run = None
-            if res.log is None and self.state.transport():
-                res.log = self.state
+            # Lines before the run (the launcher's command line with -x NCCL_*, INFO lines of
+            # other ranks) describe it too.
+            if self.state.seen:
+                res.log = self.state if res.log is None else res.log.merged(self.state)
             probe = res.to_probe(self.host, t)
             fill_expectation(probe, gpu_name=res.gpu_name)
             return probe

@@ -24,7 +24,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,9 +33,11 @@ from verl_top.model import ProbeResult
 from verl_top.nccl.expected import Expectation, expected_busbw, fill_expectation, ratio
 from verl_top.nccl.parse import NcclLogState, parse_nccl_tests
 from verl_top.nccl.topo import Topology, parse_topo
-from verl_top.nccl.torch_probe import parse_size
+from verl_top.nccl.torch_probe import PROGRESS_PREFIX, parse_size
+from verl_top.untrusted import clean_text
 
 if TYPE_CHECKING:
+    from verl_top.model import NodeTopology
     from verl_top.sources.hosts import HostSpec
     from verl_top.sources.ssh import SshSettings
 
@@ -120,7 +122,9 @@ def probe_command(python: str = "python3", **kwargs: object) -> tuple[list[str],
 class ProbeCollector:
     """Turns probe output lines into ProbeResults; NCCL INFO lines feed the transport classifier."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_progress: Callable[[str], None] | None = None) -> None:
+        self.on_progress = on_progress
+        self.progress = ""  # the latest progress line, without its prefix
         self.results: list[ProbeResult] = []
         self.gpu_names: dict[str, str] = {}
         self.log = NcclLogState()
@@ -141,6 +145,11 @@ class ProbeCollector:
                     self.gpu_names[record.collective] = str(data.get("gpu_name") or "")
                     self.results.append(record)
                     return
+        if text.startswith(PROGRESS_PREFIX):
+            self.progress = _progress_text(text[len(PROGRESS_PREFIX) :])
+            if self.on_progress is not None:
+                self.on_progress(self.progress)
+            return
         self.log.feed_line(text)
         if text:
             self.other = (self.other + [text])[-20:]
@@ -152,6 +161,7 @@ class ProbeCollector:
         topo: Topology | None = None,
         error: str = "",
         nics: int | None = None,
+        inventory: Mapping[str, NodeTopology] | None = None,
     ) -> ProbeResult:
         """The result for ``collective`` with transport and expectation filled in."""
         found = [r for r in self.results if r.collective == collective]
@@ -167,9 +177,21 @@ class ProbeCollector:
         no_bus(result)
         if result.ok:
             fill_expectation(
-                result, gpu_name=self.gpu_names.get(collective, ""), topo=topo, nics=nics
+                result,
+                gpu_name=self.gpu_names.get(collective, "") or result.gpu_name or "",
+                topo=topo,
+                nics=nics,
+                inventory=inventory,
             )
         return result
+
+
+def _progress_text(raw: str) -> str:
+    """``all_reduce 3/11 4194304 B 12.3 GB/s`` -> ``all_reduce 3/11: 4 MiB, busbw 12.3 GB/s``."""
+    parts = clean_text(raw, 200).split()  # a node's output: untrusted
+    if len(parts) >= 6 and parts[2].isdigit() and len(parts[2]) < 16:
+        return f"{parts[0]} {parts[1]}: {human_size(int(parts[2]))}, busbw {parts[4]} GB/s"
+    return " ".join(parts)
 
 
 def no_bus(result: ProbeResult) -> ProbeResult:
@@ -224,6 +246,7 @@ async def run_local_probe(
     python: str = sys.executable,
     on_start: Callable[[int], None] | None = None,
     env: dict[str, str] | None = None,
+    on_progress: Callable[[str], None] | None = None,
 ) -> ProbeResult:
     """Run ``torch_probe.py`` on this machine and return its result for ``collective``.
 
@@ -257,7 +280,7 @@ async def run_local_probe(
     )
     if on_start is not None:
         on_start(proc.pid)
-    sink = ProbeCollector()
+    sink = ProbeCollector(on_progress)
     error = ""
     try:
         # The launcher enforces `timeout` itself; the margin covers interpreter start-up.
@@ -310,6 +333,8 @@ async def run_remote_probe(
     python: str = "python3",
     nics: int | None = None,
     timeout: float = 300.0,
+    on_progress: Callable[[str, str], None] | None = None,
+    inventory: Mapping[str, NodeTopology] | None = None,
     **kwargs: object,
 ) -> ProbeResult:
     """Probe across ``hosts``: one launcher per host, ``nprocs`` ranks each, rank 0 on hosts[0].
@@ -328,7 +353,13 @@ async def run_remote_probe(
     world = nprocs * len(hosts)
     addr = master_addr or ("127.0.0.1" if single else hosts[0])
     port = master_port if master_port is not None else (0 if single else DEFAULT_MASTER_PORT)
-    sinks = [ProbeCollector() for _ in hosts]
+    # Progress comes from rank 0's launcher (the first host); ``on_progress(host, text)``.
+    sinks = [
+        ProbeCollector(
+            (lambda text, h=h: on_progress(h, text)) if on_progress is not None else None
+        )
+        for h in hosts
+    ]
 
     async def one(i: int, host: str) -> str:
         argv, stdin_text = probe_command(
@@ -366,7 +397,7 @@ async def run_remote_probe(
             head.log.net_via[key] = head.log.net_via.get(key, False) or gdr
         if not head.log.nnodes and sink.log.nnodes:
             head.log.nnodes = sink.log.nnodes
-    result = head.finish(collective, hosts[0], nics=nics, error=error)
+    result = head.finish(collective, hosts[0], nics=nics, error=error, inventory=inventory)
     if error and result.ok:
         result.ok, result.error = False, error
     elif error and error not in result.error:
@@ -375,6 +406,9 @@ async def run_remote_probe(
     result.hosts = list(hosts)  # the names the user gave, as the UI keys hosts by them
     if not single:
         result.scope = "inter"
+    if result.ok:
+        # Judged like a parsed nccl-tests file, now that hosts carry the names the inventory uses.
+        fill_expectation(result, gpu_name=result.gpu_name or "", nics=nics, inventory=inventory)
     return result
 
 
@@ -435,6 +469,47 @@ def ssh_probe_runner(settings: SshSettings, spec: HostSpec) -> RunFn:
     return run
 
 
+GPU_COUNT_COMMAND = "nvidia-smi -L"  # one "GPU i: NAME (UUID: ...)" line per GPU
+
+
+def count_gpu_lines(lines: Sequence[str]) -> int:
+    """GPUs in ``nvidia-smi -L`` output (MIG lines are not GPUs)."""
+    return sum(1 for line in lines if line.strip().startswith("GPU ") and ":" in line)
+
+
+async def remote_gpu_counts(
+    specs: Sequence[HostSpec], settings: SshSettings, command: str = GPU_COUNT_COMMAND
+) -> dict[str, int]:
+    """GPUs per host from ``nvidia-smi -L`` over SSH (0 when the host has none or no driver).
+
+    A host that cannot be reached raises (``RemoteCommandError`` names it).
+    """
+    from verl_top.sources.ssh import run_remote
+
+    async def one(spec: HostSpec) -> tuple[str, int]:
+        lines: list[str] = []
+        async with contextlib.aclosing(
+            run_remote(settings, spec, command, close_stdin=True)
+        ) as out:
+            async for line in out:
+                if len(lines) < 4096:
+                    lines.append(line)
+        return spec.name, count_gpu_lines(lines)
+
+    return dict(await asyncio.gather(*(one(s) for s in specs)))
+
+
+def ranks_per_node(counts: Mapping[str, int]) -> tuple[int, str]:
+    """Ranks per node for a cross-node probe: the smallest GPU count (every node must have one);
+    returns (n, "") or (0, why not)."""
+    if not counts:
+        return 0, "no hosts"
+    empty = [h for h, n in counts.items() if n <= 0]
+    if empty:
+        return 0, f"no GPU on {', '.join(empty)} (nvidia-smi -L lists none)"
+    return min(counts.values()), ""
+
+
 async def probe_ssh_hosts(
     specs: Sequence[HostSpec],
     settings: SshSettings,
@@ -442,10 +517,12 @@ async def probe_ssh_hosts(
     *,
     scope: str = "intra",
     nprocs: int = 0,
+    gpu_count_command: str = GPU_COUNT_COMMAND,
     **kwargs: object,
 ) -> list[ProbeResult]:
     """Probe nodes over SSH: each alone (``intra``, one result per host, run concurrently) or
-    all together (``inter``, one result; ``nprocs`` ranks per node, so it must be given).
+    all together (``inter``, one result; ``nprocs`` ranks per node, default: the fewest GPUs
+    any node has, counted with ``gpu_count_command`` (``nvidia-smi -L``) over SSH).
 
     Keyword arguments go to :func:`run_remote_probe` (``backend``, ``max_bytes``, ``timeout``,
     ``force``, ``master_addr``, ...); the remote interpreter is ``settings.python``.
@@ -453,7 +530,11 @@ async def probe_ssh_hosts(
     names = [s.name for s in specs]
     if scope == "inter":
         if nprocs <= 0:
-            raise ValueError("a cross-node probe needs the ranks per node (--gpus N)")
+            # No --gpus: take the GPUs the nodes have (the smallest count, so every node fits).
+            counts = await remote_gpu_counts(specs, settings, gpu_count_command)
+            nprocs, why = ranks_per_node(counts)
+            if nprocs <= 0:
+                raise ValueError(f"a cross-node probe needs GPUs on every node: {why}")
         runs = [ssh_probe_runner(settings, s) for s in specs]
         addr = kwargs.pop("master_addr", None) or specs[0].host
         result = await run_remote_probe(
@@ -574,7 +655,8 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
         "--scope",
         choices=("intra", "inter"),
         default="intra",
-        help="intra: each host alone (default); inter: one run across all --hosts (needs --gpus)",
+        help="intra: each host alone (default); inter: one run across all --hosts, as many ranks "
+        "per host as the host with the fewest GPUs has (nvidia-smi -L over SSH) unless --gpus",
     )
     parser.add_argument(
         "--master-addr",
@@ -667,13 +749,10 @@ def _print_results(results: Sequence[ProbeResult], as_json: bool) -> None:
 async def _main_remote(args: argparse.Namespace, specs: list[HostSpec]) -> int:
     """``--hosts`` with other machines: probe them over SSH (the torch probe; nccl-tests is
     not started remotely)."""
-    from verl_top.sources.ssh import SshSettings
+    from verl_top.sources.ssh import RemoteCommandError, SshSettings
 
     if args.nccl_tests is not None:
         print("verl-top probe: --nccl-tests runs on this machine only", file=sys.stderr)
-        return 2
-    if args.scope == "inter" and args.nprocs <= 0:
-        print("verl-top probe: --scope inter needs --gpus N (ranks per host)", file=sys.stderr)
         return 2
     try:
         parse_size(args.min_bytes)
@@ -684,7 +763,19 @@ async def _main_remote(args: argparse.Namespace, specs: list[HostSpec]) -> int:
     except (ValueError, IndexError) as exc:
         print(f"verl-top probe: {exc}", file=sys.stderr)
         return 2
+    options = _probe_options(args)
     try:
+        if args.scope == "inter" and args.nprocs <= 0:
+            counts = await remote_gpu_counts(specs, settings)
+            options["nprocs"], why = ranks_per_node(counts)
+            if why:
+                print(f"verl-top probe: {why}", file=sys.stderr)
+                return 1
+            listed = ", ".join(f"{h}: {n}" for h, n in counts.items())
+            print(
+                f"verl-top probe: {options['nprocs']} rank(s) per node (GPUs: {listed})",
+                file=sys.stderr,
+            )
         results = await probe_ssh_hosts(
             specs,
             settings,
@@ -692,12 +783,21 @@ async def _main_remote(args: argparse.Namespace, specs: list[HostSpec]) -> int:
             scope=args.scope,
             master_addr=args.master_addr,
             master_port=args.master_port,
-            **_probe_options(args),
+            on_progress=_print_progress,  # stderr: --json output stays clean
+            **options,
         )
+    except RemoteCommandError as exc:  # the GPU count of an unreachable host: named
+        print(f"verl-top probe: {exc}", file=sys.stderr)
+        return 1
     finally:
         await settings.shared().close()
     _print_results(results, args.json)
     return 0 if all(r.ok for r in results) else 1
+
+
+def _print_progress(host: str, text: str) -> None:
+    """Progress of a remote probe on stderr (stdout keeps the result)."""
+    print(f"verl-top probe: {host}: {text}", file=sys.stderr, flush=True)
 
 
 def _local_gpus() -> int:
@@ -723,16 +823,20 @@ def format_probe(result: ProbeResult) -> str:
                 f"{r.busbw_gbs:>12.2f}"
             )
     exp: Expectation | None = None
-    if result.link:
+    if result.expected_gbs:
+        exp = Expectation(gbs=result.expected_gbs, link=result.link, source="")
+    elif result.link:
         exp = expected_busbw(result.link, result.collective, result.nranks)
     peak = result.busbw_max_gbs
     if peak is not None:
         line = f"busbw max (>= 256 MiB when present): {peak:.2f} GB/s"
         if exp is not None:
             r = ratio(peak, exp)
-            line += f"  expected ~{exp.gbs:.0f} GB/s for {exp.link}"
+            line += f"  expected ~{exp.gbs:.0f} GB/s for {exp.link or 'this link'}"
             if r is not None:
                 line += f"  ratio {r:.0%}"
+            if result.expected_source:
+                line += f"\nexpected from: {result.expected_source}"
         elif result.nranks <= 1:
             line += "  (1 rank: no bus, busbw is 0 by definition)"
         else:

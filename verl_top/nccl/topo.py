@@ -7,12 +7,21 @@ cells (`` X ``); NIC columns are named ``NIC0..`` with a ``NIC Legend`` (newer d
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from verl_top.verl.parse import strip_ansi
+
+if TYPE_CHECKING:
+    from verl_top.model import NodeTopology
+
+_MAX_NICS = 256
+_MAX_GPUS = 64
+_MAX_TOPO_TEXT = 64 * 1024
 
 # Best to worst; the order used to call one link "worse" than another.
 LINK_ORDER = ("X", "NV", "PIX", "PXB", "PHB", "NODE", "SYS")
@@ -151,3 +160,119 @@ def slow_tp_groups(
 def _rank(link: str) -> int:
     key = "NV" if nvlink_count(link) else ("SYS" if link == "SOC" else link)
     return LINK_ORDER.index(key) if key in LINK_ORDER else len(LINK_ORDER)
+
+
+def record_matrix(rec: NodeTopology) -> dict[tuple[int, int], str]:
+    """GPU pairs -> link class from an agent topology record (NVML links or `topo -m` text)."""
+    out: dict[tuple[int, int], str] = {}
+    for key, link in rec.links.items():
+        a, sep, b = str(key).partition("-")
+        if sep and a.isdigit() and b.isdigit() and _LINK.match(str(link)):
+            out[(int(a), int(b))] = str(link)
+    if out or not rec.smi_topo:
+        return out
+    topo = parse_topo(rec.smi_topo)
+    for (a, b), link in topo.links.items():
+        if a.startswith("GPU") and b.startswith("GPU") and a != b:
+            out[(int(a[3:]), int(b[3:]))] = link
+    return out
+
+
+@dataclass
+class GpuMark:
+    """Something wrong with one GPU's place in the node."""
+
+    gpu: int
+    text: str
+
+
+def topology_marks(rec: NodeTopology) -> list[GpuMark]:
+    """GPUs whose NVLinks are down, or that sit across a CPU socket from every RDMA NIC.
+
+    NVLink: fewer links up than the GPU has, or none up while another GPU of the node has some.
+    Socket: the GPU's NUMA node differs from every active RDMA NIC's (sysfs), or the
+    ``topo -m`` matrix says SYS to each NIC. Unknown NUMA nodes mark nothing.
+    """
+    marks: list[GpuMark] = []
+    any_up = any((g.nvlinks_up or 0) > 0 for g in rec.gpus)
+    for g in rec.gpus:
+        if g.nvlinks_total and g.nvlinks_up is not None and g.nvlinks_up < g.nvlinks_total:
+            marks.append(GpuMark(g.index, f"NVLink {g.nvlinks_up}/{g.nvlinks_total} links up"))
+        elif any_up and g.nvlinks_up == 0:
+            marks.append(GpuMark(g.index, "NVLink: no link up"))
+    rdma = [n for n in rec.nics if n.kind in ("ib", "roce") and n.state.upper() == "ACTIVE"]
+    numas = {n.numa_node for n in rdma if n.numa_node is not None and n.numa_node >= 0}
+    if any(g.nic_link for g in rec.gpus):
+        # PCI paths from sysfs: SYS to the closest RDMA NIC means across the CPU socket.
+        for g in rec.gpus:
+            if g.nic_link == "SYS":
+                marks.append(
+                    GpuMark(g.index, f"closest RDMA NIC {g.nic} is across the socket (SYS)")
+                )
+    elif numas:
+        for g in rec.gpus:
+            if g.numa_node is not None and g.numa_node >= 0 and g.numa_node not in numas:
+                marks.append(
+                    GpuMark(g.index, f"NUMA {g.numa_node}, RDMA NICs on NUMA {sorted(numas)}")
+                )
+    elif rec.smi_topo:
+        topo = parse_topo(rec.smi_topo)
+        nics = [d for d in topo.devices if not d.startswith("GPU")]
+        for i in topo.gpus if nics else []:
+            if all(topo.link(i, n) == "SYS" for n in nics):
+                marks.append(GpuMark(i, "every NIC across the CPU socket (SYS)"))
+    return marks
+
+
+def clean_topology(rec: NodeTopology) -> NodeTopology:
+    """The record with every foreign string cleaned and every number bounded (untrusted.py):
+    the one place a node's topology enters the client."""
+    from verl_top.model import GpuTopo, NicPort
+    from verl_top.untrusted import bounded_int, clean_line, clean_text, finite
+
+    def num(v: object) -> int | None:
+        return bounded_int(v, 0, 1 << 16)
+
+    nics = [
+        NicPort(
+            name=clean_text(n.name, 64),
+            port=num(n.port),
+            kind=clean_text(n.kind, 8),
+            rate_gbps=finite(n.rate_gbps, 0.0, 1e5),
+            state=clean_text(n.state, 16),
+            numa_node=num(n.numa_node),
+            netdev=clean_text(n.netdev, 64),
+            pci=clean_text(n.pci, 32),
+        )
+        for n in rec.nics[:_MAX_NICS]
+        if isinstance(n, NicPort)
+    ]
+    gpus = [
+        GpuTopo(
+            index=num(g.index) or 0,
+            bus_id=clean_text(g.bus_id, 32),
+            numa_node=num(g.numa_node),
+            nvlink_version=num(g.nvlink_version),
+            nvlinks_up=num(g.nvlinks_up),
+            nvlinks_total=num(g.nvlinks_total),
+            nvlink_error=clean_text(g.nvlink_error, 80),
+            nic=clean_text(g.nic, 64),
+            nic_link=clean_text(g.nic_link, 8),
+        )
+        for g in rec.gpus[:_MAX_GPUS]
+        if isinstance(g, GpuTopo)
+    ]
+    links = rec.links if isinstance(rec.links, dict) else {}
+    return dataclasses.replace(
+        rec,
+        source=clean_text(rec.source, 16),
+        gpus=gpus,
+        nics=nics,
+        links={
+            clean_text(k, 16): clean_text(v, 8)
+            for k, v in list(links.items())[: _MAX_GPUS * _MAX_GPUS]
+        },
+        smi_topo=clean_line(rec.smi_topo if isinstance(rec.smi_topo, str) else "", _MAX_TOPO_TEXT),
+        error=clean_text(rec.error, 200),
+        hostname=clean_text(rec.hostname, 255),
+    )

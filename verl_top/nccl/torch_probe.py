@@ -285,6 +285,17 @@ def worker(local_rank: int, cfg: dict, conn) -> None:
                         "busbw_gbs": _sig(algbw * bus_factor(collective, n)),
                     }
                 )
+                if rank == 0:  # one progress line per size (the launcher prints it)
+                    conn.send(
+                        {
+                            "kind": "progress",
+                            "collective": collective,
+                            "done": len(rows),
+                            "total": len(cfg["sizes"]),
+                            "size_bytes": nbytes,
+                            "busbw_gbs": rows[-1]["busbw_gbs"],
+                        }
+                    )
             if rank == 0:
                 conn.send(
                     {
@@ -292,6 +303,7 @@ def worker(local_rank: int, cfg: dict, conn) -> None:
                         "collective": collective,
                         "rows": rows,
                         "hosts": list(dict.fromkeys(hosts)),
+                        "gpus_per_host": {h: hosts.count(h) for h in dict.fromkeys(hosts)},
                         "nranks": n,
                         "gpu_name": gpu_name,
                     }
@@ -335,6 +347,21 @@ def _emit(rec: dict) -> None:
         sys.stdout.write(json.dumps(rec, separators=(",", ":")) + "\n")
         sys.stdout.flush()
     except BrokenPipeError as exc:  # the client went away
+        raise Cancelled("stdout closed") from exc
+
+
+PROGRESS_PREFIX = "verl-top-probe progress "
+
+
+def _progress(msg: dict) -> None:
+    """A plain progress line: ``verl-top-probe progress all_reduce 3/11 4194304 B 12.3 GB/s``."""
+    try:
+        sys.stdout.write(
+            f"{PROGRESS_PREFIX}{msg['collective']} {msg['done']}/{msg['total']} "
+            f"{msg['size_bytes']} B {msg['busbw_gbs']} GB/s\n"
+        )
+        sys.stdout.flush()
+    except BrokenPipeError as exc:
         raise Cancelled("stdout closed") from exc
 
 
@@ -426,10 +453,16 @@ def _launch(args, procs: list, done: set) -> int:
             args.world_size = args.world_size or args.nprocs
             _fail_all(args, f"GPUs busy ({pids}); probing would disturb them; use --force", done)
             return EXIT_BUSY
-    nprocs = args.nprocs or (gpu_count() if args.backend == "nccl" else 2)
-    if nprocs <= 0:
+    have = gpu_count() if args.backend == "nccl" else None
+    nprocs = args.nprocs or (have if have is not None else 2)
+    if nprocs <= 0 or have == 0:
         args.world_size = args.world_size or 0
         _fail_all(args, "no GPU found; use --backend gloo for a CPU probe", done)
+        return EXIT_FAILED
+    if have is not None and nprocs > have:
+        # A rank per GPU: more ranks than GPUs would fail deep inside CUDA, less clearly.
+        args.world_size = args.world_size or nprocs
+        _fail_all(args, f"{nprocs} ranks asked for but only {have} GPU(s) here", done)
         return EXIT_FAILED
     args.world_size = args.world_size or (args.rank_offset + nprocs)
     port = args.master_port or free_port()
@@ -488,6 +521,8 @@ def _supervise(args, procs: list, readers: list, done: set, leader: bool) -> int
             if msg["kind"] == "result":
                 _emit(_result_record(args, msg))
                 done.add(msg["collective"])
+            elif msg["kind"] == "progress":
+                _progress(msg)
             elif msg["kind"] == "error":
                 errors.append(f"rank {msg['rank']}: {msg['error']}")
             elif msg["kind"] == "done":
@@ -522,6 +557,7 @@ def _result_record(args, msg: dict) -> dict:
         busbw_max_gbs=peak,
         large_fallback=fallback,
         gpu_name=msg["gpu_name"],
+        gpus_per_host=msg.get("gpus_per_host") or None,
     )
 
 

@@ -120,6 +120,10 @@ class LocalSource:
             for kind, path, from_start in self.follows:
                 agent.follow(kind, path, from_start)
             self.malformed += _decode([agent.hello()], emit)
+            if not getattr(self.options, "no_topology", False):
+                # Once per connection, like the SSH agent; may spawn `nvidia-smi topo -m`.
+                topo = await loop.run_in_executor(executor, agent.topology)
+                self.malformed += _decode([topo], emit)
             next_tick = loop.time()
             while not self.count or agent.ticks < self.count:
                 if agent.blocking:

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -35,6 +36,10 @@ ProbeRunner = Callable[[bool], Awaitable["ProbeResult | list[ProbeResult]"]]
 PROBE_TIMEOUT_S = 300.0
 EXPECTED = "about 15-60 s (starting one process per GPU and NCCL init dominate)"
 REMOTE_NOTE = "each probed alone over SSH, all its GPUs, with the agent's python3"
+# Two or more remote hosts: afterwards one run across all of them (the network between them).
+INTER_NOTE = (
+    "then once across all of them, as many ranks per node as the node with the fewest GPUs has"
+)
 WARNING = (
     "A probe perturbs training: it moves up to 1 GiB per collective over NVLink/PCIe and takes "
     "GPU memory while it runs. GPUs running compute processes make the probe refuse unless "
@@ -52,6 +57,9 @@ class ProbePlan:
     busy: list[int] = field(default_factory=list)  # local GPU indices with compute processes
     remote_hosts: list[str] = field(default_factory=list)
     remote_sources: list[Any] = field(default_factory=list)  # their SshSource (spec, settings)
+    inventory: dict[str, Any] = field(default_factory=dict)  # host -> the agent's topo record
+    progress: dict[str, str] = field(default_factory=dict)  # host -> latest progress line
+    remote_gpus: dict[str, int] = field(default_factory=dict)  # host -> GPUs in its hello
 
 
 def plan_probe(app: Any) -> ProbePlan:
@@ -66,6 +74,11 @@ def plan_probe(app: Any) -> ProbePlan:
         elif isinstance(src, SshSource):
             plan.remote_hosts.append(src.name)
             plan.remote_sources.append(src)
+    plan.inventory = dict(getattr(app.store, "node_topology", {}) or {})
+    for name in plan.remote_hosts:
+        remote = app.store.hosts.get(name)
+        if remote is not None and remote.hello is not None:
+            plan.remote_gpus[name] = len(remote.hello.gpus)
     entry = app.store.hosts.get(plan.local_host) if plan.local_host else None
     if entry is not None:
         if entry.hello is not None:
@@ -85,17 +98,66 @@ def plan_runner(plan: ProbePlan) -> ProbeRunner:
 
         jobs = []
         if plan.local_host is not None:
-            jobs.append(run_local_probe("all_reduce", force=force, timeout=PROBE_TIMEOUT_S))
+            local = plan.local_host
+            jobs.append(
+                run_local_probe(
+                    "all_reduce",
+                    force=force,
+                    timeout=PROBE_TIMEOUT_S,
+                    on_progress=lambda text: plan.progress.__setitem__(local, text),
+                )
+            )
         for src in plan.remote_sources:
             jobs.append(
-                probe_ssh_hosts([src.spec], src.settings, force=force, timeout=PROBE_TIMEOUT_S)
+                probe_ssh_hosts(
+                    [src.spec],
+                    src.settings,
+                    force=force,
+                    timeout=PROBE_TIMEOUT_S,
+                    # Judged like a parsed file, against the nodes' inventory; progress per size.
+                    inventory=plan.inventory,
+                    on_progress=lambda host, text: plan.progress.__setitem__(host, text),
+                )
             )
         results: list[ProbeResult] = []
         for done in await asyncio.gather(*jobs):  # cancelling waits for every probe to stop
             results += done if isinstance(done, list) else [done]
+        if len(plan.remote_sources) >= 2:  # after the per-node runs: never two probes per GPU
+            results.append(await _inter_probe(plan, force))
         return results
 
     return run
+
+
+async def _inter_probe(plan: ProbePlan, force: bool) -> ProbeResult:
+    """One all_reduce across every remote host, ranks per node from their agents' GPU counts."""
+    from verl_top.nccl.probe import probe_ssh_hosts, ranks_per_node
+
+    names = [src.name for src in plan.remote_sources]
+    nprocs, why = ranks_per_node({n: plan.remote_gpus.get(n, 0) for n in names})
+    if nprocs <= 0:
+        return ProbeResult(
+            host=names[0],
+            t=time.time(),
+            tool="torch",
+            scope="inter",
+            hosts=names,
+            ok=False,
+            error=f"no cross-node probe: {why}",
+        )
+    first = plan.remote_sources[0]
+    [result] = await probe_ssh_hosts(
+        [src.spec for src in plan.remote_sources],
+        first.settings,
+        scope="inter",
+        nprocs=nprocs,
+        master_addr=first.spec.host,  # the first node's address as the monitor reaches it
+        force=force,
+        timeout=PROBE_TIMEOUT_S,
+        inventory=plan.inventory,
+        on_progress=lambda host, text: plan.progress.__setitem__(f"across {host}…", text),
+    )
+    return result
 
 
 def gpus_text(plan: ProbePlan) -> str:
@@ -161,7 +223,8 @@ class ProbeScreen(ModalScreen["list[ProbeResult] | None"]):
         if plan.remote_hosts:
             shown = ", ".join(plan.remote_hosts[:8])
             more = f" and {len(plan.remote_hosts) - 8} more" if len(plan.remote_hosts) > 8 else ""
-            lines.append(f"remote hosts: {shown}{more} ({REMOTE_NOTE})")
+            note = REMOTE_NOTE + (f"; {INTER_NOTE}" if len(self.plan.remote_hosts) >= 2 else "")
+            lines.append(f"remote hosts: {shown}{more} ({note})")
             if plan.local_host is None:
                 lines.append(f"stops itself after {PROBE_TIMEOUT_S:.0f} s")
         lines += ["", f"[b $warning]{WARNING}[/]"]
@@ -204,9 +267,14 @@ class ProbeScreen(ModalScreen["list[ProbeResult] | None"]):
     def _tick(self) -> None:
         elapsed = time.monotonic() - self._started
         verb = "stopping the probe…" if self.state == "cancelling" else "probing…"
+        lines = "".join(
+            f"\n{host}: {text}" for host, text in sorted(self.plan.progress.items())[:8]
+        )
         self.query_one("#probe-progress", Static).update(
-            f"{verb} {elapsed:.0f} s of ~15-60 s (limit {PROBE_TIMEOUT_S:.0f} s) · "
-            "Esc / c cancels and kills the probe's processes"
+            Text(
+                f"{verb} {elapsed:.0f} s of ~15-60 s (limit {PROBE_TIMEOUT_S:.0f} s) · "
+                "Esc / c cancels and kills the probe's processes" + lines
+            )
         )
 
     async def _probe(self, force: bool) -> None:

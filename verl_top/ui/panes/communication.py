@@ -20,7 +20,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import Static
 
-from verl_top.diagnosis.step2_comm import node_waits
+from verl_top.diagnosis.step2_comm import judge_probe, node_waits
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View
 from verl_top.model import ProbeResult
@@ -103,10 +103,19 @@ def ratio_style(r: float | None, palette: dict[str, str] | None = None) -> str:
     return tv.get("success", "green")
 
 
-def probe_block(store: Store, palette: dict[str, str] | None = None) -> RenderableType:
-    """Bandwidth probes per node (intra) and across nodes (inter), newest of each first."""
+def probe_block(
+    store: Store, palette: dict[str, str] | None = None, th: Thresholds | None = None
+) -> RenderableType:
+    """Bandwidth probes per node (intra) and across nodes (inter), newest of each first.
+
+    Peak and expectation are the nccl.busbw_low rule's own (``judge_probe``): the largest sizes
+    present, and the expectation from --expect-busbw, the nodes' inventory, the NCCL log or an
+    assumption, whose basis is printed under the table."""
     if not store.probes:
         return Text(MISSING_PROBE, style="italic")
+    th = th or Thresholds()
+    view = View(store, th)
+    bases: list[str] = []
     table = Table(box=None, pad_edge=False, header_style="bold")
     for col in (
         "where",
@@ -139,7 +148,12 @@ def probe_block(store: Store, palette: dict[str, str] | None = None) -> Renderab
                 Text("ok", style="dim"),
             )
             continue
-        r = ratio(p.busbw_max_gbs, p.expected_gbs)
+        j = judge_probe(view, th, p) if p.ok else None
+        peak = j.got if j is not None else p.busbw_max_gbs
+        expected = j.expected if j is not None else p.expected_gbs
+        r = ratio(peak, expected)
+        if j is not None and j.basis and j.expected:
+            bases.append(f"{where}: expected {j.expected:.0f} GB/s from {j.basis}")
         transport = Text(p.transport or DASH)
         if p.transport.lower().startswith("socket") and p.scope == "inter":
             transport.stylize("bold red")
@@ -149,8 +163,8 @@ def probe_block(store: Store, palette: dict[str, str] | None = None) -> Renderab
             p.scope,
             p.collective,
             str(p.nranks or DASH),
-            fmt_num(p.busbw_max_gbs, "{:.1f}"),
-            fmt_num(p.expected_gbs, "{:.0f}"),
+            fmt_num(peak, "{:.1f}"),
+            fmt_num(expected, "{:.0f}") + ("?" if j is not None and j.assumed else ""),
             Text(
                 fmt_num(None if r is None else r * 100, "{:.0f}", "%"),
                 style=ratio_style(r, palette),
@@ -160,7 +174,10 @@ def probe_block(store: Store, palette: dict[str, str] | None = None) -> Renderab
             p.tool or DASH,
             Text("ok" if p.ok else f"failed: {p.error}"[:80], style="" if p.ok else "red"),
         )
-    return table
+    if not bases:
+        return table
+    notes = Text("\n".join(bases[:MAX_PROBES]), style="dim")
+    return Group(table, notes)
 
 
 def link_block(store: Store) -> RenderableType:
@@ -290,12 +307,21 @@ class CommunicationPane(Pane):
     def update_content(self, store: Store, verdict: Any) -> None:
         self.query_one("#comm-body", Static).update(self.body(store, self.palette()))
 
+    def _thresholds(self) -> Thresholds | None:
+        """The app engine's thresholds (with --expect-busbw), None outside an app."""
+        try:
+            engine = getattr(self.app, "engine", None)
+        except Exception:  # noqa: BLE001 - no active app (a pane rendered on its own)
+            return None
+        th = getattr(engine, "thresholds", None)
+        return th if isinstance(th, Thresholds) else None
+
     def body(self, store: Store, palette: dict[str, str] | None = None) -> RenderableType:
         """Everything below the findings."""
         views = self._views.views(store) if store.steps else []
         return Group(
             _title("Bandwidth probes (p: run one on this machine)"),
-            probe_block(store, palette),
+            probe_block(store, palette, self._thresholds()),
             Text(""),
             _title("NCCL transport"),
             nccl_block(store),

@@ -20,7 +20,8 @@ from textual.app import ComposeResult
 from textual.widgets import DataTable, Static
 
 from verl_top.model import GpuProcess
-from verl_top.nccl.topo import slow_tp_groups
+from verl_top.nccl.expected import rdma_ports
+from verl_top.nccl.topo import slow_tp_groups, topology_marks
 from verl_top.roles import process_map
 from verl_top.store import Store, mean
 from verl_top.ui.panes.base import Pane
@@ -48,6 +49,7 @@ ROLE_LETTERS = {
 STRAGGLER_RATIO = 0.6  # same as the diagnosis' node_ratio threshold (map.imbalance)
 STRAGGLERS_SHOWN = 12
 TOPOLOGY_PATTERNS_SHOWN = 2
+TOPOLOGY_HOSTS_SHOWN = 8  # inventory lines in pane 4 (the snapshot has all)
 CELL_WIDTH = 6
 
 
@@ -391,10 +393,54 @@ def _gpu_links(matrix: Any) -> dict[tuple[int, int], str]:
     return out
 
 
+def inventory_lines(store: Store, palette: dict[str, str]) -> Text | None:
+    """Per host: where the topology came from, NVLink state, RDMA NICs, and marked GPUs."""
+    records = getattr(store, "node_topology", None)
+    if not isinstance(records, dict) or not records:
+        return None
+    warn = palette.get("warning", "yellow")
+    text = Text()
+    for k, (host, rec) in enumerate(sorted(records.items())):
+        if k >= TOPOLOGY_HOSTS_SHOWN:
+            text.append(f"\n… {len(records) - k} more node(s)", style="dim")
+            break
+        if k:
+            text.append("\n")
+        text.append(f"{host}", style="bold")
+        text.append(f" · {len(rec.gpus)} GPU(s) · source {rec.source or 'none'}")
+        ups = [g.nvlinks_up for g in rec.gpus if g.nvlinks_up is not None]
+        if ups:
+            ver = max((g.nvlink_version or 0) for g in rec.gpus)
+            text.append(f" · NVLink{ver or ''} {min(ups)}-{max(ups)} links up")
+        elif any(g.nvlink_error for g in rec.gpus):
+            text.append(f" · NVLink: {rec.gpus[0].nvlink_error}", style="dim")
+        rdma = rdma_ports(rec)
+        if rdma:
+            rates = sorted({r for _, r in rdma})
+            text.append(f" · RDMA {len(rdma)}× " + "/".join(f"{r:g}" for r in rates) + " Gb/s")
+            rels: dict[str, int] = {}
+            for g in rec.gpus:
+                if g.nic_link:
+                    rels[g.nic_link] = rels.get(g.nic_link, 0) + 1
+            if rels:
+                text.append(" · GPU→NIC " + ", ".join(f"{n}× {k}" for k, n in sorted(rels.items())))
+        else:
+            text.append(" · no active IB/RoCE port", style="dim")
+        if rec.error:
+            text.append(f"\n  {rec.error}", style="dim")
+        for mark in topology_marks(rec)[:8]:
+            text.append(f"\n  ⚠ GPU{mark.gpu}: {mark.text}", style=warn)
+    return text
+
+
 def topology_block(store: Store, palette: dict[str, str]) -> RenderableType:
-    """The GPU link matrix per distinct pattern, and whether each rollout TP group is on NVLink."""
+    """Each node's inventory line, the GPU link matrix per distinct pattern, and whether each
+    rollout TP group is on NVLink."""
     topo = getattr(store, "topology", None)
+    inv = inventory_lines(store, palette)
     if not isinstance(topo, dict) or not topo:
+        if inv is not None:
+            return Group(inv, Text("GPU link matrix: no GPU pairs reported", style="dim"))
         return Text("topology: not collected (nvidia-smi topo -m)", style="dim")
     patterns: dict[tuple[tuple[tuple[int, int], str], ...], list[str]] = {}
     for host, matrix in topo.items():
@@ -437,6 +483,8 @@ def topology_block(store: Store, palette: dict[str, str]) -> RenderableType:
             parts.append(grid)
     if len(patterns) > TOPOLOGY_PATTERNS_SHOWN:
         parts.append(Text(f"{len(patterns)} different matrices across nodes", style=warn))
+    if inv is not None:
+        parts.insert(0, inv)
     return Group(*parts)
 
 

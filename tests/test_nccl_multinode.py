@@ -1,0 +1,414 @@
+"""Multi-node nccl-tests runs: ranks -> hosts, transport from env lines, expectation sources and
+the step-2 judgement on real public captures (expected answers: fixtures/nccl/EXPECTED_JUDGEMENTS.md,
+written before the tool was run)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from verl_top.diagnosis.engine import Engine
+from verl_top.diagnosis.thresholds import Thresholds
+from verl_top.inputs import InputError, expect_busbw_overrides
+from verl_top.model import NicPort, NodeTopology, ProbeResult
+from verl_top.nccl.parse import NcclStreamParser, parse_nccl_tests
+from verl_top.store import Store
+
+FIX = Path(__file__).parent / "fixtures" / "nccl"
+SOCKET = FIX / "real_2node_16xH200_socket_all_reduce.txt"
+ROCE = FIX / "real_2node_2xH100_roce_all_reduce.txt"
+GIB = 1 << 30
+
+
+def _store(path: Path, text: str | None = None, topo: list[NodeTopology] = ()) -> Store:
+    """A store fed the way `--nccl-log PATH` feeds it (the stream parser over the file)."""
+    store = Store()
+    for rec in topo:
+        store.ingest(rec)
+    parser = NcclStreamParser("vm", str(path))
+    lines = (text if text is not None else path.read_text()).splitlines()
+    for rec in parser.feed(lines, 1.0):
+        store.ingest(rec)
+    return store
+
+
+def _step2(store: Store, th: Thresholds | None = None) -> tuple[dict, dict]:
+    verdict = Engine(th or Thresholds()).evaluate(store)
+    findings = {f.rule: f for f in verdict.findings if f.step == 2}
+    checks = {c.rule: c for c in verdict.checks if c.step == 2}
+    return findings, checks
+
+
+def _roce_port(host: str, rate: float = 400.0) -> NodeTopology:
+    return NodeTopology(
+        host=host,
+        t=1.0,
+        nics=[NicPort("mlx5_5", 1, "roce", rate, "ACTIVE", 0, "eno7np0")],
+    )
+
+
+def test_socket_run_ranks_hosts_sizes_and_env_transport() -> None:
+    res = parse_nccl_tests(SOCKET.read_text())
+    assert res.collective == "all_reduce" and res.nranks == 16
+    assert res.gpus_per_host == {
+        "nvidiatools-dgx-2d-workload": 8,
+        "nvidiatools-dgx-9d-workload": 8,
+    }
+    assert [d.device for d in res.devices[8:]] == list(range(8))
+    sizes = [r.size_bytes for r in res.rows]
+    assert (sizes[0], sizes[-1], len(sizes)) == (8, 16 * GIB, 32)
+    probe = res.to_probe("vm", 1.0)
+    # No INFO lines at all: the transport comes from the launcher's -x NCCL_IB_DISABLE=1.
+    assert probe.transport == "Socket" and probe.scope == "inter"
+    assert probe.settings["NCCL_IB_DISABLE"] == "1"
+    assert probe.settings["NCCL_IB_HCA"] == "mlx5_0"
+    assert res.log is not None and "NCCL_IB_DISABLE=1" in res.log.transport_basis()
+    assert (probe.busbw_max_gbs, probe.peak_size_bytes) == (92.35, 8 * GIB)
+
+
+def test_socket_file_names_step2_socket_and_the_gap() -> None:
+    findings, _ = _step2(_store(SOCKET))
+    sock = findings["nccl.transport_socket"]
+    assert sock.severity >= 0.8 and sock.data["nnodes"] == 2
+    assert sock.data["transport"] == "Socket"
+    assert sock.data["busbw_gbs"] == 92.35 and sock.data["expected_gbs"] == pytest.approx(376.0)
+    text = " ".join(sock.evidence)
+    assert "NCCL_IB_DISABLE=1" in text and "25 %" in text and "assumed" in text
+    low = findings["nccl.busbw_low"]
+    assert low.data["assumed"] is True and low.severity <= 0.5  # a guess never outranks facts
+    assert low.data["size_bytes"] == 8 * GIB
+    verdict = Engine().evaluate(_store(SOCKET))
+    assert (verdict.bottleneck_step, verdict.bottleneck_rule) == (2, "nccl.transport_socket")
+
+
+def test_socket_with_rdma_ports_in_inventory_is_worse() -> None:
+    hosts = ["nvidiatools-dgx-2d-workload", "nvidiatools-dgx-9d-workload"]
+    inv = [
+        NodeTopology(
+            host=h,
+            t=1.0,
+            nics=[
+                NicPort(f"mlx5_{i}", 1, "ib", 400.0, "ACTIVE", i // 4, f"ib{i}") for i in range(8)
+            ],
+        )
+        for h in hosts
+    ]
+    findings, _ = _step2(_store(SOCKET, topo=inv))
+    sock = findings["nccl.transport_socket"]
+    assert sock.severity == 0.9
+    assert any("RDMA ports" in e and "mlx5_0 IB 400 Gb/s" in e for e in sock.evidence)
+    low = findings["nccl.busbw_low"]
+    # The inventory replaces the assumption: 8 x 400 Gb/s on both nodes = 8 x 47 GB/s.
+    assert low.data["assumed"] is False and low.data["expected_gbs"] == pytest.approx(376.0)
+    assert low.data["expected_basis"].startswith("with RDMA: NIC inventory")
+
+
+def test_largest_sizes_below_1gib_are_used_and_named() -> None:
+    cut = [
+        ln
+        for ln in SOCKET.read_text().splitlines()
+        if not (ln[:13].strip().isdigit() and int(ln[:13]) > 128 * (1 << 20))
+    ]
+    findings, _ = _step2(_store(SOCKET, "\n".join(cut)))
+    low = findings["nccl.busbw_low"]
+    assert low.data["size_bytes"] == 128 * (1 << 20) and low.data["busbw_gbs"] == 89.37
+    assert "largest size present, 128 MiB" in low.evidence[0]
+
+
+def test_roce_run_is_judged_low() -> None:
+    res = parse_nccl_tests(ROCE.read_text())
+    assert res.gpus_per_host == {"MOC-R4PCC04U37": 1, "MOC-R4PCC04U35": 1}
+    probe = res.to_probe("vm", 1.0)
+    assert probe.transport == "RoCE"  # channels via NET/IB/1 without /GDRDMA
+    assert probe.nics == 1 and res.log is not None and res.log.nic_list() == ["mlx5_5/RoCE"]
+    findings, checks = _step2(_store(ROCE))
+    assert checks["nccl.transport_socket"].status == "passed"
+    low = findings["nccl.busbw_low"]
+    assert low.data["busbw_gbs"] == 15.18 and low.data["size_bytes"] == 3 * GIB
+    assert low.data["expected_gbs"] == pytest.approx(47.0) and low.data["assumed"] is False
+    assert low.data["ratio"] == pytest.approx(15.18 / 47.0)
+    assert "1 NIC(s) per node" in low.data["expected_basis"]
+
+
+def test_roce_with_inventory_and_with_user_number() -> None:
+    inv = [_roce_port("MOC-R4PCC04U37"), _roce_port("MOC-R4PCC04U35")]
+    findings, _ = _step2(_store(ROCE, topo=inv))
+    low = findings["nccl.busbw_low"]
+    assert low.data["expected_basis"].startswith("NIC inventory")
+    assert low.data["expected_gbs"] == pytest.approx(47.0)
+    th = dataclasses.replace(Thresholds(), **expect_busbw_overrides(["20"]))
+    findings, checks = _step2(_store(ROCE), th)
+    assert "nccl.busbw_low" not in findings
+    assert checks["nccl.busbw_low"].status == "passed"
+    assert "set by --expect-busbw" in checks["nccl.busbw_low"].detail
+
+
+def test_expect_busbw_argument() -> None:
+    assert expect_busbw_overrides(["intra=400", "inter=46"]) == {
+        "expect_busbw_gbs": 400.0,
+        "expect_inter_busbw_gbs": 46.0,
+    }
+    for bad in ("x", "inter=-1", "nodes=3", "inter="):
+        with pytest.raises(InputError):
+            expect_busbw_overrides([bad])
+
+
+def test_single_node_with_ib_disabled_is_not_socket() -> None:
+    text = "\n".join(
+        ["mpirun -x NCCL_IB_DISABLE=1 all_reduce_perf -g 2"]
+        + [ln for ln in SOCKET.read_text().splitlines() if "9d-workload" not in ln][2:]
+    )
+    res = parse_nccl_tests(text)
+    probe = res.to_probe("vm", 1.0)
+    assert len(res.hosts) == 1 and probe.transport == ""  # no bytes between nodes
+
+
+def test_probe_record_fields_survive_the_wire() -> None:
+    from verl_top import protocol
+
+    p = parse_nccl_tests(ROCE.read_text()).to_probe("vm", 1.0)
+    back = protocol.from_dict(protocol.to_dict(p))
+    assert isinstance(back, ProbeResult)
+    assert back.gpus_per_host == p.gpus_per_host and back.settings == p.settings
+    assert back.peak_size_bytes == 3 * GIB and back.nics == 1
+
+
+def test_gpu_inventory_count_and_ranks_per_node() -> None:
+    from verl_top.nccl.probe import count_gpu_lines, ranks_per_node
+
+    smi_l = [
+        "GPU 0: NVIDIA H200 (UUID: GPU-a7f64ac6-5bbd-7bfa-1353-f73a583799d6)",
+        "  MIG 1g.18gb     Device  0: (UUID: MIG-x)",
+        "GPU 1: NVIDIA H200 (UUID: GPU-b)",
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.",
+    ]
+    assert count_gpu_lines(smi_l) == 2
+    assert ranks_per_node({"a": 8, "b": 4}) == (4, "")
+    assert ranks_per_node({"a": 8, "b": 0}) == (0, "no GPU on b (nvidia-smi -L lists none)")
+    assert ranks_per_node({})[0] == 0
+
+
+def test_progress_lines_feed_the_callback_not_the_error_text() -> None:
+    from verl_top.nccl.probe import ProbeCollector
+    from verl_top.nccl.torch_probe import PROGRESS_PREFIX
+
+    seen: list[str] = []
+    c = ProbeCollector(seen.append)
+    c.feed(f"{PROGRESS_PREFIX}all_reduce 2/11 2097152 B 12.5 GB/s")
+    c.feed("Traceback: rank 1 died")
+    assert seen == ["all_reduce 2/11: 2 MiB, busbw 12.5 GB/s"]
+    res = c.finish("all_reduce", "a")
+    assert not res.ok and res.error == "Traceback: rank 1 died"
+
+
+def test_remote_probe_is_judged_like_a_parsed_file() -> None:
+    """The torch probe's record (gpus_per_host, gpu_name) gets the same expectation as the
+    nccl-tests file of the same shape: 2 nodes x 8 H200 over sockets -> 376 GB/s assumed."""
+    from verl_top.nccl.expected import fill_expectation
+
+    parsed = parse_nccl_tests(SOCKET.read_text()).to_probe("vm", 1.0)
+    fill_expectation(parsed, gpu_name=parsed.gpu_name)
+    torch_like = ProbeResult(
+        tool="torch",
+        scope="inter",
+        hosts=["a", "b"],
+        nranks=16,
+        transport="Socket",
+        gpus_per_host={"a": 8, "b": 8},
+        gpu_name="NVIDIA H200",
+    )
+    fill_expectation(torch_like, gpu_name=torch_like.gpu_name)
+    assert torch_like.expected_gbs == parsed.expected_gbs == pytest.approx(376.0)
+    assert torch_like.expected_source == parsed.expected_source
+
+
+def test_pane2_shows_the_rules_judgement_and_its_basis() -> None:
+    from rich.console import Console
+
+    from verl_top.ui.panes.communication import probe_block
+
+    store = _store(ROCE)
+    console = Console(record=True, width=200, color_system=None)
+    console.print(probe_block(store, {}))
+    out = console.export_text()
+    assert "15.2" in out and " 47 " in out and "32%" in out.replace(" %", "%")
+    assert "expected 47 GB/s from 1 NIC(s) per node" in out
+    store = _store(SOCKET)
+    console = Console(record=True, width=200, color_system=None)
+    console.print(probe_block(store, {}))
+    out = console.export_text()
+    assert "376?" in out and "(RDMA off)" in out  # "?": an assumed expectation
+
+
+def test_info_lines_map_ranks_to_hosts_and_gpus() -> None:
+    """Init COMPLETE lines (format of NCCL's src/init.cc, as in NVIDIA/nccl#1412), with the Ray
+    prefix verl adds: ranks -> (host, cudaDev) and GPUs per host."""
+    from verl_top.nccl.parse import parse_nccl_log
+
+    lines = [
+        f"(WorkerDict pid={100 + r}) node{r // 2}:{100 + r}:{200 + r} [{r % 2}] NCCL INFO "
+        f"ncclCommInitRank comm 0x8ec0ac0 rank {r} nranks 4 cudaDev {r % 2} nvmlDev {r % 2} "
+        "busId c8000 commId 0x49bbd7790311d5eb - Init COMPLETE"
+        for r in range(4)
+    ]
+    state, _ = parse_nccl_log("\n".join(lines))
+    assert state.rank_gpus == {0: ("node0", 0), 1: ("node0", 1), 2: ("node1", 0), 3: ("node1", 1)}
+    info = state.info("n", 1.0, "log")
+    assert info.gpus_per_host == {"node0": 2, "node1": 2} and info.nranks == 4
+
+
+A3MEGA = FIX / "real_2node_16xH100_gcp_a3mega_all_reduce.txt"
+
+
+def test_gcp_a3mega_run_is_judged_healthy() -> None:
+    res = parse_nccl_tests(A3MEGA.read_text())
+    assert res.gpus_per_host == {"ztan-mig-235z": 8, "ztan-mig-gq73": 8}
+    assert len(res.rows) == 31 and res.rows[-1].size_bytes == 8 * GIB
+    assert res.to_probe("vm", 1.0).transport == ""  # nothing in the file says which
+    findings, checks = _step2(_store(A3MEGA))
+    assert checks["nccl.transport_socket"].status == "no_data"
+    assert "nccl.busbw_low" not in findings
+    busbw = checks["nccl.busbw_low"]
+    assert busbw.status == "passed"
+    assert "339 GB/s at 8 GiB = 90 % of 376 GB/s" in busbw.detail and "assumed" in busbw.detail
+
+
+def test_intra_expectation_from_nvlink_facts() -> None:
+    from verl_top.model import GpuTopo
+    from verl_top.nccl.expected import fill_expectation
+
+    def rec(ups: list[int], err: str = "") -> dict[str, NodeTopology]:
+        gpus = [
+            GpuTopo(i, nvlink_version=4 if not err else None, nvlinks_up=None if err else u,
+                    nvlinks_total=None if err else 18, nvlink_error=err)
+            for i, u in enumerate(ups)
+        ]  # fmt: skip
+        return {"n1": NodeTopology(host="n1", gpus=gpus)}
+
+    def probe() -> ProbeResult:
+        return ProbeResult(
+            host="n1", hosts=["n1"], nranks=8, scope="intra", collective="all_reduce"
+        )
+
+    p = probe()
+    fill_expectation(p, gpu_name="NVIDIA H200", inventory=rec([18] * 8))
+    assert (p.link, p.expected_gbs) == ("nvlink4", 480.0)
+    assert p.expected_source == "NVML on n1: NVLink4, 18-18 of 18 links up per GPU"
+    p = probe()
+    fill_expectation(p, gpu_name="NVIDIA H200", inventory=rec([18] * 7 + [16]))
+    assert p.expected_gbs == pytest.approx(480.0 * 16 / 18)  # the GPU with 2 links down limits
+    p = probe()
+    fill_expectation(p, gpu_name="NVIDIA H200", inventory=rec([0] * 8, "Not Supported"))
+    assert p.link == "pcie5" and "no NVLink up (Not Supported)" in p.expected_source
+
+
+def test_a_setting_alone_does_not_make_a_single_node_log_socket() -> None:
+    from verl_top.nccl.parse import parse_nccl_log
+
+    state, _ = parse_nccl_log("export NCCL_IB_DISABLE=1\nNCCL version 2.27.3+cuda12.9")
+    assert state.network() == "Socket" and state.transport() == ""
+    state, _ = parse_nccl_log(
+        "export NCCL_IB_DISABLE=1\nh:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 16 nNodes 2 "
+        "localRanks 8 localRank 0 MNNVL 0"
+    )
+    assert state.transport() == "Socket"  # two nodes: the setting decides
+    store = Store()
+    for rec in NcclStreamParser("h", "log").feed(
+        ["export NCCL_IB_DISABLE=1", "NCCL version 2.27.3"], 1.0
+    ):
+        store.ingest(rec)
+    _, checks = _step2(store)
+    assert checks["nccl.transport_socket"].status == "no_data"
+
+
+def test_a_producers_known_expectation_beats_an_assumption() -> None:
+    """A probe that arrives with an expectation its producer knew (not an assumption) keeps it
+    even when the GPU name alone would only give the 1-NIC-per-GPU guess."""
+    from verl_top.diagnosis.step2_comm import judge_probe
+    from verl_top.diagnosis.view import View
+    from verl_top.model import ProbeRow
+
+    rows = [ProbeRow(GIB, 1.0, 10.0, 150.0)]
+    p = ProbeResult(
+        host="a", hosts=["a", "b"], scope="inter", nranks=16, rows=rows, gpu_name="NVIDIA H100",
+        expected_gbs=188.0, expected_source="4 NIC(s) per node (NCCL log / topology)",
+    )  # fmt: skip
+    j = judge_probe(View(Store(), Thresholds()), Thresholds(), p)
+    assert j is not None and j.expected == 188.0 and not j.assumed
+    p.expected_source = None
+    p.expected_gbs = None
+    j = judge_probe(View(Store(), Thresholds()), Thresholds(), p)
+    assert j is not None and j.assumed and j.expected == pytest.approx(8 * 47.0)
+
+
+def test_roce_without_gdr_is_named_in_the_finding() -> None:
+    findings, _ = _step2(_store(ROCE))
+    text = findings["nccl.busbw_low"].evidence[2]
+    assert text.startswith("transport: RoCE without GPUDirect RDMA") and "nvidia-peermem" in text
+
+
+def test_settings_from_echoes_and_command_lines() -> None:
+    from verl_top.nccl.parse import parse_nccl_log
+
+    roce = parse_nccl_tests(ROCE.read_text()).to_probe("vm", 1.0).settings or {}
+    # NCCL's own echo ("... set by environment to 0.") without its final period.
+    assert roce["NCCL_IB_DISABLE"] == "0" and roce["NCCL_IB_HCA"] == "mlx5_5"
+    assert roce["NCCL_IB_GID_INDEX"] == "3" and roce["NCCL_ALGO"] == "RING"
+    state, _ = parse_nccl_log(
+        'export NCCL_IB_HCA="mlx5_0,mlx5_1"\n'
+        "NCCL_SOCKET_IFNAME='eth0' torchrun train.py\n"
+        "srun --export=ALL,NCCL_NET=Socket,NCCL_IB_GID_INDEX=3 python x.py"
+    )
+    assert state.settings == {
+        "NCCL_IB_HCA": "mlx5_0,mlx5_1",
+        "NCCL_SOCKET_IFNAME": "eth0",
+        "NCCL_NET": "Socket",
+        "NCCL_IB_GID_INDEX": "3",
+    }
+    assert state.rdma_disabled() == "NCCL_NET=Socket"
+
+
+def test_cli_text_uses_the_probes_own_expectation_and_its_basis() -> None:
+    from verl_top.nccl.expected import fill_expectation
+    from verl_top.nccl.probe import format_probe
+
+    p = parse_nccl_tests(ROCE.read_text()).to_probe("vm", 1.0)
+    fill_expectation(p, gpu_name=p.gpu_name or "")
+    text = format_probe(p)
+    assert "expected ~47 GB/s" in text and "ratio 32%" in text
+    assert "expected from: 1 NIC(s) per node" in text
+
+
+def test_nccl_using_fewer_nics_than_the_nodes_have_is_named() -> None:
+    """The RoCE run's NCCL listed 1 NIC (NCCL_IB_HCA=mlx5_5); with an inventory of 4 active
+    RoCE ports per node the finding says NCCL_IB_HCA limits it."""
+    hosts = ["MOC-R4PCC04U37", "MOC-R4PCC04U35"]
+    inv = [
+        NodeTopology(
+            host=h,
+            t=1.0,
+            nics=[NicPort(f"mlx5_{i}", 1, "roce", 400.0, "ACTIVE", 0) for i in range(4)],
+        )
+        for h in hosts
+    ]
+    findings, _ = _step2(_store(ROCE, topo=inv))
+    low = findings["nccl.busbw_low"]
+    assert "NCCL used 1 NIC(s) per node; the nodes have 4 active RDMA ports" in low.evidence[3]
+    assert "(NCCL_IB_HCA=mlx5_5 limits it)" in low.evidence[3]
+    assert low.data["expected_gbs"] == pytest.approx(4 * 47.0)  # what the nodes could carry
+
+
+def test_inventory_is_found_by_the_nodes_own_hostname() -> None:
+    """verl-top monitors nodes under ssh names (gpu-a, gpu-b) while nccl-tests prints their own
+    hostnames: the topo record's hostname joins the two (short names match too)."""
+    inv = []
+    for name, hostname in (("gpu-a", "MOC-R4PCC04U37.example.org"), ("gpu-b", "MOC-R4PCC04U35")):
+        rec = _roce_port(name)
+        rec.hostname = hostname
+        inv.append(rec)
+    findings, _ = _step2(_store(ROCE, topo=inv))
+    assert findings["nccl.busbw_low"].data["expected_basis"].startswith(
+        "NIC inventory: MOC-R4PCC04U37 1x400 Gb/s"
+    )
