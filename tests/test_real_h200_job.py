@@ -305,3 +305,40 @@ def _smi_series(run: str) -> list[tuple[float, float]]:
         stamp = datetime.strptime(cells[0], "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=timezone.utc)
         out.append((stamp.timestamp(), float(cells[1].split()[0])))
     return out
+
+
+def test_snapshot_on_the_job_carries_the_process_map_and_the_topology() -> None:
+    """The final tiny run's `verl-top snapshot` (this branch's code on the H200): the worker as
+    verl names it with its GPU, the driver from Ray without one, and the node's topology as the
+    agent collected it through NVML (one H200, no NVLink: the library says Not Supported)."""
+    doc = json.loads(gzip.decompress((HERE / "tiny" / "snapshot.json.gz").read_bytes()))
+    assert validate(doc) == []
+    by_role = {m["verl_role"]: m for m in doc["process_map"]}
+    assert set(by_role) == {"actor/rollout/ref", "TaskRunner (driver)", "register center"}
+    worker = by_role["actor/rollout/ref"]
+    assert worker["gpus"] == [0] and worker["gpu_mem_mib"] == 1482.0 and worker["rank"] == 0
+    assert worker["method"] in {"generate_sequences", "update_actor", "compute_ref_log_prob",
+                                "compute_log_prob", ""}  # fmt: skip
+    assert by_role["TaskRunner (driver)"]["gpus"] == []
+    (topo,) = doc["topology"]
+    assert topo["source"] == "nvml" and topo["gpus"][0]["bus_id"] == "00000000:00:06.0"
+    assert "Not Supported" in topo["gpus"][0]["nvlink_error"]
+
+
+def test_agent_topology_record_from_the_h200_fills_pane_4() -> None:
+    from rich.console import Console
+
+    from verl_top.model import Hello
+    from verl_top.protocol import from_dict
+    from verl_top.ui.panes.mapping import topology_block
+
+    store = Store(StoreLimits(window_s=60, points=120))
+    lines = (HERE / "tiny" / "topo_record.ndjson").read_text().splitlines()
+    records = [from_dict(json.loads(x)) for x in lines]
+    assert isinstance(records[0], Hello) and "nvml-ctypes" in records[0].capabilities
+    for rec in records:
+        store.ingest(rec)
+    console = Console(record=True, width=160, color_system=None)
+    console.print(topology_block(store, {}))
+    text = console.export_text()
+    assert "source nvml" in text and "1 GPU" in text and "not collected" not in text
