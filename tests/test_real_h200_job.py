@@ -342,3 +342,30 @@ def test_agent_topology_record_from_the_h200_fills_pane_4() -> None:
     console.print(topology_block(store, {}))
     text = console.export_text()
     assert "source nvml" in text and "1 GPU" in text and "not collected" not in text
+
+
+# -- pane 2 and pane 5 -----------------------------------------------------------------------
+
+
+def test_communication_says_no_data_on_a_one_gpu_job_without_nccl_log() -> None:
+    """One GPU, no NCCL log, no weight-sync metric in verl 0.5.0's lines: pane 2's checks are
+    "no data", never "passed" (nothing was measured), except the watchdog (no warning seen)."""
+    doc = json.loads((HERE / "tiny" / "diagnose.json").read_text())
+    (step2,) = [s for s in doc["steps"] if s["step"] == 2]
+    status = {c["rule"]: c["status"] for c in step2["checks"]}
+    assert status["nccl.transport_socket"] == status["nccl.busbw_low"] == "no_data"
+    assert status["sync.weight_update"] == status["sync.wait"] == "no_data"
+    assert not step2["findings"]
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_config_pane_holds_the_config_verl_printed(tmp_path: Path, run: str) -> None:
+    """Pane 5's config (found by --ray in the driver's log, recorded live) is the one verl
+    printed: every key with the same value as a plain parse of the whole log."""
+    raw = tmp_path / "verl.log"
+    raw.write_bytes(gzip.decompress((HERE / run / "verl.log.gz").read_bytes()))
+    printed = parse_file(raw).config
+    assert printed and printed["trainer.n_gpus_per_node"] == 1
+    store = _store(run)
+    assert store.config == printed
+    assert store.config["data.train_batch_size"] == (8 if run == "tiny" else 512)
