@@ -186,7 +186,11 @@ def test_normal_sample_with_gpm(fake: FakeNvml) -> None:
     assert g1["lost"] is False
     # The records are valid wire records of model.py (decode, re-encode: identical).
     assert to_dict(from_dict(g1)) == g1 and list(to_dict(from_dict(g1))) == list(g1)
-    # One GPM sample per GPU per tick (plus the one taken at start), v2 memory preferred.
+    # GPM on its own stride: the start sample, tick 0, then tick GPM_EVERY; the ticks between
+    # repeat the last window's values. v2 memory preferred.
+    for _ in range(na.GPM_EVERY - 1):
+        assert gpu_lines(a.tick())[1]["sm_util"] == 91.0
+    assert fake.calls[("gpm_sample", 0)] == 2
     a.tick()
     assert fake.calls[("gpm_sample", 0)] == 3
     assert fake.calls[("mem_v1", 0)] == 0 and fake.calls[("mem_v2", 0)] >= 3
@@ -195,7 +199,7 @@ def test_normal_sample_with_gpm(fake: FakeNvml) -> None:
 
 def test_gpm_skipped_when_samples_closer_than_100ms(fake: FakeNvml, monkeypatch) -> None:
     monkeypatch.setattr(na, "GPM_MIN_GAP_S", 0.1)
-    a = agent()
+    a = agent("--gpm-every", "1")
     first = gpu_lines(a.tick())  # microseconds after the start sample: no GPM this tick
     assert "sm_util" not in first[0] and "util_gpu" in first[0]
     assert fake.calls[("gpm_sample", 0)] == 1
@@ -214,7 +218,12 @@ def test_not_supported_is_omitted_and_not_asked_again(fake: FakeNvml) -> None:
         assert gpus[0]["temp_c"] == 40 and gpus[0]["clock_reasons"] == 0x4
         assert gpus[1]["util_gpu"] == 51
     assert fake.calls[("temp", 1)] == 1  # asked once, then remembered
-    assert fake.calls[("temp", 0)] == 4
+    assert fake.calls[("temp", 0)] == 1  # slow stride: tick 0, then tick SLOW_EVERY
+    for _ in range(na.SLOW_EVERY - 4):
+        assert gpu_lines(a.tick())[0]["temp_c"] == 40  # repeated between reads
+    assert fake.calls[("temp", 0)] == 1
+    a.tick()
+    assert fake.calls[("temp", 0)] == 2
 
 
 def test_gpu_lost_marks_it_and_others_keep_reporting(fake: FakeNvml, monkeypatch) -> None:
@@ -356,3 +365,230 @@ def test_processes_enriched_from_proc(fake: FakeNvml) -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_process_title_reread_and_a_new_title_is_a_change(fake: FakeNvml, monkeypatch) -> None:
+    """Ray rewrites a worker's title per task: the procs record follows it (issue 23: the real
+    WorkerDict showed "ref_init_model" for the whole run because the title was cached)."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    titles = {"now": b"ray::WorkerDict.actor_rollout_ref_init_model\0"}
+    read = na._read_bytes
+
+    def fake_read(path: str, limit: int = 1 << 20):  # type: ignore[no-untyped-def]
+        if path == f"/proc/{child.pid}/cmdline":
+            return titles["now"]
+        return read(path, limit)
+
+    monkeypatch.setattr(na, "_read_bytes", fake_read)
+    try:
+        fake.procs = {0: [(child.pid, 2048 * 1048576)]}
+        a = agent("--procs-every", "1")
+        (first,) = [r for r in a.tick() if r["type"] == "procs"]
+        assert first["procs"][0]["cmd"] == "ray::WorkerDict.actor_rollout_ref_init_model"
+        assert not [r for r in a.tick() if r["type"] == "procs"]  # nothing changed
+        titles["now"] = b"ray::WorkerDict.actor_rollout_generate_sequences\0"
+        (second,) = [r for r in a.tick() if r["type"] == "procs"]  # same pid, gpu and memory
+        assert second["procs"][0]["cmd"] == "ray::WorkerDict.actor_rollout_generate_sequences"
+        assert second["procs"][0]["gpu_index"] == 0 and second["procs"][0]["used_mib"] == 2048.0
+    finally:
+        child.kill()
+        child.wait()
+
+
+# ----------------------------------------------------------------------------------------------
+# The fast path: the library's C entry points with buffers made once (what runs with real pynvml)
+
+
+class FakeEntryPoints:
+    """``_nvmlGetFunctionPointer`` of a fake binding: C-style functions filling the caller's
+    structs through the pointers they are given, returning nvmlReturn_t codes."""
+
+    def __init__(self, fake: FakeNvml, field_rc: int = 0) -> None:
+        self.fake = fake
+        self.field_rc = field_rc
+        self.pointers: Counter[int] = Counter()  # id of each pointer object passed in
+
+    def _rc(self, fn: str, h: int, ptr) -> int:  # type: ignore[no-untyped-def]
+        self.fake.calls[(fn, h)] += 1
+        self.pointers[id(ptr)] += 1
+        return self.fake.raises.get((fn, h), 0)
+
+    def __call__(self, name: str):  # type: ignore[no-untyped-def]
+        def util(h, p):  # type: ignore[no-untyped-def]
+            rc = self._rc("util", h, p)
+            p.contents.gpu, p.contents.memory = 50 + h, 20 + h
+            return rc
+
+        def mem(h, p):  # type: ignore[no-untyped-def]
+            assert p.contents.version == 0x02000028  # nvmlMemory_v2
+            p.contents.total, p.contents.used = 143771 * 1048576, (1000 + h) * 1048576
+            return self._rc("mem_direct", h, p)
+
+        def clock(h, kind, p):  # type: ignore[no-untyped-def]
+            p.contents.value = 1980 if kind == 1 else 3201
+            return self._rc("clock", h, p)
+
+        def temp(h, sensor, p):  # type: ignore[no-untyped-def]
+            p.contents.value = 40 + h
+            return self._rc("temp", h, p)
+
+        def reasons(h, p):  # type: ignore[no-untyped-def]
+            p.contents.value = 0x4
+            return self._rc("reasons", h, p)
+
+        def fields(h, n, arr):  # type: ignore[no-untyped-def]
+            assert n.value == 1 and arr[0].fieldId == 185  # NVML_FI_DEV_POWER_AVERAGE
+            arr[0].nvmlReturn = self.field_rc
+            arr[0].valueType = 1  # unsigned int, mW
+            arr[0].value.uiVal = 650000 + 1000 * h
+            return self._rc("fields", h, arr)
+
+        def power(h, p):  # type: ignore[no-untyped-def]
+            p.contents.value = 640000 + 1000 * h
+            return self._rc("power", h, p)
+
+        table = {
+            "nvmlDeviceGetUtilizationRates": util,
+            "nvmlDeviceGetMemoryInfo_v2": mem,
+            "nvmlDeviceGetClockInfo": clock,
+            "nvmlDeviceGetTemperature": temp,
+            "nvmlDeviceGetCurrentClocksEventReasons": reasons,
+            "nvmlDeviceGetFieldValues": fields,
+            "nvmlDeviceGetPowerUsage": power,
+        }
+        if name not in table:
+            raise real.NVMLError(real.NVML_ERROR_FUNCTION_NOT_FOUND)
+        return table[name]
+
+
+@pytest.fixture
+def direct(fake: FakeNvml) -> FakeEntryPoints:
+    entry = FakeEntryPoints(fake)
+    fake.module._nvmlGetFunctionPointer = entry  # type: ignore[attr-defined]
+    return entry
+
+
+def test_fast_path_same_record_as_getters_and_buffers_made_once(
+    fake: FakeNvml, direct: FakeEntryPoints
+) -> None:
+    a = agent()
+    assert a.backend._direct is not None
+    gpus = gpu_lines(a.tick())
+    g1 = gpus[1]
+    # The same values as through pynvml's getters (test_normal_sample_with_gpm); power from the
+    # field-values call (650 W + 1 W per GPU), not the plain getter (640 W).
+    assert (g1["util_gpu"], g1["util_mem"], g1["temp_c"]) == (51, 21, 41)
+    assert (g1["mem_used_mib"], g1["mem_total_mib"], g1["power_w"]) == (1001.0, 143771.0, 651.0)
+    assert (g1["sm_mhz"], g1["mem_mhz"], g1["clock_reasons"]) == (1980, 3201, 0x4)
+    assert g1["sm_util"] == 91.0 and to_dict(from_dict(g1)) == g1
+    assert fake.calls[("util", 1)] == 1 and fake.calls[("power", 1)] == 0
+    # No getter of the binding was used for these reads (init read the total once).
+    assert fake.calls[("mem_v2", 0)] == 1 and fake.calls[("mem_direct", 0)] == 1
+    for _ in range(9):
+        a.tick()
+    # Every call of 10 ticks reused the same few pointer objects: nothing made per tick.
+    assert fake.calls[("util", 0)] == 10
+    # Per GPU: util, memory, SM clock, reasons, field array on every tick; temperature and memory
+    # clock on the slow stride (ticks 0 and 5).
+    assert sorted(direct.pointers.values()) == [2] * 4 + [10] * 10
+    a.close()
+
+
+def test_fast_path_falls_back_to_power_getter_when_field_unsupported(
+    fake: FakeNvml, direct: FakeEntryPoints
+) -> None:
+    direct.field_rc = real.NVML_ERROR_NOT_SUPPORTED
+    a = agent()
+    assert gpu_lines(a.tick())[0]["power_w"] == 640.0
+    assert gpu_lines(a.tick())[0]["power_w"] == 640.0
+    assert fake.calls[("fields", 0)] == 1  # asked once, then the plain getter
+
+
+def test_fast_path_unsupported_and_lost_codes(fake: FakeNvml, direct: FakeEntryPoints) -> None:
+    fake.raises[("temp", 1)] = real.NVML_ERROR_NOT_SUPPORTED
+    a = agent("--slow-every", "1")
+    for _ in range(3):
+        g = gpu_lines(a.tick())
+        assert "temp_c" not in g[1] and g[0]["temp_c"] == 40
+    assert fake.calls[("temp", 1)] == 1
+    fake.raises[("util", 0)] = real.NVML_ERROR_GPU_IS_LOST
+    g = gpu_lines(a.tick())
+    assert g[0]["lost"] is True and "util_gpu" not in g[0] and g[1]["util_gpu"] == 51
+
+
+def test_ctypes_binding_missing_library_is_a_clear_reason_and_auto_falls_back(
+    fake: FakeNvml,
+) -> None:
+    """--nvml ctypes loads libnvidia-ml.so.1 itself (no pynvml import); without the library it
+    says so, and --nvml auto falls back to the pynvml module (here the fake)."""
+    try:
+        na.CtypesNvml()
+    except na.BackendUnavailable as exc:
+        assert "libnvidia-ml.so.1" in str(exc)
+    else:  # a machine with the NVIDIA driver: nothing to check here
+        return
+    a = agent("--nvml", "ctypes")
+    assert a.backend.name == "none" and "NVML library not found" in a.backend.error
+    b = agent("--nvml", "auto")
+    assert b.backend.name == "pynvml" and gpu_lines(b.tick())[0]["util_gpu"] == 50
+
+
+@pytest.fixture
+def fake_libnvml(tmp_path: Path) -> Path:
+    """tests/fixtures/agent/fake_nvml.c built into a shared library (the C compiler is part of
+    the project's CI image; without one the ctypes binding cannot be exercised off a GPU node)."""
+    import shutil
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.fail("no C compiler: needed to build the fake libnvidia-ml for the ctypes binding")
+    src = Path(__file__).parent / "fixtures" / "agent" / "fake_nvml.c"
+    lib = tmp_path / "libfakenvml.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(src)], check=True)
+    return lib
+
+
+def test_ctypes_binding_samples_a_library_with_nvml_layouts(
+    fake_libnvml: Path, monkeypatch
+) -> None:
+    """The whole agent over libnvidia-ml's C ABI, without pynvml: the same record as through
+    pynvml's getters (test_normal_sample_with_gpm), the fast path taken, processes listed."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # importing pynvml would fail
+    nvml = na.CtypesNvml(str(fake_libnvml))
+    backend = na.NvmlBackend(nvml, 5, 5)
+    assert backend._direct is not None and backend.driver == "580.159.04"
+    assert (
+        backend.gpus[1]["uuid"] == "GPU-fake-1" and backend.gpus[1]["bus_id"] == "00000000:01:00.0"
+    )
+    assert (
+        backend.gpus[1]["mem_total_mib"] == 143771.0 and backend.gpus[1]["power_limit_w"] == 700.0
+    )
+    assert backend.gpus[1]["gpm"] is False  # the library says GPM is not supported
+    g1 = dict(backend.sample(0.0)[1])
+    assert (g1["util_gpu"], g1["util_mem"], g1["temp_c"]) == (51, 21, 41)
+    assert (g1["mem_used_mib"], g1["power_w"]) == (1001.0, 651.0)  # power from the field values
+    assert (g1["sm_mhz"], g1["mem_mhz"], g1["clock_reasons"]) == (1980, 3201, 0x4)
+    assert sorted(backend.processes()) == [(4242, 0, 2048.0), (4243, 1, 2048.0)]
+    # what the topology collection asks (a missing call raises NVMLError, like pynvml)
+    with pytest.raises(na.NvmlCallError) as err:
+        nvml.nvmlDeviceGetNvLinkState(backend.handles[0], 0)
+    assert err.value.value == 3 and "Not Supported" in str(err.value)
+    assert nvml.nvmlDeviceGetTopologyCommonAncestor(backend.handles[0], backend.handles[1]) == 30
+    with pytest.raises(na.NvmlCallError) as err:
+        nvml.nvmlDeviceGetNvLinkVersion(backend.handles[0], 0)
+    assert err.value.value == 13  # NVML_ERROR_FUNCTION_NOT_FOUND: not in this library
+    backend.close()
+
+
+def test_no_driver_and_no_pynvml_says_the_library_is_missing(monkeypatch) -> None:
+    """auto: ctypes finds no libnvidia-ml, pynvml is not installed either: the reason named is
+    the missing library (the driver), not the missing Python package."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    try:
+        na.CtypesNvml()
+    except na.BackendUnavailable:
+        pass
+    else:
+        return  # a machine with the NVIDIA driver
+    a = na.Agent(na.parse_args(["--backend", "pynvml", "--host", "n1"]))
+    assert a.backend.name == "none" and "NVML library not found" in a.backend.error

@@ -48,10 +48,10 @@ def test_agent_cost_replay(tmp_path: Path) -> None:
         ["--backend", "replay", "--gpus", "8", "--rates", "10", "--samples", "4", "--no-floor"],
         tmp_path,
     )
-    assert "tool" in stdout and "CPU ms/sample p50" in stdout and "bytes/sample" in stdout
+    assert "tool" in stdout and "CPU ms/sample mean" in stdout and "bytes/sample" in stdout
     rows = {r["tool"]: r for r in data["rows"]}
     tick, proc = rows["verl-top agent tick"], rows["verl-top agent process"]
-    assert tick["gpus"] == 8 and tick["samples"] == 4 and tick["cpu_ms_median"] > 0
+    assert tick["gpus"] == 8 and tick["samples"] == 4 and tick["cpu_ms_mean"] > 0
     assert proc["gpus"] == 8 and proc["rss_mb"] > 0 and proc["bytes_per_sample"] > 1000
     assert "nvidia-smi --query-gpu (spawn)" in rows  # a row even where there is no nvidia-smi
 

@@ -396,3 +396,46 @@ def test_recording_is_gzip_ndjson(bundle: Path) -> None:
     with gzip.open(bundle / "recording.ndjson.gz", "rt") as fh:
         first = json.loads(fh.readline())
     assert first["v"] == 1 and first["type"] == "hello"
+
+
+def test_process_map_names_gpu_processes_and_ray_actors(tmp_path: Path) -> None:
+    """snapshot.json's process_map: the WorkerDict as verl names it, with its GPU and memory;
+    the TaskRunner, which holds no GPU, from Ray (as on the real H200 job, issue 23)."""
+    from verl_top.model import GpuProcess, ProcessList, RayActor, RayActors
+
+    store = _small_store()
+    pipe = Pipeline(store)
+    pipe.emit(VerlConfig(host="n1", t=1000.0, values={"actor_rollout_ref.actor.use_kl_loss": True}))
+    pipe.emit(
+        ProcessList(
+            host="n1",
+            t=1004.0,
+            procs=[
+                GpuProcess(
+                    pid=2834,
+                    gpu_index=0,
+                    used_mib=1482.0,
+                    env_rank=0,
+                    cmd="ray::WorkerDict.actor_rollout_generate_sequences",
+                )
+            ],  # fmt: skip
+        )
+    )
+    pipe.emit(
+        RayActors(
+            host="ray:http://127.0.0.1:8265",
+            t=1004.0,
+            actors=[RayActor(name="", class_name="TaskRunner", host="n1", pid=2521, role="driver")],
+        )
+    )
+    out = write_snapshot(store, None, tmp_path / "s")
+    doc = _strict_json(out / "snapshot.json")
+    assert validate(doc) == []
+    by_role = {m["verl_role"]: m for m in doc["process_map"]}
+    worker = by_role["actor/rollout/ref"]
+    assert (worker["pid"], worker["gpus"], worker["gpu_mem_mib"]) == (2834, [0], 1482.0)
+    assert worker["method"] == "generate_sequences" and worker["rank"] == 0
+    driver = by_role["TaskRunner (driver)"]
+    assert (driver["pid"], driver["gpus"], driver["source"]) == (2521, [], "ray")
+    assert doc["processes"][0]["verl_role"] == "actor/rollout/ref"
+    assert "Without a GPU (Ray actors): 1 TaskRunner (driver)" in (out / "report.md").read_text()

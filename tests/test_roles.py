@@ -11,9 +11,23 @@ from __future__ import annotations
 import pytest
 
 from verl_top.inputs import demo_recording_path
-from verl_top.model import GpuProcess, ProcessList
+from verl_top.model import GpuProcess, ProcessList, RayActor
 from verl_top.protocol import read_recording
-from verl_top.roles import ROLES, Role, annotate, classify, title_rank, trainer_method
+from verl_top.roles import (
+    ROLES,
+    Role,
+    RoleMemory,
+    annotate,
+    annotate_verl,
+    classify,
+    config_roles,
+    join_roles,
+    process_map,
+    title_rank,
+    title_roles,
+    trainer_method,
+    verl_name,
+)
 
 REAL = [
     # issue #302 traceback: the trainer while it runs the sync rollout
@@ -135,3 +149,147 @@ def test_annotate_on_the_demo_recording_maps_every_gpu_process() -> None:
             p.env_rank for p in procs.procs if p.env_rank is not None
         )
         assert sorted(p.rank for p in rollouts) == sorted(list(range(4)) * 2)  # 2 TP=4 engines
+
+
+# -- verl's own names (issue 23) -------------------------------------------------------------
+# REAL: titles sampled every second from /proc/PID/cmdline of verl 0.5.0's WorkerDict on the H200
+# (tests/fixtures/real_h200/*/titles.txt.gz): no "()" in a live title.
+LIVE_TITLES = [
+    ("ray::WorkerDict.ref_init_model", Role("trainer", "init_model"), ("ref",)),
+    (
+        "ray::WorkerDict.actor_rollout_init_model",
+        Role("trainer", "init_model"),
+        ("actor", "rollout"),
+    ),
+    (
+        "ray::WorkerDict.actor_rollout_generate_sequences",
+        Role("trainer", "generate_sequences"),
+        ("actor", "rollout"),
+    ),
+    (
+        "ray::WorkerDict.actor_rollout_compute_log_prob",
+        Role("trainer", "compute_log_prob"),
+        ("actor", "rollout"),
+    ),
+    ("ray::WorkerDict.ref_compute_ref_log_prob", Role("trainer", "compute_ref_log_prob"), ("ref",)),
+    (
+        "ray::WorkerDict.actor_rollout_update_actor",
+        Role("trainer", "update_actor"),
+        ("actor", "rollout"),
+    ),
+    ("ray::WorkerDict", Role("trainer", ""), ()),
+]
+
+
+@pytest.mark.parametrize(("title", "role", "groups"), LIVE_TITLES)
+def test_live_titles_name_the_method_and_the_worker_group(title, role, groups) -> None:  # type: ignore[no-untyped-def]
+    assert classify(title) == role
+    assert title_roles(title) == groups
+
+
+def test_hybrid_worker_name_builds_up_from_its_titles() -> None:
+    """The real run's order: ref and actor_rollout init, then generate/update: one process."""
+    memory = RoleMemory()
+    names = []
+    for title, _, _ in LIVE_TITLES:
+        seen = memory.see("vm", 2834, title)
+        names.append(verl_name(title, seen))
+    assert names[0] == "ref"  # only the reference policy's method seen yet
+    assert names[1:] == ["actor/rollout/ref"] * (len(LIVE_TITLES) - 1)
+    assert memory.see("vm", 9999, "ray::WorkerDict") == frozenset()  # another pid: nothing yet
+
+
+@pytest.mark.parametrize(
+    ("config", "roles"),
+    [  # the keys as verl prints them (fixtures/real_h200/*/session: GRPO with use_kl_loss)
+        (
+            {"actor_rollout_ref.actor.use_kl_loss": True, "algorithm.adv_estimator": "grpo"},
+            "actor/rollout/ref",
+        ),  # fmt: skip
+        (
+            {"actor_rollout_ref.actor.use_kl_loss": False, "algorithm.adv_estimator": "grpo"},
+            "actor/rollout",
+        ),  # fmt: skip
+        (
+            {
+                "algorithm.use_kl_in_reward": "True",
+                "algorithm.adv_estimator": "gae",
+                "reward_model.enable": True,
+            },
+            "actor/rollout/ref/critic/reward model",
+        ),  # fmt: skip
+        ({}, ""),
+    ],
+)
+def test_config_names_the_colocated_roles(config: dict, roles: str) -> None:
+    assert join_roles(config_roles(config)) == roles
+
+
+@pytest.mark.parametrize(
+    ("title", "name"),
+    [
+        ("ray::TaskRunner.run", "TaskRunner (driver)"),
+        ("VLLM::Worker_TP1", "rollout (vLLM)"),
+        ("sglang::scheduler_TP1", "rollout (SGLang)"),
+        ("ray::vLLMHttpServer.generate()", "rollout server"),
+        ("vllm_server_0_1", "rollout server"),
+        ("ray::AgentLoopWorker.generate_sequences()", "agent-loop worker"),
+        ("ray::RewardLoopWorker", "reward"),
+        ("ray::IDLE", "Ray worker"),
+        ("python train.py", ""),
+    ],
+)
+def test_other_processes_named(title: str, name: str) -> None:
+    assert verl_name(title) == name
+
+
+def test_annotate_verl_fills_name_and_method_and_keeps_a_recorded_name() -> None:
+    procs = ProcessList(
+        host="vm",
+        t=1.0,
+        procs=[GpuProcess(pid=2834, gpu_index=0, cmd="ray::WorkerDict.actor_rollout_update_actor")],
+    )
+    out = annotate_verl(
+        procs, RoleMemory(), config_roles({"actor_rollout_ref.actor.use_kl_loss": True})
+    )
+    (p,) = out.procs
+    assert (p.role, p.verl_role, p.method) == ("trainer", "actor/rollout/ref", "update_actor")
+    # A replayed record already carries its name: a fresh memory and no config keep it.
+    (q,) = annotate_verl(out, RoleMemory()).procs
+    assert q.verl_role == "actor/rollout/ref"
+
+
+def test_process_map_merges_gpus_and_adds_ray_actors_without_a_gpu() -> None:
+    procs = ProcessList(
+        host="n1",
+        t=1.0,
+        procs=[
+            GpuProcess(pid=10, gpu_index=1, used_mib=1000.0, cmd="VLLM::Worker_TP1"),
+            GpuProcess(pid=10, gpu_index=0, used_mib=500.0, cmd="VLLM::Worker_TP1"),
+            GpuProcess(pid=11, gpu_index=2, cmd="ray::WorkerDict", rank=2),
+        ],
+    )
+    actors = [
+        RayActor(name="", class_name="TaskRunner", host="n1", pid=5, role="driver"),
+        RayActor(
+            name="x_register_center",
+            class_name="WorkerGroupRegisterCenter",
+            host="n1",
+            pid=6,
+            role="other",
+        ),  # fmt: skip
+        RayActor(
+            name="xWorkerDict_0:2", class_name="WorkerDict", host="n1", pid=11, role="trainer"
+        ),
+    ]
+    by_pid = {m.pid: m for m in process_map({"n1": procs}, actors)}
+    assert by_pid[10].gpus == (0, 1) and by_pid[10].gpu_mem_mib == 1500.0
+    assert by_pid[10].verl_role == "rollout (vLLM)" and by_pid[10].source == "gpu"
+    assert by_pid[11].gpus == (2,) and by_pid[11].rank == 2  # on a GPU: not repeated from Ray
+    assert (
+        by_pid[5].label == "TaskRunner (driver)"
+        and by_pid[5].gpus == ()
+        and by_pid[5].source == "ray"
+    )
+    assert by_pid[6].verl_role == "register center"
+    assert len(by_pid) == 4

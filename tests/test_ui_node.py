@@ -145,10 +145,11 @@ async def test_enter_on_a_gpu_row_opens_the_node_with_roles_and_ranks_and_esc_re
         rows = {str(procs.get_cell(k, "pid")).strip(): k for k in screen.proc_sync.rows}  # type: ignore[union-attr]
         trainer = rows["41005"]
         role = str(procs.get_cell(trainer, "role"))
-        assert role.startswith("trainer")  # trainer:<method> while a WorkerDict method runs
+        # verl's name of the hybrid WorkerDict, then the method it runs now
+        assert role.startswith("actor/rollout/ref · "), role
         assert str(procs.get_cell(trainer, "rank")).strip() == "21"  # RANK: node03 is 16-23
         rollout = rows["43005"]
-        assert str(procs.get_cell(rollout, "role")) == "rollout"
+        assert str(procs.get_cell(rollout, "role")) == "rollout (vLLM)"
         assert str(procs.get_cell(rollout, "rank")).strip() == "1"  # VLLM::Worker_TP1
         plots = list(screen.query(MetricPlot))
         assert [p.metric for p in plots] == ["activity", "tensor", "dram", "memory", "power"]

@@ -167,6 +167,10 @@ class GpuProcess:
     rank: int | None = None
     env_rank: int | None = None  # RANK from /proc/<pid>/environ when readable
     env_local_rank: int | None = None
+    # Filled by the client (None: not mapped): verl's name of the process ("actor/rollout/ref",
+    # "critic", "TaskRunner (driver)", ...) and the method a WorkerDict runs now (its live title).
+    verl_role: str | None = None
+    method: str | None = None
 
 
 @dataclass

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from verl_top.model import GpuProcess, ProcessList
+from verl_top.model import GpuProcess, ProcessList, RayActor
 from verl_top.verl.parse import strip_ansi
 
 ROLES: tuple[str, ...] = ("trainer", "rollout", "driver", "agent_loop", "reward", "other")
@@ -32,7 +33,11 @@ _WORKER_ROLE_PREFIXES: tuple[str, ...] = (
 
 # Ray log prefix: "(TaskRunner pid=123)" or "(WorkerDict pid=55154, ip=10.0.0.2)".
 _LOG_PREFIX = re.compile(r"^\((?P<actor>[\w.:-]+) pid=\d+(?:, ip=[\d.:a-fA-F]+)?\)")
-_WORKER_DICT = re.compile(r"^(?:ray::)?(?:\w{6})?WorkerDict(?:_\d+:\d+)?(?:\.(?P<method>\w+)\(\))?")
+# A live title has no "()" ("ray::WorkerDict.actor_rollout_generate_sequences", seen on the real
+# job); tracebacks and verl.md quote it with "()".
+_WORKER_DICT = re.compile(
+    r"^(?:ray::)?(?:\w{6})?WorkerDict(?:_\d+:\d+)?(?:\.(?P<method>\w+)(?:\(\))?)?"
+)
 _TP_RANK = re.compile(r"(?:^|[_\s:-])TP(\d+)(?![\d])")
 _VLLM_RANK = re.compile(r"VllmWorker[ -]rank=(\d+)|VllmWorker-(\d+)")
 
@@ -52,6 +57,27 @@ _ROLLOUT = re.compile(
     r"|^sglang::|SGLangHttpServer|AsyncSglangServer|sglang_server_|sglang\.launch_server",
     re.IGNORECASE,
 )
+
+
+# The verl roles a WorkerDict method prefix belongs to (verl's Role enum: ActorRolloutRef,
+# ActorRollout, Actor, Rollout, RefPolicy, Critic, RewardModel), in verl's order.
+_GROUP_ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("actor_rollout_ref_", ("actor", "rollout", "ref")),
+    ("actor_rollout_", ("actor", "rollout")),
+    ("rollout_", ("rollout",)),
+    ("actor_", ("actor",)),
+    ("critic_", ("critic",)),
+    ("ref_", ("ref",)),
+    ("rm_", ("reward model",)),
+)
+VERL_ROLE_ORDER: tuple[str, ...] = ("actor", "rollout", "ref", "critic", "reward model")
+_SERVER = re.compile(r"HttpServer|_server_|Async\w*Server|launch_server|vllm serve", re.IGNORECASE)
+# What the other processes are called, by coarse role (Ray class names where verl has one).
+_OTHER_NAMES = {
+    "driver": "TaskRunner (driver)",
+    "agent_loop": "agent-loop worker",
+    "reward": "reward",
+}
 
 
 @dataclass(frozen=True)
@@ -137,3 +163,200 @@ def annotate(procs: ProcessList) -> ProcessList:
         role = classify(p.cmd)
         out.append(dataclasses.replace(p, role=role.role, rank=process_rank(p, role)))
     return dataclasses.replace(procs, procs=out)
+
+
+def worker_roles(bound: str) -> tuple[str, ...]:
+    """The verl roles of a WorkerDict method: ``ref_compute_ref_log_prob`` -> ``("ref",)``."""
+    for prefix, roles in _GROUP_ROLES:
+        if bound.startswith(prefix):
+            return roles
+    return ()
+
+
+def join_roles(roles: set[str] | frozenset[str] | tuple[str, ...]) -> str:
+    """verl's roles in verl's order, slash-joined: ``actor/rollout/ref``."""
+    return "/".join(r for r in VERL_ROLE_ORDER if r in roles)
+
+
+def title_roles(cmd: str) -> tuple[str, ...]:
+    """The verl roles a WorkerDict's current title names (empty for other processes)."""
+    text, actor = _clean(cmd)
+    m = _WORKER_DICT.match(actor or text)
+    return worker_roles(m.group("method") or "") if m else ()
+
+
+def verl_name(cmd: str, seen: frozenset[str] = frozenset()) -> str:
+    """What verl calls the process: ``actor/rollout/ref`` for a hybrid WorkerDict (its current
+    method's roles plus ``seen``, those of methods seen before), ``TaskRunner (driver)``,
+    ``rollout server``, ``agent-loop worker``, ``reward``; "" when it is no verl process."""
+    role = classify(cmd)
+    if role.role == "trainer":
+        return join_roles(set(title_roles(cmd)) | seen) or "WorkerDict"
+    text, actor = _clean(cmd)
+    if role.role == "other":
+        return "Ray worker" if text.startswith("ray::") else ""
+    if role.role == "rollout":
+        subject = actor or text
+        if _SERVER.search(subject):
+            return "rollout server"
+        low = subject.lower()
+        return (
+            "rollout (vLLM)"
+            if "vllm" in low
+            else "rollout (SGLang)"
+            if "sglang" in low
+            else "rollout"
+        )
+    return _OTHER_NAMES.get(role.role, role.role)
+
+
+class RoleMemory:
+    """The verl roles each WorkerDict was seen serving: one title names one method's roles only
+    (``generate_sequences`` -> actor/rollout), so the hybrid worker's full name
+    (actor/rollout/ref) builds up over the first step. Keyed by (host, pid)."""
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self._seen: dict[tuple[str, int], frozenset[str]] = {}
+        self._limit = limit
+
+    def see(
+        self, host: str, pid: int, cmd: str, prior: frozenset[str] = frozenset()
+    ) -> frozenset[str]:
+        """Add what ``cmd`` names (and ``prior``: roles a recorded process already carried) to
+        the pid's roles; returns all roles seen for it."""
+        key = (host, pid)
+        seen = self._seen.get(key, frozenset()) | frozenset(title_roles(cmd)) | prior
+        if len(self._seen) >= self._limit and key not in self._seen:
+            self._seen.clear()  # a bound, not a cache policy: pids of a job are few
+        self._seen[key] = seen
+        return seen
+
+
+def _truthy(value: object) -> bool:
+    return value is True or (isinstance(value, str) and value.strip().lower() == "true")
+
+
+def config_roles(config: Mapping[str, object]) -> frozenset[str]:
+    """The roles verl's ``main_ppo`` colocates in each WorkerDict, from the job's config: it puts
+    every worker group in one resource pool, so the hybrid worker holds actor and rollout, the
+    reference policy when a KL term needs it, the critic for GAE, the reward model when enabled.
+    Empty when the config is unknown (then only the titles seen name the roles)."""
+    if not config:
+        return frozenset()
+    roles = {"actor", "rollout"}
+    if _truthy(config.get("actor_rollout_ref.actor.use_kl_loss")) or _truthy(
+        config.get("algorithm.use_kl_in_reward")
+    ):
+        roles.add("ref")
+    if str(config.get("algorithm.adv_estimator", "")).lower() == "gae" or _truthy(
+        config.get("critic.enable")
+    ):
+        roles.add("critic")
+    if _truthy(config.get("reward_model.enable")):
+        roles.add("reward model")
+    return frozenset(roles)
+
+
+def annotate_verl(
+    procs: ProcessList,
+    memory: RoleMemory | None = None,
+    colocated: frozenset[str] = frozenset(),
+) -> ProcessList:
+    """``annotate`` plus verl's name for each process and the method it runs now; a WorkerDict's
+    name joins the roles its titles named so far and ``colocated`` (``config_roles``)."""
+    out: list[GpuProcess] = []
+    for p in annotate(procs).procs:
+        # A recorded process carries the name it had when recorded: keep what it knew.
+        prior = frozenset(r for r in (p.verl_role or "").split("/") if r in VERL_ROLE_ORDER)
+        if memory is not None:
+            seen = memory.see(procs.host, p.pid, p.cmd, prior)
+        else:
+            seen = prior
+        role = classify(p.cmd)
+        if role.role == "trainer":
+            seen = seen | colocated
+        out.append(dataclasses.replace(p, verl_role=verl_name(p.cmd, seen), method=role.method))
+    return dataclasses.replace(procs, procs=out)
+
+
+@dataclass(frozen=True)
+class MappedProcess:
+    """One process of the job on the map: a GPU process (its GPUs merged) or a Ray actor that
+    holds no GPU (TaskRunner, register center)."""
+
+    host: str
+    pid: int | None
+    verl_role: str
+    method: str
+    rank: int | None
+    gpus: tuple[int, ...]
+    gpu_mem_mib: float | None
+    cpu_pct: float | None = None
+    rss_bytes: int | None = None
+    cmd: str = ""
+    source: str = "gpu"  # "gpu": the node's GPU process list; "ray": a Ray actor without a GPU
+
+    @property
+    def label(self) -> str:
+        """``actor/rollout/ref · generate_sequences`` (the method when there is one)."""
+        name = self.verl_role or "-"
+        return f"{name} · {self.method}" if self.method else name
+
+
+def _ray_name(actor: RayActor) -> str:
+    cls = actor.class_name.rsplit(".", 1)[-1]
+    if actor.role == "driver":
+        return _OTHER_NAMES["driver"]
+    if cls == "WorkerGroupRegisterCenter":
+        return "register center"
+    if actor.role == "trainer":
+        return "WorkerDict"
+    return _OTHER_NAMES.get(actor.role, cls or actor.name or "Ray actor")
+
+
+def process_map(
+    procs: dict[str, ProcessList | None], actors: list[RayActor] | tuple[RayActor, ...] = ()
+) -> list[MappedProcess]:
+    """Every process of the job per host: GPU processes (one entry per pid, its GPUs and GPU
+    memory summed) then Ray actors of the job that hold no GPU, by host and pid."""
+    out: list[MappedProcess] = []
+    on_gpu: set[tuple[str, int]] = set()
+    for host, plist in procs.items():
+        by_pid: dict[int, list[GpuProcess]] = {}
+        for p in [] if plist is None else plist.procs:
+            by_pid.setdefault(p.pid, []).append(p)
+        for pid, parts in sorted(by_pid.items()):
+            first = parts[0]
+            mems = [q.used_mib for q in parts if q.used_mib is not None]
+            on_gpu.add((host, pid))
+            out.append(
+                MappedProcess(
+                    host=host,
+                    pid=pid,
+                    verl_role=first.verl_role or verl_name(first.cmd),
+                    method=first.method or classify(first.cmd).method,
+                    rank=first.rank,
+                    gpus=tuple(sorted({q.gpu_index for q in parts})),
+                    gpu_mem_mib=sum(mems) if mems else None,
+                    cpu_pct=first.cpu_pct,
+                    rss_bytes=first.rss_bytes,
+                    cmd=first.cmd,
+                )
+            )
+    for a in sorted(actors, key=lambda a: (a.host, a.pid or 0)):
+        if a.pid is not None and (a.host, a.pid) in on_gpu:
+            continue
+        out.append(
+            MappedProcess(
+                host=a.host,
+                pid=a.pid,
+                verl_role=_ray_name(a),
+                method="",
+                rank=a.rank,
+                gpus=(),
+                gpu_mem_mib=None,
+                cmd=a.class_name,
+                source="ray",
+            )
+        )
+    return out

@@ -2,7 +2,8 @@
 
 ONE self-contained file, standard library only at import, Python >= 3.8. It is shipped as text
 over SSH (see ``verl_top.agent.BOOTSTRAP``) and exec()ed as ``__main__``; it imports nothing from
-verl_top. pynvml and psutil are used when present, imported lazily.
+verl_top. NVML is called through ctypes (libnvidia-ml.so.1, no module needed; ``--nvml pynvml``
+uses the pynvml module instead); psutil is used when asked for; both imported lazily.
 
 Output: NDJSON on stdout, one record per line, in the wire format of ``verl_top/protocol.py``
 (``{"v":1,"type":...,"host":...,"t":...,fields}``, None fields left out). Input: JSON control
@@ -12,20 +13,14 @@ The file is pure ASCII so that its character count equals its byte count in any 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
-import queue
-import random
-import re
-import shutil
-import socket
-import stat
-import subprocess
+import stat  # already loaded by os: free
 import sys
-import threading
 import time
+
+# Everything else is imported where it is used (argparse, re, subprocess, threading, ...): a
+# module the agent does not need on its path costs resident memory for the agent's whole life.
 
 AGENT_VERSION = "0.1.0"
 PROTOCOL_VERSION = 1
@@ -38,9 +33,15 @@ MAX_PARTIAL = 1024 * 1024  # a "line" longer than this is emitted without its ne
 MAX_CHARS_PER_RECORD = 256 * 1024  # log lines per record also stop here (fast to decode)
 HEAD_BYTES = 4096  # fingerprint of a followed file: its first bytes (copytruncate detection)
 HEARTBEAT_S = 5.0
+PROC_READ = 256 * 1024  # one read of a /proc file; larger files are read on in a loop
 PROCS_FORCE_S = 30.0
 LOST_RETRY_S = 30.0
 GPM_MIN_GAP_S = 0.1  # NVML: GPM samples closer than 100 ms give no valid metrics
+# Ticks between GPM samples. On the H200 one GPM sample costs ~2.5 ms of CPU (the other reads of
+# a tick ~0.2 ms), so GPM has its own stride; between samples the last window's values repeat.
+GPM_EVERY = 10
+SLOW_EVERY = 5  # ticks between reads of values that change slowly (temperature, memory clock)
+NVML_FI_POWER_AVERAGE = 185  # nvml.h NVML_FI_DEV_POWER_AVERAGE: what nvmlDeviceGetPowerUsage gives
 
 # NVML return codes (nvml.h); compared with NVMLError.value so any pynvml version works.
 NVML_NOT_SUPPORTED = 3
@@ -155,10 +156,13 @@ class ProcFile:
         try:
             if self.fd is None:
                 self.fd = os.open(self.path, os.O_RDONLY)
-            os.lseek(self.fd, 0, os.SEEK_SET)
-            chunks = []
+            # One pread: a syscall costs more than the parsing on a VM, and these files are small.
+            data = os.pread(self.fd, PROC_READ, 0)
+            if len(data) < PROC_READ:
+                return data.decode("ascii", "replace")
+            chunks = [data]
             while True:
-                chunk = os.read(self.fd, 65536)
+                chunk = os.pread(self.fd, PROC_READ, sum(len(c) for c in chunks))
                 if not chunk:
                     break
                 chunks.append(chunk)
@@ -220,12 +224,18 @@ class HostSampler:
         self._netdev = ProcFile("/proc/net/dev")
         self._diskstats = ProcFile("/proc/diskstats")
         self._statm = ProcFile("/proc/self/statm")
+        self._loadavg = ProcFile("/proc/loadavg")
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
         self._disks = _whole_disks()
         self._disks_at = time.monotonic()
         self._proc_self = self.psutil.Process() if self.psutil is not None else None
         self._prev = None  # (mono, cpu_times per core, net, disk, agent cpu)
+        self._n = 0
+        self._slow = None  # (load averages, agent RSS): read on a stride
         self.cpu_count = os.cpu_count()
+        self.cpu_lines = (
+            self.cpu_count or 1
+        ) + 1  # "cpu" then one line per core: the rest is skipped
         self.mem_total = self._mem()[1]
         self.sample(time.time())  # prime the deltas so the first tick has rates
 
@@ -243,11 +253,11 @@ class HostSampler:
                 out.append((tot, ct.idle + io, io))
             return out
         out = []
-        for line in self._stat.read().splitlines():
+        for line in self._stat.read().split("\n", self.cpu_lines)[: self.cpu_lines]:
             if not line.startswith("cpu"):
                 break
-            parts = line.split()
-            vals = [int(x) for x in parts[1:9]]  # user nice system idle iowait irq softirq steal
+            # user nice system idle iowait irq softirq steal
+            vals = list(map(int, line.split(None, 9)[1:9]))
             io = vals[4] if len(vals) > 4 else 0
             out.append((sum(vals), vals[3] + io, io))
         return out
@@ -261,6 +271,8 @@ class HostSampler:
             key, _, rest = line.partition(":")
             if key in ("MemTotal", "MemAvailable", "MemFree", "Buffers", "Cached"):
                 info[key] = int(rest.split()[0]) * 1024
+                if "MemAvailable" in info and "MemTotal" in info:
+                    break  # the first lines; the other ~50 are not needed
         total = info.get("MemTotal")
         avail = info.get("MemAvailable")
         if avail is None and total is not None:
@@ -314,6 +326,19 @@ class HostSampler:
                 wr += int(f[9]) * 512
         return rd, wr
 
+    def _load(self):
+        """Load averages from a kept-open /proc/loadavg (os.getloadavg opens it every call)."""
+        parts = self._loadavg.read().split()
+        if len(parts) >= 3:
+            try:
+                return float(parts[0]), float(parts[1]), float(parts[2])
+            except ValueError:
+                pass
+        try:
+            return os.getloadavg()
+        except OSError:
+            return (None, None, None)
+
     def agent_rss(self):
         """The agent's resident memory in bytes."""
         if self._proc_self is not None:
@@ -327,9 +352,9 @@ class HostSampler:
 
     @staticmethod
     def agent_cpu_s():
-        """CPU seconds the agent has used (user + system)."""
-        t = os.times()
-        return t[0] + t[1]
+        """CPU seconds the agent's process has used, all threads (ns resolution: os.times()
+        counts 10 ms clock ticks, so a 1 s interval read as whole percents)."""
+        return time.process_time()
 
     # sample -----------------------------------------------------------------------------------
     def sample(self, now):
@@ -342,10 +367,12 @@ class HostSampler:
         prev = self._prev
         self._prev = (mono, cpu, net, disk, acpu)
         used, total = self._mem()
-        try:
-            load = os.getloadavg()
-        except OSError:
-            load = (None, None, None)
+        # The kernel updates load averages every 5 s, and the agent's RSS moves slowly: both are
+        # read on every 5th sample and repeated between (fewer /proc reads per tick).
+        self._n += 1
+        if self._n % SLOW_EVERY == 1 or self._slow is None:
+            self._slow = (self._load(), self.agent_rss())
+        load, rss = self._slow
         cpu_pct = iowait = agent_pct = None
         per_core = []
         net_rx = net_tx = d_rd = d_wr = None
@@ -387,11 +414,18 @@ class HostSampler:
             ("disk_read_bps", d_rd),
             ("disk_write_bps", d_wr),
             ("agent_cpu_pct", agent_pct),
-            ("agent_rss_bytes", self.agent_rss()),
+            ("agent_rss_bytes", rss),
         )
 
     def close(self):
-        for pf in (self._stat, self._meminfo, self._netdev, self._diskstats, self._statm):
+        for pf in (
+            self._stat,
+            self._meminfo,
+            self._netdev,
+            self._diskstats,
+            self._statm,
+            self._loadavg,
+        ):
             pf.close()
 
 
@@ -465,12 +499,14 @@ class ProcInspector:
                 user = self._user(uid)
             except OSError:
                 user = ""
-            raw = _read_bytes("/proc/%d/cmdline" % pid, 65536) or b""
-            cmd = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
             rank, local = self._env_ranks(pid)
-            static = (start, user, cmd, rank, local)
+            static = (start, user, "", rank, local)
             self._static[pid] = static
             self._cpu.pop(pid, None)
+        # The title is read every time: Ray rewrites it per task ("ray::WorkerDict.actor_rollout_
+        # generate_sequences"), so it tells which method the worker is running now.
+        raw = _read_bytes("/proc/%d/cmdline" % pid, 65536) or b""
+        cmd = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
         mono = time.monotonic()
         prev = self._cpu.get(pid)
         self._cpu[pid] = (mono, ticks)
@@ -479,7 +515,7 @@ class ProcInspector:
             cpu = round(100.0 * (ticks - prev[1]) / self._hz / (mono - prev[0]), 1)
         return {
             "user": static[1],
-            "cmd": static[2],
+            "cmd": cmd,
             "cpu_pct": cpu,
             "rss_bytes": rss,
             "env_rank": static[3],
@@ -600,6 +636,375 @@ def _lost_fields(index):
     return (("index", index), ("lost", True), ("label", ""))
 
 
+def _nvml_structs():
+    """ctypes layouts of the nvml.h structs the fast path fills (made once, on first use)."""
+    import ctypes as c  # noqa: PLC0415 - only the NVML fast path needs it
+
+    class Utilization(c.Structure):
+        _fields_ = (("gpu", c.c_uint), ("memory", c.c_uint))
+
+    class MemoryV2(c.Structure):
+        _fields_ = (
+            ("version", c.c_uint),
+            ("total", c.c_ulonglong),
+            ("reserved", c.c_ulonglong),
+            ("free", c.c_ulonglong),
+            ("used", c.c_ulonglong),
+        )
+
+    class Value(c.Union):
+        _fields_ = (
+            ("dVal", c.c_double),
+            ("uiVal", c.c_uint),
+            ("ulVal", c.c_ulong),
+            ("ullVal", c.c_ulonglong),
+            ("sllVal", c.c_longlong),
+            ("siVal", c.c_int),
+            ("usVal", c.c_ushort),
+        )
+
+    class FieldValue(c.Structure):
+        _fields_ = (
+            ("fieldId", c.c_uint),
+            ("scopeId", c.c_uint),
+            ("timestamp", c.c_longlong),
+            ("latencyUsec", c.c_longlong),
+            ("valueType", c.c_int),
+            ("nvmlReturn", c.c_int),
+            ("value", Value),
+        )
+
+    return c, Utilization, MemoryV2, FieldValue
+
+
+_VALUE_KINDS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")  # nvmlValueType_t
+NVML_MEMORY_V2 = 0x02000028  # nvml.h nvmlMemory_v2: sizeof(nvmlMemory_v2_t) | 2 << 24
+
+
+class _DirectNvml:
+    """The per-tick NVML reads through the library's C entry points, with every buffer made once.
+
+    pynvml's getters allocate a ctypes struct, a byref() and an exception check per call; here
+    each GPU owns its structs and pre-built pointers, and a call is one C call plus reading the
+    struct. Power comes from one ``nvmlDeviceGetFieldValues`` call per GPU (the only per-tick
+    value of a gpu record that NVML offers as a field; utilisation, memory, clocks, temperature
+    and clock-event reasons have no field ids).
+    """
+
+    def __init__(self, fp, count):
+        c, Utilization, MemoryV2, FieldValue = _nvml_structs()
+        self.util_fn = fp("nvmlDeviceGetUtilizationRates")
+        self.mem_fn = fp("nvmlDeviceGetMemoryInfo_v2")
+        self.clock_fn = fp("nvmlDeviceGetClockInfo")
+        self.temp_fn = fp("nvmlDeviceGetTemperature")
+        self.fields_fn = fp("nvmlDeviceGetFieldValues")
+        try:
+            self.reasons_fn = fp("nvmlDeviceGetCurrentClocksEventReasons")
+        except Exception:  # drivers before 535 have only the old name
+            self.reasons_fn = fp("nvmlDeviceGetCurrentClocksThrottleReasons")
+        self.power_fn = fp("nvmlDeviceGetPowerUsage")
+        self.use_fields = True
+        self.bufs = []
+        for _ in range(count):
+            util, mem = Utilization(), MemoryV2()
+            mem.version = NVML_MEMORY_V2
+            sm, memclk, temp, power = c.c_uint(), c.c_uint(), c.c_uint(), c.c_uint()
+            reasons = c.c_ulonglong()
+            fv = (FieldValue * 1)()
+            fv[0].fieldId = NVML_FI_POWER_AVERAGE
+            ptrs = tuple(c.pointer(x) for x in (util, mem, sm, memclk, temp, reasons, power))
+            self.bufs.append((util, mem, sm, memclk, temp, reasons, power, fv, ptrs))
+        self.n1 = c.c_int(1)
+
+    @classmethod
+    def make(cls, nv, count):
+        """The fast path when the binding exposes its C entry points (pynvml does), else None."""
+        fp = getattr(nv, "_nvmlGetFunctionPointer", None)
+        if fp is None or os.environ.get("VERL_TOP_AGENT_NVML_API"):
+            return None
+        try:
+            return cls(fp, count)
+        except Exception:  # an old library without one of the entry points: pynvml's getters
+            return None
+
+    def read(self, i, h, f, slow, rc, un):
+        """Fill ``f`` (GPU i's reused field dict); ``rc(i, key, code)`` handles return codes and
+        ``un`` holds the (gpu, key) pairs known to be unsupported."""
+        util, mem, sm, memclk, temp, reasons, power, fv, p = self.bufs[i]
+        if (i, "util") not in un and rc(i, "util", self.util_fn(h, p[0])):
+            f["util_gpu"] = util.gpu
+            f["util_mem"] = util.memory
+        if (i, "mem") not in un and rc(i, "mem", self.mem_fn(h, p[1])):
+            f["mem_used_mib"] = round(mem.used / MIB, 1)
+            f["mem_total_mib"] = round(mem.total / MIB, 1)
+        self._power(i, h, f, fv, power, p[6], rc, un)
+        if (i, "sm_clk") not in un and rc(i, "sm_clk", self.clock_fn(h, 1, p[2])):
+            f["sm_mhz"] = sm.value  # NVML_CLOCK_SM
+        if (i, "reasons") not in un and rc(i, "reasons", self.reasons_fn(h, p[5])):
+            f["clock_reasons"] = reasons.value
+        if slow or "temp_c" not in f:
+            if (i, "temp") not in un and rc(i, "temp", self.temp_fn(h, 0, p[4])):
+                f["temp_c"] = temp.value  # NVML_TEMPERATURE_GPU
+            if (i, "mem_clk") not in un and rc(i, "mem_clk", self.clock_fn(h, 2, p[3])):
+                f["mem_mhz"] = memclk.value  # NVML_CLOCK_MEM
+            f.setdefault("temp_c", None)
+
+    def _power(self, i, h, f, fv, power, ptr, rc, un):
+        if self.use_fields:
+            code = self.fields_fn(h, self.n1, fv)
+            if code == 0 and fv[0].nvmlReturn == 0:
+                v = getattr(fv[0].value, _VALUE_KINDS[fv[0].valueType % 7])
+                f["power_w"] = round(v / 1000.0, 1)
+                return
+            if code in (NVML_GPU_IS_LOST, NVML_RESET_REQUIRED):
+                raise _GpuLost()
+            self.use_fields = False  # the field is not offered here: the plain getter from now on
+        if (i, "power") not in un and rc(i, "power", self.power_fn(h, ptr)):
+            f["power_w"] = round(power.value / 1000.0, 1)
+
+
+class NvmlCallError(Exception):
+    """An NVML call returned an error code (``value``), like pynvml's NVMLError."""
+
+    def __init__(self, value, text=""):
+        Exception.__init__(self, text or "NVML error %d" % value)
+        self.value = value
+
+
+GPM_METRICS_ROOM = 512  # entries of nvmlGpmMetricsGet_t.metrics (nvml.h's maximum is below that)
+
+
+class CtypesNvml:
+    """The NVML calls the agent makes, straight from libnvidia-ml.so.1 through ctypes: the same
+    names and return values as pynvml's (what ``NvmlBackend`` uses), without importing pynvml,
+    whose module alone keeps ~4 MB resident. Struct layouts follow nvml.h."""
+
+    NVMLError = NvmlCallError
+    nvmlMemory_v2 = NVML_MEMORY_V2
+    NVML_GPM_METRICS_GET_VERSION = 1
+
+    def __init__(self, path="libnvidia-ml.so.1"):
+        import ctypes as c  # noqa: PLC0415
+
+        self.c = c
+        try:
+            self.lib = c.CDLL(path)
+        except OSError as exc:
+            raise BackendUnavailable("NVML library not found (libnvidia-ml.so.1): %s" % exc)
+        self._fns = {}
+        _, self.Utilization, self.MemoryV2, _ = _nvml_structs()
+
+        class MemoryV1(c.Structure):
+            _fields_ = (("total", c.c_ulonglong), ("free", c.c_ulonglong), ("used", c.c_ulonglong))
+
+        class PciInfo(c.Structure):
+            _fields_ = (
+                ("busIdLegacy", c.c_char * 16),
+                ("domain", c.c_uint),
+                ("bus", c.c_uint),
+                ("device", c.c_uint),
+                ("pciDeviceId", c.c_uint),
+                ("pciSubSystemId", c.c_uint),
+                ("busId", c.c_char * 32),
+            )
+
+        class GpmSupport(c.Structure):
+            _fields_ = (("version", c.c_uint), ("isSupportedDevice", c.c_uint))
+
+        class MetricInfo(c.Structure):
+            _fields_ = (("shortName", c.c_char_p), ("longName", c.c_char_p), ("unit", c.c_char_p))
+
+        class GpmMetric(c.Structure):
+            _fields_ = (
+                ("metricId", c.c_uint),
+                ("nvmlReturn", c.c_int),
+                ("value", c.c_double),
+                ("metricInfo", MetricInfo),
+            )
+
+        class GpmMetricsGet(c.Structure):
+            _fields_ = (
+                ("version", c.c_uint),
+                ("numMetrics", c.c_uint),
+                ("sample1", c.c_void_p),
+                ("sample2", c.c_void_p),
+                ("metrics", GpmMetric * GPM_METRICS_ROOM),
+            )
+
+        class ProcessInfo(c.Structure):  # nvmlProcessInfo_v2_t, what the _v3 calls fill
+            _fields_ = (
+                ("pid", c.c_uint),
+                ("usedGpuMemory", c.c_ulonglong),
+                ("gpuInstanceId", c.c_uint),
+                ("computeInstanceId", c.c_uint),
+            )
+
+        self.MemoryV1, self.PciInfo, self.GpmSupport = MemoryV1, PciInfo, GpmSupport
+        self.c_nvmlGpmMetricsGet_t = GpmMetricsGet
+        self.ProcessInfo = ProcessInfo
+
+    # plumbing ---------------------------------------------------------------------------------
+    def _nvmlGetFunctionPointer(self, name):
+        fn = self._fns.get(name)
+        if fn is None:
+            try:
+                fn = getattr(self.lib, name)
+            except AttributeError:
+                raise NvmlCallError(NVML_FUNCTION_NOT_FOUND, "NVML has no %s" % name)
+            self._fns[name] = fn
+        return fn
+
+    def _call(self, name, *args):
+        rc = self._nvmlGetFunctionPointer(name)(*args)
+        if rc:
+            raise NvmlCallError(rc, "%s: %s" % (name, self._error_text(rc)))
+
+    def _error_text(self, rc):
+        try:
+            fn = self._nvmlGetFunctionPointer("nvmlErrorString")
+            fn.restype = self.c.c_char_p
+            return _text(fn(rc))
+        except Exception:
+            return "error %d" % rc
+
+    def _string(self, name, *args):
+        buf = self.c.create_string_buffer(96)
+        self._call(name, *(args + (buf, self.c.c_uint(96))))
+        return buf.value.decode("utf-8", "replace")
+
+    def _scalar(self, ctype, name, *args):
+        out = ctype()
+        self._call(name, *(args + (self.c.byref(out),)))
+        return out.value
+
+    # the pynvml names NvmlBackend uses ----------------------------------------------------------
+    def nvmlInit(self):
+        try:
+            self._call("nvmlInit_v2")
+        except NvmlCallError as exc:
+            if exc.value != NVML_FUNCTION_NOT_FOUND:
+                raise
+            self._call("nvmlInit")
+
+    def nvmlShutdown(self):
+        self._call("nvmlShutdown")
+
+    def nvmlSystemGetDriverVersion(self):
+        return self._string("nvmlSystemGetDriverVersion")
+
+    def nvmlSystemGetNVMLVersion(self):
+        return self._string("nvmlSystemGetNVMLVersion")
+
+    def nvmlDeviceGetCount(self):
+        return self._scalar(self.c.c_uint, "nvmlDeviceGetCount_v2")
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        h = self.c.c_void_p()
+        self._call("nvmlDeviceGetHandleByIndex_v2", self.c.c_uint(index), self.c.byref(h))
+        return h
+
+    def nvmlDeviceGetName(self, h):
+        return self._string("nvmlDeviceGetName", h)
+
+    def nvmlDeviceGetUUID(self, h):
+        return self._string("nvmlDeviceGetUUID", h)
+
+    def nvmlDeviceGetPciInfo(self, h):
+        info = self.PciInfo()
+        self._call("nvmlDeviceGetPciInfo_v3", h, self.c.byref(info))
+        return info
+
+    def nvmlDeviceGetMemoryInfo(self, h, version=None):
+        if version:
+            mem = self.MemoryV2()
+            mem.version = version
+            self._call("nvmlDeviceGetMemoryInfo_v2", h, self.c.byref(mem))
+            return mem
+        mem = self.MemoryV1()
+        self._call("nvmlDeviceGetMemoryInfo", h, self.c.byref(mem))
+        return mem
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h):
+        return self._scalar(self.c.c_uint, "nvmlDeviceGetEnforcedPowerLimit", h)
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        u = self.Utilization()
+        self._call("nvmlDeviceGetUtilizationRates", h, self.c.byref(u))
+        return u
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return self._scalar(self.c.c_uint, "nvmlDeviceGetPowerUsage", h)
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        return self._scalar(self.c.c_uint, "nvmlDeviceGetTemperature", h, self.c.c_int(sensor))
+
+    def nvmlDeviceGetClockInfo(self, h, kind):
+        return self._scalar(self.c.c_uint, "nvmlDeviceGetClockInfo", h, self.c.c_int(kind))
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        return self._scalar(self.c.c_ulonglong, "nvmlDeviceGetCurrentClocksEventReasons", h)
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h):
+        return self._scalar(self.c.c_ulonglong, "nvmlDeviceGetCurrentClocksThrottleReasons", h)
+
+    def nvmlGpmQueryDeviceSupport(self, h):
+        sup = self.GpmSupport()
+        sup.version = 1  # NVML_GPM_SUPPORT_VERSION
+        self._call("nvmlGpmQueryDeviceSupport", h, self.c.byref(sup))
+        return sup
+
+    def nvmlGpmSampleAlloc(self):
+        sample = self.c.c_void_p()
+        self._call("nvmlGpmSampleAlloc", self.c.byref(sample))
+        return sample
+
+    def nvmlGpmSampleFree(self, sample):
+        self._call("nvmlGpmSampleFree", sample)
+
+    def nvmlGpmSampleGet(self, h, sample):
+        self._call("nvmlGpmSampleGet", h, sample)
+        return sample
+
+    def nvmlGpmMetricsGet(self, mg):
+        self._call("nvmlGpmMetricsGet", self.c.byref(mg))
+        return mg
+
+    def nvmlDeviceGetNvLinkState(self, h, link):
+        return self._scalar(self.c.c_int, "nvmlDeviceGetNvLinkState", h, self.c.c_uint(link))
+
+    def nvmlDeviceGetNvLinkVersion(self, h, link):
+        return self._scalar(self.c.c_uint, "nvmlDeviceGetNvLinkVersion", h, self.c.c_uint(link))
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, h, link):
+        name = "nvmlDeviceGetNvLinkRemoteDeviceType"
+        return self._scalar(self.c.c_int, name, h, self.c.c_uint(link))
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, h, link):
+        info = self.PciInfo()
+        name = "nvmlDeviceGetNvLinkRemotePciInfo_v2"
+        self._call(name, h, self.c.c_uint(link), self.c.byref(info))
+        return info
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, h1, h2):
+        return self._scalar(self.c.c_int, "nvmlDeviceGetTopologyCommonAncestor", h1, h2)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        """The compute processes on a GPU (room for twice as many as counted, like pynvml)."""
+        c = self.c
+        fn = self._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses_v3")
+        count = c.c_uint(0)
+        rc = fn(h, c.byref(count), None)
+        if rc == 0:
+            return []
+        if rc != 7:  # NVML_ERROR_INSUFFICIENT_SIZE: the count is in
+            raise NvmlCallError(rc, self._error_text(rc))
+        count.value = count.value * 2 + 5
+        infos = (self.ProcessInfo * count.value)()
+        rc = fn(h, c.byref(count), infos)
+        if rc:
+            raise NvmlCallError(rc, self._error_text(rc))
+        return list(infos[: count.value])
+
 
 class NvmlBackend:
     """Samples GPUs through pynvml with cached handles, cached NotSupported and GPM."""
@@ -607,7 +1012,11 @@ class NvmlBackend:
     name = "pynvml"
     blocking = False
 
-    def __init__(self, nvml=None):
+    def __init__(self, nvml=None, gpm_every=GPM_EVERY, slow_every=SLOW_EVERY):
+        self.gpm_every = max(1, int(gpm_every))
+        self.slow_every = max(1, int(slow_every))
+        self._ticks = 0
+        self._slow_due = self._gpm_due = True
         if nvml is None:
             try:
                 import pynvml as nvml  # noqa: PLC0415 - optional
@@ -656,6 +1065,10 @@ class NvmlBackend:
             self._init_gpu(i)
         self.capabilities = ["gpm"] if any(g is not None for g in self._gpm) else []
         self.capabilities.append("procs")
+        self._fields = [{"index": i, "lost": False, "label": ""} for i in range(count)]
+        self._direct = _DirectNvml.make(nvml, count)
+        if isinstance(nvml, CtypesNvml):
+            self.capabilities.append("nvml-ctypes")
 
     @staticmethod
     def _static(fn):
@@ -787,9 +1200,33 @@ class NvmlBackend:
                 fields[name] = round(m.value, 2)
 
     def _sample_gpu(self, i, h):
+        """One GPU's field pairs: fast values every tick, slow ones and GPM on their strides."""
+        f = self._fields[i]  # a dict reused tick after tick: only the values change
+        if self._direct is not None:
+            self._direct.read(i, h, f, self._slow_due, self._q_rc, self._unsupported)
+        else:
+            self._read_api(i, h, f)
+        if f.get("mem_used_mib") is not None:
+            f["mem_total_mib"] = self._totals[i] or f.get("mem_total_mib")
+        f["power_limit_w"] = self._limits[i]
+        if self._gpm_due and self._gpm[i] is not None and (i, "gpm") not in self._unsupported:
+            self._gpm_sample(i, h, f)  # between GPM ticks the last window's values are repeated
+        return tuple((k, f[k]) for k in GPU_FIELDS if f.get(k) is not None)
+
+    def _q_rc(self, i, key, code):
+        """Handle a raw NVML return code: True when it is success; remember what is unsupported."""
+        if code == 0:
+            return True
+        if code in (NVML_NOT_SUPPORTED, NVML_FUNCTION_NOT_FOUND, NVML_NO_PERMISSION):
+            self._unsupported.add((i, key))
+        elif code in (NVML_GPU_IS_LOST, NVML_RESET_REQUIRED):
+            raise _GpuLost()
+        return False
+
+    def _read_api(self, i, h, f):
+        """The pynvml-function path (bindings without raw entry points, and the tests' fakes)."""
         nv = self.nv
         q = self._q
-        f = {"index": i}
         u = q(i, "util", nv.nvmlDeviceGetUtilizationRates, h)
         if u is not None:
             f["util_gpu"] = u.gpu
@@ -797,24 +1234,23 @@ class NvmlBackend:
         mem = q(i, "mem", self._memory, h)
         if mem is not None:
             f["mem_used_mib"] = round(mem[0] / MIB, 1)
-            f["mem_total_mib"] = self._totals[i] or round(mem[1] / MIB, 1)
+            f["mem_total_mib"] = round(mem[1] / MIB, 1)
         p = q(i, "power", nv.nvmlDeviceGetPowerUsage, h)
         if p is not None:
             f["power_w"] = round(p / 1000.0, 1)
-        f["power_limit_w"] = self._limits[i]
-        f["temp_c"] = q(i, "temp", nv.nvmlDeviceGetTemperature, h, 0)  # NVML_TEMPERATURE_GPU
         f["sm_mhz"] = q(i, "sm_clk", nv.nvmlDeviceGetClockInfo, h, 1)  # NVML_CLOCK_SM
-        f["mem_mhz"] = q(i, "mem_clk", nv.nvmlDeviceGetClockInfo, h, 2)  # NVML_CLOCK_MEM
         f["clock_reasons"] = q(i, "reasons", self._reasons, h)
-        if self._gpm[i] is not None and (i, "gpm") not in self._unsupported:
-            self._gpm_sample(i, h, f)
-        f["lost"] = False
-        f["label"] = ""
-        return tuple((k, f.get(k)) for k in GPU_FIELDS if k in f)
+        if self._slow_due or "temp_c" not in f:
+            f["temp_c"] = q(i, "temp", nv.nvmlDeviceGetTemperature, h, 0)  # NVML_TEMPERATURE_GPU
+            f["mem_mhz"] = q(i, "mem_clk", nv.nvmlDeviceGetClockInfo, h, 2)  # NVML_CLOCK_MEM
 
     def sample(self, now):
         out = []
         mono = time.monotonic()
+        n = self._ticks
+        self._ticks = n + 1
+        self._slow_due = n % self.slow_every == 0
+        self._gpm_due = n % self.gpm_every == 0
         for i, h in enumerate(self.handles):
             if i in self._lost:
                 if mono < self._lost[i] or h is None:
@@ -826,6 +1262,7 @@ class NvmlBackend:
                 fields = self._sample_gpu(i, h)
             except _GpuLost:
                 self._lost[i] = mono + LOST_RETRY_S
+                self._fields[i] = {"index": i, "lost": False, "label": ""}
                 out.append(_lost_fields(i))
                 continue
             self._lost.pop(i, None)
@@ -898,7 +1335,7 @@ SMI_FIELD_MAP = (
     ("clocks.mem", "mem_mhz"),
     ("clocks_event_reasons.active", "clock_reasons"),
 )
-_SMI_NUM = re.compile(r"^([-+]?\d+(?:\.\d+)?)\s*(?:[A-Za-z%/]+)?$")
+_SMI_NUM = r"^([-+]?\d+(?:\.\d+)?)\s*(?:[A-Za-z%/]+)?$"
 
 
 def smi_value(text):
@@ -911,7 +1348,9 @@ def smi_value(text):
             return int(s, 16)
         except ValueError:
             return None
-    m = _SMI_NUM.match(s)
+    import re  # noqa: PLC0415 - only the nvidia-smi path parses text (re caches the pattern)
+
+    m = re.match(_SMI_NUM, s)
     if not m:
         return None
     num = m.group(1)
@@ -984,6 +1423,8 @@ class SmiBackend:
     blocking = True
 
     def __init__(self, exe=None, runner=None):
+        import shutil  # noqa: PLC0415 - only this fallback needs it
+
         self.exe = exe or shutil.which("nvidia-smi")
         if not self.exe:
             raise BackendUnavailable("nvidia-smi not on PATH")
@@ -1020,6 +1461,8 @@ class SmiBackend:
         self.failing = ""
 
     def _spawn(self, args):
+        import subprocess  # noqa: PLC0415 - only this fallback spawns
+
         try:
             proc = subprocess.run(
                 [self.exe] + args + ["--format=csv,noheader,nounits"],
@@ -1157,6 +1600,8 @@ class ReplayBackend:
             for i in range(self.n)
         ]
         self.capabilities = ["gpm"]
+        import random  # noqa: PLC0415 - only replay jitters
+
         rng = random.Random(seed)
         # Small fixed per-GPU differences, so the fan-out does not look like one GPU 8 times.
         self._scale = [1.0 if i == 0 else 0.96 + 0.06 * rng.random() for i in range(self.n)]
@@ -1198,7 +1643,13 @@ class ReplayBackend:
                 out[k] = min(100.0, round(v * s * j, 2))
             elif k == "temp_c":
                 out[k] = v + self._temp_off[i]
-            elif k in ("power_w", "nvlink_tx_mibs", "nvlink_rx_mibs", "pcie_tx_mibs", "pcie_rx_mibs"):
+            elif k in (
+                "power_w",
+                "nvlink_tx_mibs",
+                "nvlink_rx_mibs",
+                "pcie_tx_mibs",
+                "pcie_rx_mibs",
+            ):
                 out[k] = round(v * s * j, 2)
             elif k == "mem_used_mib":
                 out[k] = round(v * (0.995 + 0.005 * s), 1)
@@ -1229,12 +1680,17 @@ class ReplayBackend:
 
 
 def make_backend(opts):
-    """The GPU backend for ``opts.backend`` ("auto" tries pynvml, then nvidia-smi, then none)."""
+    """The GPU backend for ``opts.backend``: "auto" tries NVML (through ctypes, then the pynvml
+    module, as ``--nvml`` allows), then nvidia-smi, then none."""
     choice = opts.backend
     if choice == "replay":
         try:
             return ReplayBackend(
-                opts.replay_trace, opts.replay_gpus, opts.replay_speed, opts.replay_seed, opts.interval
+                opts.replay_trace,
+                opts.replay_gpus,
+                opts.replay_speed,
+                opts.replay_seed,
+                opts.interval,
             )
         except BackendUnavailable as exc:
             return NoneBackend(str(exc))
@@ -1242,10 +1698,21 @@ def make_backend(opts):
         return NoneBackend("GPU sampling disabled (--backend none)")
     nvml_reason = smi_reason = ""
     if choice in ("auto", "pynvml"):
-        try:
-            return NvmlBackend()
-        except BackendUnavailable as exc:
-            nvml_reason = str(exc)
+        nvml_reason = ""
+        binding = getattr(opts, "nvml", "auto")
+        strides = (getattr(opts, "gpm_every", GPM_EVERY), getattr(opts, "slow_every", SLOW_EVERY))
+        if binding in ("auto", "ctypes"):
+            try:
+                return NvmlBackend(CtypesNvml(), *strides)
+            except BackendUnavailable as exc:
+                nvml_reason = str(exc)
+        if binding in ("auto", "pynvml"):
+            try:
+                return NvmlBackend(None, *strides)
+            except BackendUnavailable as exc:
+                # pynvml missing says less than the library's own reason when there is one
+                if not (nvml_reason and "not installed" in str(exc)):
+                    nvml_reason = str(exc)
         if choice == "pynvml":
             return NoneBackend(nvml_reason)
     if choice in ("auto", "nvidia-smi"):
@@ -1628,10 +2095,15 @@ def pci_relation(a, b, numa_a=None, numa_b=None):
 
 def nearest_nics(gpus, nics, sys_root=SYS_ROOT):
     """Set each GPU's ``nic`` and ``nic_link``: its closest active IB/RoCE port by PCI path."""
+    import re  # noqa: PLC0415 - topology is collected once per connection
+
     order = ("PIX", "PXB", "PHB", "NODE", "SYS")
     rdma = [n for n in nics if n.get("kind") in ("ib", "roce") and n.get("state") == "ACTIVE"]
     for g in gpus:
-        m = re.match(r"^(?:[0-9A-Fa-f]{4})?([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])$", g.get("bus_id") or "")
+        m = re.match(
+            r"^(?:[0-9A-Fa-f]{4})?([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])$",
+            g.get("bus_id") or "",
+        )
         if not m or not rdma:
             continue
         gpath = _realpath(os.path.join(sys_root, "bus", "pci", "devices", m.group(1).lower()))
@@ -1646,6 +2118,8 @@ def nearest_nics(gpus, nics, sys_root=SYS_ROOT):
 
 def _pci_of(device_link):
     """PCI address a sysfs ``device`` link points at ("" for virtual devices)."""
+    import re  # noqa: PLC0415 - topology is collected once per connection
+
     try:
         name = os.path.basename(os.path.realpath(device_link))
     except OSError:
@@ -1676,17 +2150,21 @@ def read_rdma_ports(sys_root=SYS_ROOT):
                 gbps = float(rate) if rate else None
             except ValueError:
                 gbps = None
-            out.append({
-                "name": dev[:64],
-                "port": int(port) if port.isdigit() else None,
-                "kind": "roce" if layer == "Ethernet" else ("ib" if layer == "InfiniBand" else ""),
-                "rate_gbps": gbps,
-                "state": state[:16],
-                "numa_node": numa,
-                "netdev": netdevs[0][:64] if netdevs else "",
-                "pci": pci,
-                "_path": devpath,
-            })
+            out.append(
+                {
+                    "name": dev[:64],
+                    "port": int(port) if port.isdigit() else None,
+                    "kind": "roce"
+                    if layer == "Ethernet"
+                    else ("ib" if layer == "InfiniBand" else ""),
+                    "rate_gbps": gbps,
+                    "state": state[:16],
+                    "numa_node": numa,
+                    "netdev": netdevs[0][:64] if netdevs else "",
+                    "pci": pci,
+                    "_path": devpath,
+                }
+            )
     return out
 
 
@@ -1700,20 +2178,26 @@ def read_net_ifaces(sys_root=SYS_ROOT, skip=()):
         if name in skip or not os.path.exists(os.path.join(ndir, "device")):
             continue  # lo, bridges, veth: no device behind them
         speed = _sys_int(os.path.join(ndir, "speed"))
-        out.append({
-            "name": name[:64],
-            "kind": "eth",
-            "rate_gbps": speed / 1000.0 if speed and speed > 0 else None,
-            "state": (_sys_text(os.path.join(ndir, "operstate")) or "")[:16],
-            "numa_node": _numa(os.path.join(ndir, "device", "numa_node")),
-            "pci": _pci_of(os.path.join(ndir, "device")),
-        })
+        out.append(
+            {
+                "name": name[:64],
+                "kind": "eth",
+                "rate_gbps": speed / 1000.0 if speed and speed > 0 else None,
+                "state": (_sys_text(os.path.join(ndir, "operstate")) or "")[:16],
+                "numa_node": _numa(os.path.join(ndir, "device", "numa_node")),
+                "pci": _pci_of(os.path.join(ndir, "device")),
+            }
+        )
     return out
 
 
 def pci_numa_node(bus_id, sys_root=SYS_ROOT):
     """NUMA node of a PCI device given NVML-style ("00000000:1B:00.0"); None when unknown."""
-    m = re.match(r"^(?:[0-9A-Fa-f]{4})?([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])$", bus_id or "")
+    import re  # noqa: PLC0415 - topology is collected once per connection
+
+    m = re.match(
+        r"^(?:[0-9A-Fa-f]{4})?([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])$", bus_id or ""
+    )
     if not m:
         return None
     return _numa(os.path.join(sys_root, "bus", "pci", "devices", m.group(1).lower(), "numa_node"))
@@ -1774,15 +2258,17 @@ def nvml_topology(nv, handles, buses, sys_root=SYS_ROOT):
         # device type call report its PCI address instead).
         gpu_buses = set(b.upper() for b in buses if b)
         switch += sum(1 for b in remotes if b not in gpu_buses)
-        gpus.append({
-            "index": i,
-            "bus_id": buses[i],
-            "numa_node": pci_numa_node(buses[i], sys_root),
-            "nvlink_version": version,
-            "nvlinks_up": up,
-            "nvlinks_total": total or None,
-            "nvlink_error": err,
-        })
+        gpus.append(
+            {
+                "index": i,
+                "bus_id": buses[i],
+                "numa_node": pci_numa_node(buses[i], sys_root),
+                "nvlink_version": version,
+                "nvlinks_up": up,
+                "nvlinks_total": total or None,
+                "nvlink_error": err,
+            }
+        )
         nvl.append((up or 0, switch, remotes))
     links = {}
     for i in range(len(handles)):
@@ -1803,6 +2289,9 @@ def nvml_topology(nv, handles, buses, sys_root=SYS_ROOT):
 
 def smi_topo_text(exe=None, runner=None):
     """`nvidia-smi topo -m` output (bounded), "" when it cannot run."""
+    import shutil  # noqa: PLC0415 - topology is collected once per connection
+    import subprocess  # noqa: PLC0415 - topology is collected once per connection
+
     if runner is not None:
         return (runner(["topo", "-m"]) or "")[:TOPO_TEXT_MAX]
     exe = exe or shutil.which("nvidia-smi")
@@ -1810,7 +2299,11 @@ def smi_topo_text(exe=None, runner=None):
         return ""
     try:
         proc = subprocess.run(
-            [exe, "topo", "-m"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=30, check=False
+            [exe, "topo", "-m"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            timeout=30,
+            check=False,
         )
     except (OSError, subprocess.SubprocessError):
         return ""
@@ -1820,6 +2313,8 @@ def smi_topo_text(exe=None, runner=None):
 def collect_topology(backend, sys_root=SYS_ROOT, smi_runner=None):
     """Fields of the ``topo`` record: NIC inventory from sysfs, GPUs/links from NVML when the
     backend is pynvml, else the text of `nvidia-smi topo -m` (parsed by the client)."""
+    import socket  # noqa: PLC0415 - topology is collected once per connection
+
     nics = read_rdma_ports(sys_root)
     nics += read_net_ifaces(sys_root, skip={n["netdev"] for n in nics if n.get("netdev")})
     nics = nics[:MAX_NICS]
@@ -1836,11 +2331,13 @@ def collect_topology(backend, sys_root=SYS_ROOT, smi_runner=None):
         text = smi_topo_text(runner=smi_runner or getattr(backend, "topo_runner", None))
         source = "nvidia-smi" if text else ""
         for g in backend.gpus:
-            gpus.append({
-                "index": g["index"],
-                "bus_id": g.get("bus_id", ""),
-                "numa_node": pci_numa_node(g.get("bus_id", ""), sys_root),
-            })
+            gpus.append(
+                {
+                    "index": g["index"],
+                    "bus_id": g.get("bus_id", ""),
+                    "numa_node": pci_numa_node(g.get("bus_id", ""), sys_root),
+                }
+            )
     if not source and not error:
         error = "no GPU topology: %s" % (backend.error or "backend %s has none" % backend.name)
     nearest_nics(gpus, nics, sys_root)
@@ -1865,7 +2362,7 @@ class Agent:
     def __init__(self, options=None):
         opts = options if options is not None else parse_args([])
         self.opts = opts
-        self.host = opts.host or socket.gethostname()
+        self.host = opts.host or os.uname().nodename
         self.interval = max(0.05, float(opts.interval))
         self.procs_enabled = not opts.no_procs
         self.procs_every = max(1, int(opts.procs_every))
@@ -1898,7 +2395,7 @@ class Agent:
         caps.append("follow")
         fields = (
             ("agent_version", AGENT_VERSION),
-            ("python", platform.python_version()),
+            ("python", "%d.%d.%d" % sys.version_info[:3]),
             ("backend", b.name),
             ("driver", b.driver),
             ("nvml_version", b.nvml_version),
@@ -1962,15 +2459,15 @@ class Agent:
         if raw is None:
             return None
         raw.sort()
-        signature = tuple(raw)
+        infos = [self.inspector.inspect(pid) for pid, _, _ in raw]
+        # A changed title (the method a Ray worker runs) is a change too, not only pids and memory.
+        signature = (tuple(raw), tuple(info.get("cmd", "") for info in infos))
+        self.inspector.forget_except({p[0] for p in raw})
         last = self._last_procs
         if last is not None and last[1] == signature and now - last[0] < PROCS_FORCE_S:
             return None
         self._last_procs = (now, signature)
-        procs = []
-        for pid, gpu, used in raw:
-            procs.append(proc_dict(pid, gpu, used, self.inspector.inspect(pid)))
-        self.inspector.forget_except({p[0] for p in raw})
+        procs = [proc_dict(pid, gpu, used, info) for (pid, gpu, used), info in zip(raw, infos)]  # noqa: B905 - 3.8
         return _record("procs", self.host, now, (("procs", procs),))
 
     def follow(self, kind, path, from_start=False):
@@ -2026,6 +2523,8 @@ class Agent:
 
 def parse_args(argv=None):
     """The agent's command line."""
+    import argparse  # noqa: PLC0415 - the command line is read once
+
     p = argparse.ArgumentParser(prog="verl-top-agent", description="verl-top node agent")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between ticks")
     p.add_argument("--host", default="", help="host name in records (default: hostname)")
@@ -2043,6 +2542,17 @@ def parse_args(argv=None):
     p.add_argument("--count", type=int, default=0, help="stop after N ticks (0: run on)")
     p.add_argument("--no-procs", action="store_true", help="do not list GPU processes")
     p.add_argument("--procs-every", type=int, default=5, help="list GPU processes every N ticks")
+    p.add_argument("--gpm-every", type=int, default=GPM_EVERY, help="GPM sample every N ticks")
+    p.add_argument(
+        "--nvml",
+        default="auto",
+        choices=("auto", "ctypes", "pynvml"),
+        help="NVML binding: libnvidia-ml through ctypes (no pynvml module to load: ~4 MB less "
+        "resident), or the pynvml module; auto: ctypes, else pynvml",
+    )
+    p.add_argument(
+        "--slow-every", type=int, default=SLOW_EVERY, help="temperature, memory clock every N ticks"
+    )
     p.add_argument("--host-sampler", default="auto", choices=("auto", "psutil", "proc"))
     p.add_argument("--no-topology", action="store_true", help="do not send the topo record")
     p.add_argument("--sys-root", default=SYS_ROOT, help=argparse.SUPPRESS)  # tests: a fake /sys
@@ -2083,6 +2593,17 @@ class _Writer:
         return not self.broken
 
 
+def _trim_heap():
+    """Hand freed heap pages back to the OS (glibc only). Compiling the shipped source and NVML's
+    start-up free megabytes that malloc would otherwise keep resident for the agent's life."""
+    try:
+        import ctypes  # noqa: PLC0415 - already loaded when pynvml is
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except Exception:  # not glibc (musl, macOS): nothing to do
+        pass
+
+
 def _read_stdin(q):
     """Control channel reader (daemon thread): JSON lines, then an EOF marker."""
     try:
@@ -2100,6 +2621,9 @@ def main(argv=None):
     opts = parse_args(argv)
     agent = Agent(opts)
     writer = _Writer()
+    import queue  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
     q = queue.Queue()
     if not (opts.ignore_stdin or opts.once):
         threading.Thread(target=_read_stdin, args=(q,), name="control", daemon=True).start()
@@ -2108,7 +2632,11 @@ def main(argv=None):
             return 1
         if not opts.no_topology and not writer.write([agent.topology()]):
             return 1
-        if opts.once and isinstance(agent.backend, NvmlBackend) and "gpm" in agent.backend.capabilities:
+        if (
+            opts.once
+            and isinstance(agent.backend, NvmlBackend)
+            and "gpm" in agent.backend.capabilities
+        ):
             time.sleep(GPM_MIN_GAP_S + 0.02)  # GPM needs two samples 100 ms apart
         limit = 1 if opts.once else max(0, opts.count)
         next_tick = time.monotonic()
@@ -2117,6 +2645,8 @@ def main(argv=None):
             if mono >= next_tick:
                 if not writer.write(agent.tick(time.time())):
                     return 1
+                if agent.ticks == 1:
+                    _trim_heap()
                 if limit and agent.ticks >= limit:
                     return 0
                 next_tick += agent.interval

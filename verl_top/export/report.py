@@ -263,7 +263,7 @@ def _processes(doc: dict[str, Any]) -> list[str]:
         by_host.setdefault(p["host"], []).append(p)
     rows = []
     for host, ps in list(by_host.items())[:MAX_HOST_ROWS]:
-        roles = Counter(p["role"] for p in ps)
+        roles = Counter(p.get("verl_role") or p["role"] for p in ps)  # verl's name when known
         methods = Counter(p["method"] or "idle" for p in ps if p["role"] == "trainer")
         ranks = sorted(p["rank"] for p in ps if p["role"] == "trainer" and p["rank"] is not None)
         rank_text = f"{ranks[0]}–{ranks[-1]}" if ranks else "-"
@@ -279,6 +279,13 @@ def _processes(doc: dict[str, Any]) -> list[str]:
     lines += _table(["host", "roles", "trainer phase", "trainer ranks"], rows)
     if len(by_host) > MAX_HOST_ROWS:
         lines.append(f"\n… {len(by_host) - MAX_HOST_ROWS} more hosts in snapshot.json")
+    # The job's processes that hold no GPU (TaskRunner, ...), from Ray: named, not counted above.
+    others = [m for m in doc.get("process_map", []) if m.get("source") == "ray"]
+    if others:
+        names = Counter(m["verl_role"] for m in others)
+        lines.append(
+            "\nWithout a GPU (Ray actors): " + ", ".join(f"{n} {r}" for r, n in names.most_common())
+        )
     return lines + [""]
 
 

@@ -74,7 +74,24 @@ _PROCESS = _obj(
         "method": _STR,
         "rank": _INT,
     },
-    {"used_mib": _NUM, "user": _STR, "env_rank": _INT, "env_local_rank": _INT, "t": _NUM},
+    {
+        "used_mib": _NUM,
+        "user": _STR,
+        "env_rank": _INT,
+        "env_local_rank": _INT,
+        "t": _NUM,
+        "verl_role": _STR,
+    },
+)
+_MAPPED = _obj(
+    {
+        "host": _STR,
+        "verl_role": _STR,
+        "method": _STR,
+        "gpus": {"type": "array", "items": {"type": "integer"}},
+        "source": {"enum": ["gpu", "ray"]},
+    },
+    {"pid": _INT, "rank": _INT, "gpu_mem_mib": _NUM, "cpu_pct": _NUM, "rss_bytes": _INT},
 )
 _STEP = _obj(
     {
@@ -159,6 +176,7 @@ SNAPSHOT_SCHEMA: dict[str, Any] = {
         },
         {
             "notes": {"type": "array", "items": _STR},
+            "process_map": {"type": "array", "items": _MAPPED},
             # Each node's topo record (docs/protocol.md) plus "marks": [{"gpu", "text"}].
             "topology": {"type": "array", "items": {"type": "object"}},
         },

@@ -52,7 +52,7 @@ from verl_top.model import (
     clock_reason_names,
 )
 from verl_top.protocol import encode, from_dict, to_dict
-from verl_top.roles import annotate, classify
+from verl_top.roles import annotate, classify, process_map
 from verl_top.store import (
     GPU_DERIVED,
     GPU_METRICS,
@@ -346,6 +346,19 @@ def _processes_json(store: Store) -> list[dict[str, Any]]:
     return out
 
 
+def _process_map_json(store: Store) -> list[dict[str, Any]]:
+    """Every process of the job as verl names it: GPU processes with their GPUs, GPU memory,
+    rank and current method, then the job's Ray actors that hold no GPU (TaskRunner, ...)."""
+    procs = {h.name: h.procs for h in store.hosts.values()}
+    out = []
+    for m in process_map(procs, store.ray_actors):
+        d = _fields(m)
+        d["gpus"] = list(m.gpus)
+        d["cmd"] = redact_text(m.cmd)
+        out.append(d)
+    return out
+
+
 def snapshot_steps(store: Store) -> list[Any]:
     """The window's steps, or the last ``MIN_STEPS`` when the window holds fewer."""
     since = store.window_start()
@@ -391,6 +404,7 @@ def build_snapshot(
         "hosts": [_host_json(store, h, since) for h in hosts],
         "gpus": gpus,
         "processes": _processes_json(store),
+        "process_map": _process_map_json(store),
         "steps": [_fields(s) for s in snapshot_steps(store)],
         "config": {"source": store.config_source, "values": redact_mapping(store.config)},
         "probes": [_fields(p) for p in store.probes],

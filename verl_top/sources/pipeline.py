@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from verl_top.model import LogLines, ProcessList, Record
-from verl_top.roles import annotate
+from verl_top.roles import RoleMemory, annotate_verl, config_roles
 from verl_top.sources.recorder import Recorder
 from verl_top.store import Store
 
@@ -52,12 +52,14 @@ class Pipeline:
         self._streams: dict[tuple[str, str, str], StreamParser] = {}
         self.wall_clock = wall_clock
         self.listeners: list[Callable[[Record], None]] = []
+        self.roles = RoleMemory()  # the verl roles each WorkerDict served so far
 
     def emit(self, record: Record) -> None:
         """Accept one record from any source."""
         received = self.wall_clock()
         if isinstance(record, ProcessList):
-            record = annotate(record)  # verl role and rank of each GPU process, once, on arrival
+            # verl role, name, current method and rank of each GPU process, once, on arrival
+            record = annotate_verl(record, self.roles, config_roles(self.store.config))
         if isinstance(record, LogLines):
             self.store.ingest(record, received)
             for parsed in self._parse(record):

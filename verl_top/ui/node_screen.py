@@ -15,6 +15,7 @@ plot size changed, with each series averaged down to about one point per plot co
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,7 +28,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 from textual_plotext import PlotextPlot
 
-from verl_top.roles import classify
+from verl_top.roles import classify, process_map, verl_name
 from verl_top.store import GpuEntry, HostEntry, Store, mean
 from verl_top.ui.widgets import (
     DASH,
@@ -79,7 +80,7 @@ PROC_COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("gmem", "GPU mem", 9),
     ("cpu", "CPU%", 5),
     ("rss", "RSS", 9),
-    ("role", "verl role", 24),
+    ("role", "verl role · method", 40),
     ("rank", "Rank", 4),
     ("cmd", "Command", 70),
 )
@@ -321,11 +322,30 @@ def render_host(store: Store, h: HostEntry, palette: dict[str, str]) -> Text:
                 f" {sparkline(hist, 16, top=max(hist) or 1.0)}", style=palette.get("accent", "cyan")
             )
     if s.agent_cpu_pct is not None or s.agent_rss_bytes is not None:
-        text.append("\nagent: CPU ", style="dim")
-        text.append(fmt_num(s.agent_cpu_pct, "{:.2f}", " %"))
-        rss = None if s.agent_rss_bytes is None else s.agent_rss_bytes / 2**20
-        text.append(" · RSS ", style="dim")
-        text.append(fmt_num(rss, "{:.0f}", " MiB"))
+        text.append_text(cost_line(store, h))
+    return text
+
+
+COST_WINDOW_S = 30.0  # one sample's CPU % is one interval's worth: too noisy to show alone
+
+
+def cost_line(store: Store, h: HostEntry) -> Text:
+    """What sampling this node costs: the agent's CPU (mean over the last 30 s) and RSS. With
+    the in-process local source the agent runs inside verl-top, so the figure is verl-top's own
+    (client and agent together), and the line says so."""
+    s = h.latest
+    in_process = h.hello is not None and h.hello.pid == os.getpid() and not store.replay
+    hist = h.history.recent_values("agent_cpu_pct", store.now - COST_WINDOW_S)
+    vals = [v for v in hist if v == v]  # NaN: no value in that sample
+    cpu = sum(vals) / len(vals) if vals else (None if s is None else s.agent_cpu_pct)
+    rss = None if s is None or s.agent_rss_bytes is None else s.agent_rss_bytes / 2**20
+    text = Text()
+    label = "verl-top itself (this process: UI + in-process agent)" if in_process else "agent"
+    text.append(f"\n{label}: CPU ", style="dim")
+    text.append(fmt_num(cpu, "{:.1f}", " % of a core"))
+    text.append(f" ({int(COST_WINDOW_S)} s mean)" if vals else " (last sample)", style="dim")
+    text.append(" · RSS ", style="dim")
+    text.append(fmt_num(rss, "{:.0f}", " MiB"))
     return text
 
 
@@ -339,15 +359,20 @@ def _size(nbytes: float | None) -> str:
 
 
 def role_label(proc: Any) -> str:
-    """The process's verl role, with the trainer's running method (``trainer:update_actor``)."""
-    role = proc.role or ""
-    if role == "trainer":
-        return classify(proc.cmd).label
-    return role or DASH
+    """verl's name of the process with the method it runs now (``actor/rollout/ref ·
+    generate_sequences``); the coarse role when the name is unknown."""
+    name = getattr(proc, "verl_role", None) or verl_name(proc.cmd or "") or proc.role or ""
+    method = getattr(proc, "method", None) or classify(proc.cmd or "").method
+    if not name:
+        return DASH
+    return f"{name} · {method}" if method else name
 
 
-def process_rows(h: HostEntry) -> tuple[list[tuple[str, tuple[Any, ...]]], list[Any]]:
-    """Table rows of the visible GPU processes (by GPU, then pid) and the invisible ones."""
+def process_rows(
+    h: HostEntry, actors: Sequence[Any] = ()
+) -> tuple[list[tuple[str, tuple[Any, ...]]], list[Any]]:
+    """Table rows of the visible GPU processes (by GPU, then pid), then the job's Ray actors on
+    this host that hold no GPU (TaskRunner, ...); and the invisible GPU processes."""
     rows: list[tuple[str, tuple[Any, ...]]] = []
     hidden: list[Any] = []
     procs = [] if h.procs is None else sorted(h.procs.procs, key=lambda p: (p.gpu_index, p.pid))
@@ -369,6 +394,26 @@ def process_rows(h: HostEntry) -> tuple[list[tuple[str, tuple[Any, ...]]], list[
                     role_label(p),
                     (DASH if p.rank is None else str(p.rank)).rjust(4),
                     (p.cmd or DASH)[:200],
+                ),
+            )
+        )
+    plist = {h.name: h.procs} if h.procs is not None else {}
+    for m in process_map(plist, [a for a in actors if a.host == h.name]):
+        if m.source != "ray":
+            continue
+        rows.append(
+            (
+                f"ray/{m.pid}",
+                (
+                    (DASH if m.pid is None else str(m.pid)).rjust(8),
+                    DASH,
+                    DASH.rjust(3),
+                    DASH.rjust(9),
+                    DASH.rjust(5),
+                    DASH.rjust(9),
+                    m.label,
+                    (DASH if m.rank is None else str(m.rank)).rjust(4),
+                    f"Ray actor {m.cmd}"[:200],
                 ),
             )
         )
@@ -529,7 +574,12 @@ class NodeScreen(Screen):
                 for metric, title in METRICS:
                     yield MetricPlot(metric, title, id=f"plot-{metric}")
                 yield Static("", id="node-host")
-            yield Static(Text("GPU processes", style="bold underline"), classes="node-block")
+            yield Static(
+                Text(
+                    "Processes of the job (GPU processes, then Ray actors)", style="bold underline"
+                ),
+                classes="node-block",
+            )
             yield DataTable(id="node-procs", cursor_type="row", zebra_stripes=True)
             yield Static("", id="node-hidden", classes="node-block")
             yield Static("", id="node-probes", classes="node-block")
@@ -589,7 +639,7 @@ class NodeScreen(Screen):
             self.query_one("#node-info", Static).update(render_info(store, h, palette))
             self._update_plots(store, h, palette)
             self.query_one("#node-host", Static).update(render_host(store, h, palette))
-            rows, hidden = process_rows(h)
+            rows, hidden = process_rows(h, store.ray_actors)
             if self.proc_sync is not None:
                 self.proc_sync.sync(rows)
             self.query_one("#node-hidden", Static).update(render_hidden(h, hidden, palette))

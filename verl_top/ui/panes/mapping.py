@@ -22,6 +22,7 @@ from textual.widgets import DataTable, Static
 from verl_top.model import GpuProcess
 from verl_top.nccl.expected import rdma_ports
 from verl_top.nccl.topo import slow_tp_groups, topology_marks
+from verl_top.roles import process_map
 from verl_top.store import Store, mean
 from verl_top.ui.panes.base import Pane
 from verl_top.ui.widgets import DASH, DEAD_STATES, TableSync, activity_style, fmt_num, gpu_total
@@ -256,10 +257,13 @@ def roles_block(store: Store, stats: list[GpuStat]) -> RenderableType:
         )
         return text
     ranks: dict[str, set[int]] = {}
+    names: dict[str, set[str]] = {}  # coarse role -> verl's names of its processes
     for h in store.hosts.values():
         for p in h.procs.procs if h.procs is not None else []:
             if p.rank is not None and p.role:
                 ranks.setdefault(p.role, set()).add(p.rank)
+            if p.role and p.verl_role:
+                names.setdefault(p.role, set()).add(p.verl_role)
     groups: dict[str, list[GpuStat]] = {}
     for s in stats:
         for role in s.roles or ["(no process)"]:
@@ -277,13 +281,54 @@ def roles_block(store: Store, stats: list[GpuStat]) -> RenderableType:
     for role in sorted(groups, key=lambda r: (r.startswith("("), r)):
         members = groups[role]
         letter = ROLE_LETTERS.get(role, "-" if role.startswith("(") else "?")
+        verl = ", ".join(sorted(names.get(role, ())))
         table.add_row(
-            f"{letter} {role}",
+            f"{letter} {role}" + (f" ({verl})" if verl and verl != role else ""),
             str(len(members)),
             str(len({s.host for s in members})),
             _ranges(ranks.get(role, ())),
             _spread([s.activity for s in members if s.activity is not None]),
             _spread([s.memory for s in members if s.memory is not None]),
+        )
+    return table
+
+
+PROCESS_ROWS = 16  # processes listed on pane 4; the node screen lists all of a node's
+
+
+def processes_block(store: Store) -> RenderableType:
+    """The job's processes as verl names them: role · current method, rank, GPUs, GPU memory,
+    node and pid; GPU processes first, then Ray actors holding no GPU (TaskRunner, ...)."""
+    procs = {h.name: h.procs for h in store.hosts.values()}
+    mapped = process_map(procs, store.ray_actors)
+    if not mapped:
+        return Text(
+            "no process of the job seen yet (GPU process lists come from the node agents, "
+            "Ray actors from --ray)",
+            style="italic",
+        )
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for col, justify in (
+        ("verl role · method", "left"),
+        ("rank", "right"),
+        ("GPUs", "left"),
+        ("GPU mem", "right"),
+        ("node", "left"),
+        ("pid", "right"),
+    ):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for m in mapped[:PROCESS_ROWS]:
+        table.add_row(
+            Text(m.label),
+            "-" if m.rank is None else str(m.rank),
+            ",".join(str(g) for g in m.gpus) or "-",
+            "-" if m.gpu_mem_mib is None else f"{m.gpu_mem_mib / 1024:.1f} GiB",
+            Text(m.host),
+            "-" if m.pid is None else str(m.pid),
+        )
+    if len(mapped) > PROCESS_ROWS:
+        table.add_row(
+            Text(f"… {len(mapped) - PROCESS_ROWS} more (node screen: Enter)"), "", "", "", "", ""
         )
     return table
 
@@ -519,6 +564,9 @@ class MappingPane(Pane):
                     "Roles: spread across each role's GPUs (window means)", style="bold underline"
                 ),
                 roles_block(store, stats),
+                Text(""),
+                Text("Processes of the job", style="bold underline"),
+                processes_block(store),
                 Text(""),
                 Text("Stragglers", style="bold underline"),
                 straggler_block(stats, palette),
