@@ -291,6 +291,8 @@ def _clean_config_value(value: Any, depth: int = 0) -> Any:
         return _BAD if number is None else value
     if isinstance(value, str):
         return clean_text(value, 1024)
+    if isinstance(value, dict) and not value:
+        return {}  # an empty section (``override_config: {}``) is a leaf of the flat config
     if isinstance(value, list) and depth == 0:
         items = [_clean_config_value(v, 1) for v in value[:MAX_CONFIG_LIST]]
         return [v for v in items if v is not _BAD]
