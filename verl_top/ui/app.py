@@ -131,7 +131,7 @@ class VerlTopApp(App):
 
         # Built-in and user themes (validated) join the palette's theme picker.
         for error in install_themes(self, self._theme_name):
-            self.notify(error, severity="error", timeout=10)
+            self.notify(error, severity="error", timeout=10, markup=False)
         # Keep direct references: the timer keeps ticking while another screen (d) is on top,
         # and app-level queries would search that screen instead of the main one.
         self._header = self.query_one(VerlTopHeader)
@@ -160,7 +160,7 @@ class VerlTopApp(App):
         except Exception as exc:  # noqa: BLE001 - any source bug must not take the UI down
             message = f"source {name} failed: {type(exc).__name__}: {exc}"
             self.store.notes.append(message)
-            self.notify(message, severity="error", timeout=10)
+            self.notify(message, severity="error", timeout=10, markup=False)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -227,7 +227,11 @@ class VerlTopApp(App):
             except Exception as exc:  # noqa: BLE001 - keep the last verdict, say why once
                 if not self._engine_failed:
                     self._engine_failed = True
-                    self.notify(f"diagnosis failed: {type(exc).__name__}: {exc}", severity="error")
+                    self.notify(
+                        f"diagnosis failed: {type(exc).__name__}: {exc}",
+                        severity="error",
+                        markup=False,
+                    )
             cost = time.monotonic() - started
             # A slow evaluation (a very large cluster) runs at most every 4x its own cost, so
             # the tables keep their refresh rate; the verdict moves slowly anyway (hysteresis).
@@ -280,7 +284,7 @@ class VerlTopApp(App):
             self._notes_seen = 0
         for note in list(notes)[self._notes_seen :]:
             if not note.startswith("source "):  # _run_source already notified those
-                self.notify(note, severity="warning", timeout=8)
+                self.notify(note, severity="warning", timeout=8, markup=False)
         self._notes_seen = len(notes)
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
@@ -358,7 +362,9 @@ class VerlTopApp(App):
         """Space: pause or resume a replay."""
         replay = self.inputs.replay
         if replay is None:
-            self.notify("pause works on replays (--replay / --demo); live data keeps flowing")
+            self.notify(
+                "pause works on replays (--replay / --demo); live data keeps flowing", markup=False
+            )
             return
         replay.toggle()
         self.refresh_now()
@@ -367,7 +373,7 @@ class VerlTopApp(App):
         """Key n: while paused, play one more interval."""
         replay = self.inputs.replay
         if replay is None or not replay.paused:
-            self.notify("n steps a paused replay (space pauses)")
+            self.notify("n steps a paused replay (space pauses)", markup=False)
             return
         replay.step()
 
@@ -401,10 +407,10 @@ class VerlTopApp(App):
             smaller = [w for w in WINDOW_STEPS if w < now - 1e-9]
             new = smaller[-1] if smaller else now
         if new == now:
-            self.notify(f"history window stays {now:g} s (30 s to 1 h)")
+            self.notify(f"history window stays {now:g} s (30 s to 1 h)", markup=False)
             return
         limits.window_s = new
-        self.notify(f"history window {new:g} s")
+        self.notify(f"history window {new:g} s", markup=False)
         for step in range(1, 6):
             self.pane(step).force_next()
         self.refresh_now()
@@ -413,7 +419,7 @@ class VerlTopApp(App):
         """Keys > and <: replay speed ×2 or ÷2 (1/16 to 64)."""
         replay = self.inputs.replay
         if replay is None:
-            self.notify("speed applies to replays (--replay / --demo)")
+            self.notify("speed applies to replays (--replay / --demo)", markup=False)
             return
         replay.speed = min(64.0, max(1 / 16, replay.speed * factor))
         self.refresh_now()

@@ -13,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from verl_top.ui.widgets import STEP_NAMES, render_finding, step_checks, step_findings
+from verl_top.untrusted import clean_text
 
 
 def render_verdict(verdict: Any, palette: dict[str, str] | None = None) -> RenderableType:
@@ -22,7 +23,7 @@ def render_verdict(verdict: Any, palette: dict[str, str] | None = None) -> Rende
     parts: list[RenderableType] = []
     headline = getattr(verdict, "headline", "")
     bottleneck = getattr(verdict, "bottleneck_step", None)
-    parts.append(Text(f"Verdict: {headline or 'no headline'}", style="bold"))
+    parts.append(Text(f"Verdict: {clean_text(headline) or 'no headline'}", style="bold"))
     for step in range(1, 6):
         title = Text()
         mark = "● " if step == bottleneck else "  "
@@ -47,7 +48,7 @@ def render_verdict(verdict: Any, palette: dict[str, str] | None = None) -> Rende
             for c in no_data:
                 line = Text(f"    {c.rule}", style="")
                 if getattr(c, "detail", ""):
-                    line.append(f": {c.detail}", style="dim")
+                    line.append(f": {clean_text(c.detail)}", style="dim")
                 parts.append(line)
     return Group(*parts)
 

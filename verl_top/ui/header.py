@@ -11,6 +11,7 @@ from textual.widgets import Static
 
 from verl_top.store import Store
 from verl_top.ui.widgets import DEAD_STATES, STEP_NAMES, severity_class, step_findings
+from verl_top.untrusted import clean_text
 
 RATE_STEPS = 20  # steps used for the step rate
 
@@ -106,7 +107,7 @@ class VerlTopHeader(Vertical):
             return  # children not composed yet (a timer can fire before the first layout)
         line = Text()
         line.append(f" {mode} ", style="reverse bold")
-        line.append(f" {title}  ", style="bold")
+        line.append(f" {clean_text(title)}  ", style="bold")
         line.append(f"hosts {host_summary(store)}  ")
         line.append(f"GPUs {store.gpu_count()}  ")
         act = cluster_activity(store)
@@ -132,4 +133,4 @@ class VerlTopHeader(Vertical):
         b = self.query_one("#banner", Static)
         for lv in ("error", "warning", "info", "ok", "wait"):
             b.set_class(lv == level, f"-{lv}")
-        b.update(text)
+        b.update(Text(clean_text(text)))  # verdicts quote host names and reasons: never markup

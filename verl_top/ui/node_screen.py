@@ -44,6 +44,7 @@ from verl_top.ui.widgets import (
     missing,
     sparkline,
 )
+from verl_top.untrusted import clean_text
 from verl_top.verl.parse import strip_ansi
 
 # (key, title, what the plot shows): one plot each, 0-100 %.
@@ -217,9 +218,11 @@ def render_info(store: Store, h: HostEntry, palette: dict[str, str]) -> Text:
     text = Text()
     state_style = host_state_style(h.state, palette)
     text.append("state ", style="dim")
-    text.append(h.state, style=f"bold {state_style}")
+    text.append(clean_text(h.state), style=f"bold {state_style}")
     if h.reason:
-        text.append(f" ({h.reason})", style=palette.get("error", "red") if not live else "")
+        text.append(
+            f" ({clean_text(h.reason)})", style=palette.get("error", "red") if not live else ""
+        )
     age = None if h.last_received is None else store.wall_clock() - h.last_received
     text.append(f" · last seen {fmt_age(age)} ago", style="dim")
     hello = h.hello
@@ -237,10 +240,11 @@ def render_info(store: Store, h: HostEntry, palette: dict[str, str]) -> Text:
     text.append("\n")
     for i, (label, value) in enumerate(parts):
         text.append(("" if i == 0 else " · ") + f"{label} ", style="dim")
-        text.append(value, style="bold")
+        text.append(clean_text(value), style="bold")
     names: dict[str, int] = {}
     for info in hello.gpus:
-        names[info.name or "GPU"] = names.get(info.name or "GPU", 0) + 1
+        name = clean_text(info.name) or "GPU"
+        names[name] = names.get(name, 0) + 1
     gpus = ", ".join(f"{n}× {name}" for name, n in names.items()) or "no GPU"
     gpm = sum(1 for info in hello.gpus if info.gpm)
     text.append(f"\n{gpus}", style="bold")
@@ -258,7 +262,7 @@ def render_info(store: Store, h: HostEntry, palette: dict[str, str]) -> Text:
     if hello.mem_total_bytes:
         text.append(f" · {hello.mem_total_bytes / 2**30:.0f} GiB RAM", style="dim")
     if hello.error:
-        text.append(f"\nagent: {hello.error}", style=palette.get("warning", "yellow"))
+        text.append(f"\nagent: {clean_text(hello.error)}", style=palette.get("warning", "yellow"))
     return text
 
 
@@ -398,9 +402,12 @@ def render_probes(store: Store, host: str, palette: dict[str, str]) -> Renderabl
         line = Text()
         ok_style = palette.get("success", "green") if p.ok else palette.get("error", "red")
         line.append("ok  " if p.ok else "FAIL", style=f"bold {ok_style}")
-        line.append(f" {p.tool} {p.collective} {p.scope} · {p.nranks} ranks", style="")
+        line.append(clean_text(f" {p.tool} {p.collective} {p.scope} · {p.nranks} ranks"))
         if p.hosts:
-            line.append(f" · {','.join(p.hosts[:4])}{'…' if len(p.hosts) > 4 else ''}", style="dim")
+            line.append(
+                f" · {clean_text(','.join(p.hosts[:4]))}{'…' if len(p.hosts) > 4 else ''}",
+                style="dim",
+            )
         if p.busbw_max_gbs is not None:
             line.append(" · busbw ")
             line.append(f"{p.busbw_max_gbs:.1f} GB/s", style="bold")
@@ -409,11 +416,11 @@ def render_probes(store: Store, host: str, palette: dict[str, str]) -> Renderabl
                 style = palette.get("warning", "yellow") if share < 70 else ""
                 line.append(f" = {share:.0f} % of {p.expected_gbs:.0f} expected", style=style)
         if p.link:
-            line.append(f" ({p.link})", style="dim")
+            line.append(f" ({clean_text(p.link)})", style="dim")
         if p.transport:
-            line.append(f" · {p.transport}", style="dim")
+            line.append(f" · {clean_text(p.transport)}", style="dim")
         if p.error:
-            line.append(f" · {p.error}", style=palette.get("error", "red"))
+            line.append(f" · {clean_text(p.error)}", style=palette.get("error", "red"))
         lines.append(line)
     return Group(*lines)
 
@@ -428,11 +435,10 @@ def render_log(h: HostEntry, width: int) -> RenderableType:
         )
     tail = list(h.log_tail)[-LOG_LINES:]
     cut = max(20, width - 4)
+    # clean_text: escapes and controls out (also when a line did not pass the trust boundary),
+    # one screen line each, cut with "…".
     body = Text(
-        "\n".join(
-            (line if len(line) <= cut else line[: cut - 1] + "…")
-            for line in (strip_ansi(raw).rstrip("\n").replace("\t", "  ") for raw in tail)
-        ),
+        "\n".join(clean_text(strip_ansi(raw).replace("\t", "  "), cut) for raw in tail),
         no_wrap=True,
     )
     return Group(title, body)
@@ -570,7 +576,9 @@ class NodeScreen(Screen):
         palette = self.palette()
         title = self.query_one("#node-title", Static)
         if h is None:
-            title.update(Text(f" Node {self.host}: not known to this session (Esc back)"))
+            title.update(
+                Text(f" Node {clean_text(self.host)}: not known to this session (Esc back)")
+            )
             return
         self.refresh_count += 1
         with self.app.batch_update():
@@ -589,8 +597,10 @@ class NodeScreen(Screen):
     def _title(self, h: HostEntry, palette: dict[str, str]) -> Text:
         live = h.state not in DEAD_STATES
         text = Text(" Node ", style="bold")
-        text.append(h.name, style="bold")
-        text.append(f" · {h.state}", style="" if live else f"bold {palette.get('error', 'red')}")
+        text.append(clean_text(h.name), style="bold")
+        text.append(
+            f" · {clean_text(h.state)}", style="" if live else f"bold {palette.get('error', 'red')}"
+        )
         text.append(f" · {len(h.gpus)} GPUs", style="")
         procs = 0 if h.procs is None else len(h.procs.procs)
         text.append(f" · {procs} GPU processes", style="")

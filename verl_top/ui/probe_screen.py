@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -149,25 +150,31 @@ class ProbeScreen(ModalScreen["list[ProbeResult] | None"]):
 
     def compose(self) -> ComposeResult:
         plan = self.plan
-        lines = ["[b]NCCL bandwidth probe (all_reduce, 1 MiB - 1 GiB)[/b]", ""]
+        # Host and GPU names are foreign text: plain Text, never markup.
+        text = Text("NCCL bandwidth probe (all_reduce, 1 MiB - 1 GiB)\n\n", style="bold")
         if plan.local_host is not None:
-            lines.append(f"host: [b]{plan.local_host}[/b] (this machine)")
-            lines.append(gpus_text(plan))
-            lines.append(
-                f"expected duration: {EXPECTED}; stops itself after {PROBE_TIMEOUT_S:.0f} s"
+            text.append("host: ")
+            text.append(plan.local_host, style="bold")
+            text.append(" (this machine)\n")
+            text.append(gpus_text(plan) + "\n")
+            text.append(
+                f"expected duration: {EXPECTED}; stops itself after {PROBE_TIMEOUT_S:.0f} s\n"
             )
         else:
-            lines.append("no local source: this session does not monitor this machine")
+            text.append("no local source: this session does not monitor this machine\n")
         if plan.remote_hosts:
             shown = ", ".join(plan.remote_hosts[:8])
             more = f" and {len(plan.remote_hosts) - 8} more" if len(plan.remote_hosts) > 8 else ""
-            lines.append(f"remote hosts: {shown}{more} ({REMOTE_NOTE})")
+            text.append(f"remote hosts: {shown}{more} ({REMOTE_NOTE})\n")
             if plan.local_host is None:
-                lines.append(f"stops itself after {PROBE_TIMEOUT_S:.0f} s")
-        lines += ["", f"[b $warning]{WARNING}[/]"]
+                text.append(f"stops itself after {PROBE_TIMEOUT_S:.0f} s\n")
+        text.append("\n")
+        text.append(
+            WARNING, style=f"bold {getattr(self.app, 'palette', dict)().get('warning', 'yellow')}"
+        )
         can_run = plan.local_host is not None or bool(plan.remote_sources)
         with Vertical():
-            yield Static("\n".join(lines), id="probe-text")
+            yield Static(text, id="probe-text")
             yield Static("", id="probe-progress")
             with Horizontal():
                 yield Button("Run", id="probe-run", variant="warning", disabled=not can_run)
@@ -268,7 +275,7 @@ def open_probe(app: Any) -> None:
     if isinstance(app.screen, ProbeScreen):
         return
     if app.inputs.mode != "LIVE" or app.inputs.replay is not None:
-        app.notify(NEEDS_LIVE, severity="warning")
+        app.notify(NEEDS_LIVE, severity="warning", markup=False)
         return
     plan = plan_probe(app)
     runner = getattr(app, "probe_runner", None) or plan_runner(plan)
@@ -280,6 +287,6 @@ def open_probe(app: Any) -> None:
         app.refresh_now()
         ok = all(r.ok for r in results)
         text = "\n".join(probe_summary(r) for r in results)
-        app.notify(text, severity="information" if ok else "error")
+        app.notify(text, severity="information" if ok else "error", markup=False)
 
     app.push_screen(ProbeScreen(plan, runner, app.inputs.pipeline.emit), done)

@@ -13,6 +13,8 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 from textual.widgets import DataTable, Static
 
+from verl_top.untrusted import clean_text, is_clean
+
 if TYPE_CHECKING:
     from verl_top.store import GpuEntry, HostEntry
 
@@ -29,6 +31,34 @@ REBUILD_SHARE = 0.3  # above this share of changed cells a table is rebuilt, not
 IDLE_THRESHOLD = 50.0  # % mean activity over the window below which a GPU counts as idle
 # Host states in which nothing new arrives: their rows are greyed and left out of live counts.
 DEAD_STATES = ("down", "stale", "auth_failed", "hostkey_changed", "no_python")
+
+
+def as_text(value: Any) -> Any:
+    """A cell or line for Rich or Textual: strings become ``Text``, so they are never markup.
+
+    Foreign text (process titles, log lines, host names, config values) routinely holds ``[...]``
+    (Hydra overrides such as ``data.train_files=[/x]``): read as markup it would raise
+    ``MarkupError`` or turn ``[link=...]`` into a live hyperlink.
+    """
+    return Text(clean_text(value)) if isinstance(value, str) else value
+
+
+def table_cell(value: Any) -> Any:
+    """``as_text`` for DataTable cells, leaving strings without ``[`` or ``:`` as they are.
+
+    DataTable reads a ``str`` cell as markup (and ``:name:`` as an emoji); a plain number string
+    cannot be either, and skipping the ``Text`` keeps 1000-GPU tables cheap. Escapes and
+    controls are removed here too (``clean_text``), for data that reached the UI without passing
+    the trust boundary.
+    """
+    if isinstance(value, str) and ("[" in value or ":" in value or not is_clean(value)):
+        return Text(clean_text(value))
+    return value
+
+
+def add_plain_row(table: Any, *cells: Any, **kwargs: Any) -> None:
+    """``table.add_row`` (Rich Table or DataTable) with every string cell as plain ``Text``."""
+    table.add_row(*(as_text(c) for c in cells), **kwargs)
 
 
 def missing(value: float | None) -> bool:
@@ -166,16 +196,16 @@ def render_finding(finding: Any, theme_vars: dict[str, str] | None = None) -> Te
     colour = tv.get(level if level != "info" else "accent", severity_style(finding.severity))
     text = Text()
     text.append("● ", style=colour)
-    text.append(str(getattr(finding, "title", "")), style=f"bold {colour}")
+    text.append(clean_text(getattr(finding, "title", "")), style=f"bold {colour}")
     text.append(
         f"  [{getattr(finding, 'rule', '')} · severity {finding.severity:.2f}]", style="dim"
     )
     for line in getattr(finding, "evidence", []) or []:
-        text.append(f"\n    {line}")
+        text.append(f"\n    {clean_text(line)}")  # evidence quotes foreign values
     advice = getattr(finding, "advice", "")
     if advice:
         text.append("\n    → ", style=colour)
-        text.append(str(advice), style="italic")
+        text.append(clean_text(advice), style="italic")
     return text
 
 
@@ -267,11 +297,11 @@ class TableSync:
         added = False
         for key, cells in wanted.items():
             if key not in self.rows:
-                table.add_row(*cells, key=key)
+                table.add_row(*map(table_cell, cells), key=key)
                 added = True
             self.rows[key] = cells
         for key, col, value in changes:
-            table.update_cell(key, col, value)
+            table.update_cell(key, col, table_cell(value))
         self.cell_updates += len(changes)
         if order != self.order or added:
             position = {self._ident(wanted[k]): i for i, k in enumerate(order)}
@@ -288,7 +318,7 @@ class TableSync:
         scroll = (table.scroll_x, table.scroll_y)
         table.clear(columns=False)
         for key, cells in wanted.items():
-            table.add_row(*cells, key=key)
+            table.add_row(*map(table_cell, cells), key=key)
         self.rows = dict(wanted)
         self.order = list(wanted)
         self.rebuilds += 1

@@ -21,7 +21,8 @@ from textual.widgets import Static
 from verl_top.diagnosis.defaults import VERL_DEFAULTS, VerlDefault, fmt_default
 from verl_top.store import Store
 from verl_top.ui.panes.base import Pane
-from verl_top.ui.widgets import severity_style, step_findings
+from verl_top.ui.widgets import add_plain_row, severity_style, step_findings
+from verl_top.untrusted import clean_text
 
 MISSING_CONFIG = "missing: --verl-config FILE or a driver log that printed the config"
 RESERVED_KEYS = ("perf/max_memory_reserved_gb", "actor/perf/max_memory_reserved_gb")
@@ -111,15 +112,16 @@ def config_table(config: dict[str, object], verdict: Any = None) -> Table:
     for d in shown_defaults(config):
         if d.group != group:
             group = d.group
-            table.add_row(Text(GROUP_TITLES.get(group, group), style="bold underline"))
+            add_plain_row(table, Text(GROUP_TITLES.get(group, group), style="bold underline"))
         if d.key in config:
             raw = config[d.key]
-            value = Text(fmt_default(raw))
+            value = Text(clean_text(fmt_default(raw)))
             if not _same(raw, d.default):
                 value.stylize("bold")
         else:
             value = Text("— (not set)", style="dim")
-        table.add_row(
+        add_plain_row(
+            table,
             d.key,
             value,
             fmt_default(d.default),

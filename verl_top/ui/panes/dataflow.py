@@ -25,6 +25,7 @@ from textual.widgets import Static
 from verl_top.model import VerlStep
 from verl_top.store import Store
 from verl_top.ui.panes.base import Pane
+from verl_top.ui.widgets import add_plain_row
 from verl_top.verl.stages import STAGE_BY_NAME, StepView, stage_bands
 
 # Stages of the per-step table, in the order of an RL step (``reshard`` is older verl's sync).
@@ -162,7 +163,8 @@ def bars_block(views: Sequence[StepView]) -> RenderableType:
             )
             note.append(f"⚑ outlier: {extras}", style="bold yellow")
         shown = wall(v)
-        table.add_row(
+        add_plain_row(
+            table,
             f"step {v.step}",
             stage_bar(v, per_cell),
             "—" if not shown else f"{shown:.1f} s",
@@ -215,7 +217,8 @@ def stage_summary(views: Sequence[StepView]) -> RenderableType:
         share_text = Text("—" if share is None else f"{share * 100:.0f}%")
         if share is not None and share >= 0.3:
             share_text.stylize("bold")
-        table.add_row(
+        add_plain_row(
+            table,
             stage_cell(stage),
             f"{run:.2f}",
             share_text,
@@ -224,7 +227,8 @@ def stage_summary(views: Sequence[StepView]) -> RenderableType:
         )
     step_run = _median([v.step_time_core for v in normal if v.step_time_core is not None])
     step_last = _median([v.step_time_core for v in recent if v.step_time_core is not None])
-    table.add_row(
+    add_plain_row(
+        table,
         Text("    step (core)", style="bold"),
         "—" if step_run is None else f"{step_run:.2f}",
         "100%",
@@ -315,7 +319,7 @@ def steps_table(steps: list[VerlStep]) -> Table:
             if share is not None:
                 cell.append(f" {share:.0f}%", style="bold" if share >= 30 else "dim")
             cells.append(cell)
-        table.add_row(*cells)
+        add_plain_row(table, *cells)
     return table
 
 

@@ -23,7 +23,16 @@ from verl_top.model import GpuProcess
 from verl_top.nccl.topo import slow_tp_groups
 from verl_top.store import Store, mean
 from verl_top.ui.panes.base import Pane
-from verl_top.ui.widgets import DASH, DEAD_STATES, TableSync, activity_style, fmt_num, gpu_total
+from verl_top.ui.widgets import (
+    DASH,
+    DEAD_STATES,
+    TableSync,
+    activity_style,
+    add_plain_row,
+    fmt_num,
+    gpu_total,
+)
+from verl_top.untrusted import clean_text
 
 ROLLOUT_TP = "actor_rollout_ref.rollout.tensor_model_parallel_size"
 PARALLEL_KEYS = (
@@ -275,7 +284,8 @@ def roles_block(store: Store, stats: list[GpuStat]) -> RenderableType:
     for role in sorted(groups, key=lambda r: (r.startswith("("), r)):
         members = groups[role]
         letter = ROLE_LETTERS.get(role, "-" if role.startswith("(") else "?")
-        table.add_row(
+        add_plain_row(
+            table,
             f"{letter} {role}",
             str(len(members)),
             str(len({s.host for s in members})),
@@ -310,7 +320,7 @@ def straggler_block(stats: list[GpuStat], palette: dict[str, str]) -> Renderable
         if slow_nodes:
             for value, host in slow_nodes[:STRAGGLERS_SHOWN]:
                 text.append("\n⚠ node ", style=warn)
-                text.append(host, style=f"bold {warn}")
+                text.append(clean_text(host), style=f"bold {warn}")
                 text.append(f" mean {value:.0f} % = {value / cluster:.2f}× the cluster mean")
         else:
             text.append("\nno straggler node", style=palette.get("success", "green"))
@@ -321,7 +331,7 @@ def straggler_block(stats: list[GpuStat], palette: dict[str, str]) -> Renderable
     if slow_gpus:
         for s in slow_gpus[:STRAGGLERS_SHOWN]:
             text.append("\n⚠ GPU ", style=warn)
-            text.append(s.name, style=f"bold {warn}")
+            text.append(clean_text(s.name), style=f"bold {warn}")
             text.append(
                 f" {s.activity:.0f} % = {s.activity / cluster:.2f}× the cluster mean"  # type: ignore[operator]
                 + ("" if s.roles else " (no process on it)")
@@ -363,12 +373,13 @@ def topology_block(store: Store, palette: dict[str, str]) -> RenderableType:
         n = 1 + max((max(i, j) for i, j in links), default=-1)
         head = Text()
         names = ", ".join(hosts[:6]) + (f" … (+{len(hosts) - 6})" if len(hosts) > 6 else "")
-        head.append(f"{len(hosts)} node(s): {names}", style="bold")
+        head.append(clean_text(f"{len(hosts)} node(s): {names}"), style="bold")
         kinds: dict[str, int] = {}
         for (i, j), link in links.items():
             if i < j:
                 kinds[link] = kinds.get(link, 0) + 1
-        head.append(" · GPU pairs: " + ", ".join(f"{v}× {kk}" for kk, v in sorted(kinds.items())))
+        pairs = ", ".join(f"{v}× {kk}" for kk, v in sorted(kinds.items()))
+        head.append(" · GPU pairs: " + clean_text(pairs))
         if tp > 1 and n:
             bad = [
                 f"GPUs {start}-{start + tp - 1}: {'/'.join(slow)}"
@@ -388,7 +399,7 @@ def topology_block(store: Store, palette: dict[str, str]) -> RenderableType:
                 row = [f"GPU{i}"]
                 for j in range(n):
                     row.append("X" if i == j else links.get((i, j)) or links.get((j, i)) or DASH)
-                grid.add_row(*row)
+                add_plain_row(grid, *row)
             parts.append(grid)
     if len(patterns) > TOPOLOGY_PATTERNS_SHOWN:
         parts.append(Text(f"{len(patterns)} different matrices across nodes", style=warn))

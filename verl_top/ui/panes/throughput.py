@@ -37,6 +37,7 @@ from verl_top.ui.widgets import (
     missing,
     sparkline,
 )
+from verl_top.untrusted import clean_text
 
 GPU_COLUMNS: tuple[tuple[str, str, int], ...] = (
     # key, label, width
@@ -126,7 +127,7 @@ def build_gpu_row(store: Store, h: HostEntry, g: GpuEntry, palette: dict[str, st
         return padded if live else Text(padded, style=grey)
 
     if not live:
-        act_cell = Text(f"{h.state} {fmt_num(act)}", style=grey)
+        act_cell = Text(f"{clean_text(h.state)} {fmt_num(act)}", style=grey)
     elif act is None:
         act_cell = Text(DASH, style="dim")
     elif idle:
@@ -145,7 +146,7 @@ def build_gpu_row(store: Store, h: HostEntry, g: GpuEntry, palette: dict[str, st
     else:
         thr_cell = Text("ok", style="dim")
     cells = (
-        Text(h.name, style=grey if not live else ""),
+        Text(clean_text(h.name), style=grey if not live else ""),
         g.index,
         act_cell,
         Text(sparkline(acts, SPARK_WIDTH), style=colour),
@@ -208,8 +209,8 @@ def build_host_cells(
         total = host_mem_total(h)
         mem = _pair(hs.mem_used_bytes / 2**30, None if total is None else total / 2**30, "{:.0f}")
     return (
-        Text(h.name, style="" if live else grey),
-        Text(h.state, style=f"bold {state_style}"),
+        Text(clean_text(h.name), style="" if live else grey),
+        Text(clean_text(h.state), style=f"bold {state_style}"),
         cell(fmt_age(age)),
         cell(str(len(h.gpus))),
         cell(fmt_num(mean(acts))),
@@ -219,7 +220,7 @@ def build_host_cells(
         cell(mem or DASH),
         cell(fmt_bytes_rate(None if hs is None else hs.net_rx_bps)),
         cell(fmt_bytes_rate(None if hs is None else hs.net_tx_bps)),
-        Text(h.reason or "", style=palette.get("error", "red") if not live else "dim"),
+        Text(clean_text(h.reason), style=palette.get("error", "red") if not live else "dim"),
     )
 
 
