@@ -66,9 +66,7 @@ def hostile_store() -> tuple[Any, Any]:
     pipeline.emit(LogLines(host=HOST, t=t, path="/x/[b]log", kind="verl", lines=[HOSTILE, "[/]"]))
     pipeline.emit(LogEvent(host=HOST, t=t, kind="nccl_warn", text=HOSTILE, path="[/]"))
     pipeline.emit(NcclInfo(host=HOST, t=t, transport="[link=https://x]IB[/link]", version="[/]"))
-    pipeline.emit(
-        ProbeResult(host=HOST, t=t, tool="torch", hosts=[HOST], ok=False, error=HOSTILE)
-    )
+    pipeline.emit(ProbeResult(host=HOST, t=t, tool="torch", hosts=[HOST], ok=False, error=HOSTILE))
     pipeline.emit(VerlConfig(host="driver", t=t, values={"data.train_files": "[/data/x]"}))
     pipeline.emit(HostState(host=HOST, t=t, state="up", reason="[/]"))
     store.notes.append(f"note {HOSTILE}")

@@ -17,7 +17,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.color import Color
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, TabbedContent, TabPane
+from textual.widgets import DataTable, Footer, Input, TabbedContent, TabPane
 
 from verl_top.inputs import Inputs
 from verl_top.store import Store
@@ -56,16 +56,19 @@ class VerlTopApp(App):
 
     CSS_PATH = "verl_top.tcss"
     TITLE = "verl-top"
+    # The focus model in one line (docs/keys.md): digits, d, ?, /, q and Ctrl+C work from every
+    # screen and whatever has focus (priority bindings; while the filter bar is typed into they
+    # type instead), Enter opens the highlighted node, Esc backs out one level or clears a filter.
     BINDINGS = [
-        Binding("1", "show_tab(1)", "Throughput", show=False),
-        Binding("2", "show_tab(2)", "Comm", show=False),
-        Binding("3", "show_tab(3)", "Dataflow", show=False),
-        Binding("4", "show_tab(4)", "Mapping", show=False),
-        Binding("5", "show_tab(5)", "Config", show=False),
+        Binding("1", "show_tab(1)", "Throughput", show=False, priority=True),
+        Binding("2", "show_tab(2)", "Comm", show=False, priority=True),
+        Binding("3", "show_tab(3)", "Dataflow", show=False, priority=True),
+        Binding("4", "show_tab(4)", "Mapping", show=False, priority=True),
+        Binding("5", "show_tab(5)", "Config", show=False, priority=True),
         Binding("o", "sort", "Order"),
         Binding("O", "sort_reverse", "Reverse", key_display="O"),
         Binding("s", "snapshot", "Snapshot"),
-        Binding("d", "findings", "Diagnosis"),
+        Binding("d", "findings", "Diagnosis", priority=True),
         Binding("p", "probe", "Probe"),
         Binding("space", "toggle_pause", "Pause"),
         Binding("n", "step_replay", "Step", show=False),
@@ -77,11 +80,16 @@ class VerlTopApp(App):
         Binding(
             "minus", "window(-1)", "Narrower history window", key_display="-", group=WINDOW_KEYS
         ),
-        Binding("slash", "filter", "Filter", key_display="/"),
-        Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("q", "quit", "Quit"),
-        Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
+        Binding("slash", "filter", "Filter", key_display="/", priority=True),
+        Binding("escape", "back", "Back / clear filter", show=False),
+        Binding("question_mark", "help", "Help", key_display="?", priority=True),
+        Binding("q", "quit", "Quit", priority=True),
+        Binding("ctrl+c", "quit_now", "Quit", show=False, priority=True),
+        Binding("ctrl+q", "quit_now", "Quit", show=False, priority=True),
     ]
+    # Keys that work from any screen (priority bindings) and what they yield to.
+    GLOBAL_ACTIONS = ("show_tab", "findings", "filter", "help", "quit")
+    REPLAY_ACTIONS = ("toggle_pause", "step_replay", "speed")
 
     def __init__(
         self,
@@ -149,6 +157,7 @@ class VerlTopApp(App):
                 )
             self.set_interval(self.refresh_s, self.refresh_now, name="refresh")
         self.call_after_refresh(self.refresh_now)
+        self.call_after_refresh(self.focus_main)  # Enter opens the highlighted node at once
 
     async def _run_source(self, src: Any) -> None:
         """Run one source; a failure becomes a note and a notification, never a crash."""
@@ -296,21 +305,62 @@ class VerlTopApp(App):
     # -- actions ---------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Pane keys do nothing (and leave the footer) while the findings screen is shown."""
-        if action in ("show_tab", "sort", "sort_reverse", "findings") and isinstance(
-            self.screen, FindingsScreen
-        ):
+        """Which keys act here. Global keys yield to a focused text input and to the probe
+        dialog; pane keys wait on the main screen; replay keys exist only in replays."""
+        if action in self.GLOBAL_ACTIONS:
+            if isinstance(self.focused, Input):
+                return False  # the / bar: the key is typed
+            from verl_top.ui.probe_screen import ProbeScreen
+
+            if isinstance(self.screen, ProbeScreen):
+                return False  # the dialog's own keys (Esc / c) only, so a probe is not orphaned
+            return True
+        if action in ("sort", "sort_reverse") and len(self.screen_stack) > 1:
             return False
-        if action in ("show_tab", "sort", "sort_reverse") and isinstance(self.screen, NodeScreen):
-            return False
-        if action == "filter" and len(self.screen_stack) > 1:
-            return False  # the / bar lives on the main screen
+        if action in self.REPLAY_ACTIONS and self.inputs.replay is None:
+            return False  # live: no Pause/Speed in the footer
         return True
 
+    def _to_main(self) -> None:
+        """Close the node, findings and help screens: back to the panes."""
+        while len(self.screen_stack) > 1:
+            self.pop_screen()
+
+    def main_widget(self, step: int) -> Any:
+        """What has focus on a pane: its table (pane 1: GPUs, or hosts when there is no GPU;
+        pane 4: the node map), else the pane itself so the arrows scroll it."""
+        pane = self.pane(step)
+        if step == 1:
+            gpus = pane.query_one("#gpu-table", DataTable)
+            hosts = pane.query_one("#host-table", DataTable)
+            return gpus if gpus.row_count or not hosts.row_count else hosts
+        if step == 4:
+            return pane.query_one("#map-grid", DataTable)
+        return pane
+
+    def focus_main(self) -> None:
+        """Give the focus to the visible pane's main widget."""
+        if self._tabs is not None and len(self.screen_stack) == 1:
+            self.main_widget(self.visible_step()).focus()
+
     def action_show_tab(self, step: int) -> None:
-        """Keys 1-5: show a step's pane."""
+        """Keys 1-5: show a step's pane (from any screen) with its table focused."""
+        self._to_main()
         if self._tabs is not None:
             self._tabs.active = f"pane-{step}"
+            self.focus_main()
+
+    def action_back(self) -> None:
+        """Esc on the panes: clear the host filter (screens above close themselves on Esc)."""
+        if len(self.screen_stack) > 1:
+            self.pop_screen()
+        elif self.host_filter:
+            self.query_one(FilterBar).action_clear_filter()
+            self.focus_main()
+
+    def action_quit_now(self) -> None:
+        """Ctrl+C / Ctrl+Q: quit from anywhere, also from a dialog."""
+        self.exit()
 
     def action_sort(self) -> None:
         """Key o: next sort column of the GPU table."""
@@ -355,7 +405,11 @@ class VerlTopApp(App):
         open_probe(self)
 
     def action_findings(self) -> None:
-        """Key d: the diagnosis of all five steps."""
+        """Key d: the diagnosis of all five steps (d again: back to the panes)."""
+        if isinstance(self.screen, FindingsScreen):
+            self.pop_screen()
+            return
+        self._to_main()
         self.push_screen(FindingsScreen(self.verdict, self.palette()))
 
     def action_toggle_pause(self) -> None:
@@ -378,13 +432,17 @@ class VerlTopApp(App):
         replay.step()
 
     def action_help(self) -> None:
-        """Key ?: every key of every screen."""
+        """Key ?: every key of every screen (? again closes it)."""
         from verl_top.ui.help_screen import HelpScreen
 
+        if isinstance(self.screen, HelpScreen):
+            self.pop_screen()
+            return
         self.push_screen(HelpScreen())
 
     def action_filter(self) -> None:
         """Key /: type a host or GPU to narrow panes 1 and 4 (Esc clears)."""
+        self._to_main()
         self.query_one(FilterBar).open()
 
     def set_host_filter(self, text: str) -> None:

@@ -58,8 +58,6 @@ class FindingsScreen(Screen):
 
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
-        Binding("d", "app.pop_screen", "Back", show=False),
-        Binding("q", "app.quit", "Quit"),
     ]
 
     def __init__(self, verdict: Any, palette: dict[str, str] | None = None) -> None:

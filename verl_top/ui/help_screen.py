@@ -142,8 +142,6 @@ class HelpScreen(ModalScreen[None]):
     """
     BINDINGS = [
         Binding("escape", "close", "Close help"),
-        Binding("q", "close", "Close help", show=False),
-        Binding("question_mark", "close", "Close help", show=False, key_display="?"),
     ]
 
     def compose(self) -> ComposeResult:

@@ -500,7 +500,6 @@ class NodeScreen(Screen):
         Binding("escape", "app.pop_screen", "Back"),
         Binding("left", "select_gpu(-1)", "Prev GPU", key_display="←", priority=True),
         Binding("right", "select_gpu(1)", "Next GPU", key_display="→", priority=True),
-        Binding("q", "app.quit", "Quit"),
     ]
 
     def __init__(self, store: Store, host: str, gpu: int | None = None) -> None:

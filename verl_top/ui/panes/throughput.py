@@ -396,6 +396,14 @@ class ThroughputPane(Pane):
             self.host_sync.sync(host_rows)
             self.gpu_sync.sync((k, rows[k].cells) for k in self._sorted_keys(order, rows))
         self._update_status(rows)
+        self._focus_hosts_without_gpus()
+
+    def _focus_hosts_without_gpus(self) -> None:
+        """With no GPU row, the host table takes the focus so Enter still opens a node."""
+        gpus = self.query_one("#gpu-table", DataTable)
+        hosts = self.query_one("#host-table", DataTable)
+        if self.app.focused is gpus and not gpus.row_count and hosts.row_count:
+            hosts.focus()
 
     def _sorted_keys(self, order: list[tuple[int, int, str]], rows: dict[str, GpuRow]) -> list[str]:
         if self.sort_key == "host":
