@@ -27,7 +27,7 @@ from verl_top.ui.header import VerlTopHeader
 from verl_top.ui.node_screen import NodeScreen, row_target
 from verl_top.ui.panes import PANE_CLASSES, Pane, ThroughputPane
 from verl_top.ui.snapshot_action import SnapshotExporter
-from verl_top.ui.widgets import STEP_NAMES, severity_class, step_findings
+from verl_top.ui.widgets import severity_class, step_findings
 
 MIN_STALE_S = 5.0
 # History windows that + and - step through (seconds).
@@ -37,9 +37,13 @@ SPEED_KEYS = Binding.Group("Speed", compact=True)
 WINDOW_KEYS = Binding.Group("Window", compact=True)
 
 
+# Short tab names: the five tabs fit an 80-column terminal (full names head each pane's help).
+TAB_NAMES = {1: "Throughput", 2: "Communication", 3: "Dataflow", 4: "Mapping", 5: "Config"}
+
+
 def tab_label(step: int, bottleneck: bool) -> str:
     """Label of a step's tab; the bottleneck's tab carries a ● mark."""
-    return f"{'● ' if bottleneck else ''}{step} {STEP_NAMES[step]}"
+    return f"{'● ' if bottleneck else ''}{step} {TAB_NAMES[step]}"
 
 
 def default_engine() -> Any:
@@ -65,11 +69,15 @@ class VerlTopApp(App):
         Binding("3", "show_tab(3)", "Dataflow", show=False, priority=True),
         Binding("4", "show_tab(4)", "Mapping", show=False, priority=True),
         Binding("5", "show_tab(5)", "Config", show=False, priority=True),
-        Binding("o", "sort", "Order"),
-        Binding("O", "sort_reverse", "Reverse", key_display="O"),
-        Binding("s", "snapshot", "Snapshot"),
+        # Footer order = importance: an 80-column footer shows the first ones.
         Binding("d", "findings", "Diagnosis", priority=True),
+        Binding("slash", "filter", "Filter", key_display="/", priority=True),
+        Binding("question_mark", "help", "Help", key_display="?", priority=True),
+        Binding("q", "quit", "Quit", priority=True),
+        Binding("s", "snapshot", "Snapshot"),
         Binding("p", "probe", "Probe"),
+        Binding("o", "sort", "Sort"),
+        Binding("O", "sort_reverse", "Reverse sort", key_display="O", show=False),
         Binding("space", "toggle_pause", "Pause"),
         Binding("n", "step_replay", "Step", show=False),
         Binding(
@@ -80,10 +88,7 @@ class VerlTopApp(App):
         Binding(
             "minus", "window(-1)", "Narrower history window", key_display="-", group=WINDOW_KEYS
         ),
-        Binding("slash", "filter", "Filter", key_display="/", priority=True),
         Binding("escape", "back", "Back / clear filter", show=False),
-        Binding("question_mark", "help", "Help", key_display="?", priority=True),
-        Binding("q", "quit", "Quit", priority=True),
         Binding("ctrl+c", "quit_now", "Quit", show=False, priority=True),
         Binding("ctrl+q", "quit_now", "Quit", show=False, priority=True),
     ]
@@ -132,7 +137,7 @@ class VerlTopApp(App):
                 with TabPane(tab_label(step, False), id=f"pane-{step}"):
                     yield cls(id=f"step{step}")
         yield FilterBar(id="filter")
-        yield Footer()
+        yield Footer(show_command_palette=False)  # ctrl+p still opens it; ? lists it
 
     def on_mount(self) -> None:
         from verl_top.ui.themes import install_themes
@@ -349,6 +354,8 @@ class VerlTopApp(App):
         if self._tabs is not None:
             self._tabs.active = f"pane-{step}"
             self.focus_main()
+            # A closed screen hands its saved focus back after this: focus again after that.
+            self.call_after_refresh(self.focus_main)
 
     def action_back(self) -> None:
         """Esc on the panes: clear the host filter (screens above close themselves on Esc)."""

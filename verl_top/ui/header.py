@@ -85,6 +85,25 @@ def banner(store: Store, verdict: Any) -> tuple[str, str]:
     return f"● {text}", severity_class(worst)
 
 
+def fit_parts(parts: list[tuple[int, Text]], width: int) -> Text:
+    """Join ``parts`` (priority, text) with two spaces, leaving out the lowest-priority ones
+    (the last among equals) until the line fits ``width``."""
+    kept = list(parts)
+
+    def size() -> int:
+        return sum(t.cell_len for _, t in kept) + 1 * (len(kept) - 1)
+
+    while len(kept) > 1 and size() > width:
+        lowest = min(range(len(kept)), key=lambda i: (kept[i][0], -i))
+        del kept[lowest]
+    line = Text(no_wrap=True, overflow="ellipsis")
+    for i, (_, text) in enumerate(kept):
+        if i:
+            line.append(" ")
+        line.append_text(text)
+    return line
+
+
 class VerlTopHeader(Vertical):
     """Two lines: the status line and the bottleneck banner."""
 
@@ -105,17 +124,18 @@ class VerlTopHeader(Vertical):
         statics = self.query(Static)
         if len(statics) < 2:
             return  # children not composed yet (a timer can fire before the first layout)
-        line = Text()
-        line.append(f" {mode} ", style="reverse bold")
-        line.append(f" {clean_text(title)}  ", style="bold")
-        line.append(f"hosts {host_summary(store)}  ")
-        line.append(f"GPUs {store.gpu_count()}  ")
+        # (priority, text): on a narrow terminal the lowest-priority parts are left out.
+        parts: list[tuple[int, Text]] = [(9, Text(f" {mode} ", style="reverse bold"))]
+        parts.append((2, Text(f" {clean_text(title)}", style="bold")))
+        parts.append((8, Text(f" hosts {host_summary(store)}")))
+        parts.append((7, Text(f" GPUs {store.gpu_count()}")))
         act = cluster_activity(store)
-        line.append("activity ")
-        line.append("—" if act is None else f"{act:.0f}%", style="bold")
+        parts.append(
+            (8, Text.assemble(" activity ", ("—" if act is None else f"{act:.0f}%", "bold")))
+        )
         rate = step_rate(store)
-        line.append("  steps/min ")
-        line.append("—" if rate is None else f"{rate:.2f}", style="bold")
+        steps = "—" if rate is None else f"{rate:.2f}"
+        parts.append((6, Text.assemble(" steps/min ", (steps, "bold"))))
         if replay is not None:
             pos = getattr(replay, "position", 0.0) or 0.0
             rel = pos - replay_t0 if replay_t0 is not None and pos else 0.0
@@ -126,11 +146,14 @@ class VerlTopHeader(Vertical):
                 if replay.paused
                 else "▶ playing"
             )
-            line.append(f"  {state} x{replay.speed:g} at +{rel:.0f}s")
+            parts.append((5, Text(f" {state} x{replay.speed:g} at +{rel:.0f}s")))
+        line = fit_parts(parts, self.size.width or 200)
         self.query_one("#status-line", Static).update(line)
         self.set_class(mode != "LIVE", "-replay")
         text, level = banner(store, verdict)
         b = self.query_one("#banner", Static)
         for lv in ("error", "warning", "info", "ok", "wait"):
             b.set_class(lv == level, f"-{lv}")
-        b.update(Text(clean_text(text)))  # verdicts quote host names and reasons: never markup
+        b.update(
+            Text(clean_text(text), no_wrap=True, overflow="ellipsis")
+        )  # verdicts quote host names and reasons: never markup

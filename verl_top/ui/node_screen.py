@@ -32,9 +32,12 @@ from verl_top.store import GpuEntry, HostEntry, Store, mean
 from verl_top.ui.widgets import (
     DASH,
     DEAD_STATES,
+    REQUIRED,
     SPARK_CHARS,
+    Column,
     TableSync,
     activity_style,
+    ellipsis_cell,
     fmt_age,
     fmt_bytes_rate,
     fmt_num,
@@ -73,16 +76,16 @@ def rgb(hex_colour: str) -> tuple[int, int, int]:
 
 LOG_LINES = 15
 PROBES_SHOWN = 5
-PROC_COLUMNS: tuple[tuple[str, str, int], ...] = (
-    ("pid", "PID", 8),
-    ("user", "User", 10),
-    ("gpu", "GPU", 3),
-    ("gmem", "GPU mem", 9),
-    ("cpu", "CPU%", 5),
-    ("rss", "RSS", 9),
-    ("role", "verl role", 24),
-    ("rank", "Rank", 4),
-    ("cmd", "Command", 70),
+PROC_COLUMNS: tuple[Column, ...] = (
+    Column("pid", "PID", 5, REQUIRED),
+    Column("user", "User", 4, 6, "text", 16),
+    Column("gpu", "GPU", 3, 9),
+    Column("gmem", "GPU mem", 7, 8),
+    Column("cpu", "CPU%", 4, 5),
+    Column("rss", "RSS", 7, 4),
+    Column("role", "verl role", 8, 8, "text", 32),
+    Column("rank", "Rank", 4, 7),
+    Column("cmd", "Command", 12, 7, "flex", 400),
 )
 
 
@@ -353,15 +356,15 @@ def process_rows(h: HostEntry) -> tuple[list[tuple[str, tuple[Any, ...]]], list[
             (
                 f"{p.pid}/{p.gpu_index}",
                 (
-                    str(p.pid).rjust(8),
-                    p.user or DASH,
-                    str(p.gpu_index).rjust(3),
-                    _size(gmem).rjust(9),
-                    fmt_num(p.cpu_pct).rjust(5),
-                    _size(p.rss_bytes).rjust(9),
-                    role_label(p),
-                    (DASH if p.rank is None else str(p.rank)).rjust(4),
-                    (p.cmd or DASH)[:200],
+                    Text(str(p.pid), justify="right"),
+                    ellipsis_cell(p.user or DASH),
+                    Text(str(p.gpu_index), justify="right"),
+                    Text(_size(gmem), justify="right"),
+                    Text(fmt_num(p.cpu_pct), justify="right"),
+                    Text(_size(p.rss_bytes), justify="right"),
+                    ellipsis_cell(role_label(p)),
+                    Text(DASH if p.rank is None else str(p.rank), justify="right"),
+                    ellipsis_cell(p.cmd or DASH),
                 ),
             )
         )
@@ -532,9 +535,7 @@ class NodeScreen(Screen):
 
     def on_mount(self) -> None:
         table = self.query_one("#node-procs", DataTable)
-        for key, label, width in PROC_COLUMNS:
-            table.add_column(label, key=key, width=width)
-        self.proc_sync = TableSync(table, [c[0] for c in PROC_COLUMNS], id_columns=1)
+        self.proc_sync = TableSync(table, PROC_COLUMNS, id_columns=1)
         self.refresh_screen(self.store, None, force=True)
 
     def on_resize(self) -> None:
@@ -587,6 +588,8 @@ class NodeScreen(Screen):
             self.query_one("#node-host", Static).update(render_host(store, h, palette))
             rows, hidden = process_rows(h)
             if self.proc_sync is not None:
+                avail = self.query_one("#node-scroll").scrollable_content_region.width - 4
+                self.proc_sync.fit(avail if avail > 10 else 76, rows)
                 self.proc_sync.sync(rows)
             self.query_one("#node-hidden", Static).update(render_hidden(h, hidden, palette))
             self.query_one("#node-probes", Static).update(render_probes(store, h.name, palette))

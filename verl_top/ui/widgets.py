@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rich.cells import cell_len
 from rich.console import Group, RenderableType
 from rich.text import Text
 from textual.widgets import DataTable, Static
@@ -252,6 +254,80 @@ class FindingsBox(Static):
         self.update(render_step_findings(verdict, self.step, theme_vars))
 
 
+CELL_PAD = 2  # DataTable's cell padding: one column each side
+REQUIRED = 10  # columns of this priority are never dropped (the table scrolls sideways)
+
+
+@dataclass(frozen=True)
+class Column:
+    """A DataTable column that can be fitted to the width it gets.
+
+    ``kind``: ``num`` is as wide as its widest cell (a number is never cut); ``text`` is as wide
+    as its widest cell between ``width`` and ``max_width``, longer cells end in ``…``; ``flex``
+    starts at ``width`` and takes the spare width up to ``max_width`` (a sparkline, a reason,
+    a command line). ``priority``: when the table does not fit, the lowest goes first; columns
+    of priority ``REQUIRED`` stay.
+    """
+
+    key: str
+    label: str
+    width: int
+    priority: int = 5
+    kind: str = "num"
+    max_width: int = 0
+
+
+def cell_width(value: Any) -> int:
+    """Printed width of a cell (a str, a Text, a number)."""
+    if isinstance(value, Text):
+        return value.cell_len
+    return cell_len(str(value))
+
+
+def fit_columns(
+    columns: Sequence[Column], avail: int, needed: dict[str, int] | None = None
+) -> list[tuple[Column, int]]:
+    """The columns to show in ``avail`` cells and their widths.
+
+    Each column first gets its natural width (``needed``: widest cell per key); while they do
+    not fit, the lowest-priority column is dropped (the last one among equals); spare width then
+    goes to the flex columns, in order, up to their ``max_width``.
+    """
+    needed = needed or {}
+
+    def natural(c: Column) -> int:
+        want = max(cell_len(c.label), needed.get(c.key, 0))
+        if c.kind == "num":
+            return max(c.width, want)
+        if c.kind == "text":
+            return max(c.width, min(want, c.max_width or want))
+        return max(c.width, cell_len(c.label))
+
+    shown = [(c, natural(c)) for c in columns]
+    while sum(w + CELL_PAD for _, w in shown) > avail:
+        optional = [i for i, (c, _) in enumerate(shown) if c.priority < REQUIRED]
+        if not optional:
+            break  # only required columns left: the table scrolls sideways
+        del shown[min(optional, key=lambda i: (shown[i][0].priority, -i))]
+    spare = avail - sum(w + CELL_PAD for _, w in shown)
+    out = []
+    for c, w in shown:
+        if c.kind == "flex" and spare > 0:
+            grow = min(spare, max(0, (c.max_width or w + spare) - w))
+            w += grow
+            spare -= grow
+        out.append((c, w))
+    return out
+
+
+def ellipsis_cell(value: Any) -> Any:
+    """A text cell that ends in ``…`` when its column is narrower than the text."""
+    text = value if isinstance(value, Text) else Text(clean_text(value))
+    text.no_wrap = True
+    text.overflow = "ellipsis"
+    return text
+
+
 class TableSync:
     """Keeps a DataTable equal to a list of rows by diffing: only changed cells are written.
 
@@ -261,9 +337,18 @@ class TableSync:
     through the public ``DataTable.sort``, which only sees cell values).
     """
 
-    def __init__(self, table: DataTable, columns: Sequence[str], id_columns: int = 1) -> None:
+    def __init__(
+        self,
+        table: DataTable,
+        columns: Sequence[str] | Sequence[Column],
+        id_columns: int = 1,
+    ) -> None:
         self.table = table
-        self.columns = list(columns)
+        self.specs: list[Column] = [c for c in columns if isinstance(c, Column)]
+        self.all_keys = [c.key if isinstance(c, Column) else c for c in columns]
+        self.columns = list(self.all_keys)  # the keys shown, in order
+        self._pick: list[int] | None = None  # indices of the shown columns in a full row
+        self._layout: list[tuple[str, int]] = []
         self.id_columns = id_columns
         self.rows: dict[str, tuple[Any, ...]] = {}
         self.order: list[str] = []
@@ -273,12 +358,45 @@ class TableSync:
     def _ident(self, cells: Sequence[Any]) -> tuple[str, ...]:
         return tuple(str(c) for c in cells[: self.id_columns])
 
+    def fit(self, avail: int, rows: Sequence[tuple[str, Sequence[Any]]]) -> list[str]:
+        """Fit the columns (``Column`` specs) to ``avail`` cells for these rows: the shown keys.
+
+        The table's columns are rebuilt only when the choice or a width changes (a resize, a
+        wider number); rows are then re-added by the next ``sync``.
+        """
+        if not self.specs or avail <= 0:
+            return self.columns
+        index = {k: i for i, k in enumerate(self.all_keys)}
+        needed: dict[str, int] = {}
+        for c in self.specs:
+            if c.kind == "flex":
+                continue
+            i = index[c.key]
+            needed[c.key] = max((cell_width(cells[i]) for _, cells in rows), default=0)
+        layout = [(c.key, w) for c, w in fit_columns(self.specs, avail, needed)]
+        if layout != self._layout:
+            self._layout = layout
+            labels = {c.key: c.label for c in self.specs}
+            self.table.clear(columns=True)
+            for key, width in layout:
+                self.table.add_column(labels[key], key=key, width=width)
+            self.columns = [k for k, _ in layout]
+            self._pick = [index[k] for k in self.columns]
+            self.rows = {}
+            self.order = []
+        return self.columns
+
+    def widths(self) -> dict[str, int]:
+        """Width of each shown column after ``fit``."""
+        return dict(self._layout)
+
     def sync(self, rows: Iterable[tuple[str, Sequence[Any]]]) -> None:
         """Make the table show ``rows`` (key, cells) in the given order."""
         table = self.table
         wanted: dict[str, tuple[Any, ...]] = {}
+        pick = self._pick
         for key, cells in rows:
-            wanted[key] = tuple(cells)
+            wanted[key] = tuple(cells) if pick is None else tuple(cells[i] for i in pick)
         order = list(wanted)
         changes: list[tuple[str, str, Any]] = []
         for key, cells in wanted.items():

@@ -26,9 +26,12 @@ from verl_top.ui.panes.base import Pane
 from verl_top.ui.widgets import (
     DASH,
     DEAD_STATES,
+    REQUIRED,
+    Column,
     TableSync,
     activity_style,
     add_plain_row,
+    ellipsis_cell,
     fmt_num,
     gpu_total,
 )
@@ -131,7 +134,7 @@ def map_rows(
         if not keep(h.name, list(mine)):
             continue
         live = h.state not in DEAD_STATES
-        cells: list[Any] = [Text(h.name, style="" if live else muted)]
+        cells: list[Any] = [ellipsis_cell(Text(clean_text(h.name), style="" if live else muted))]
         acts = []
         for i in range(width):
             s = mine.get(i)
@@ -148,7 +151,8 @@ def map_rows(
         cells.append(Text(fmt_num(node_mean).rjust(4), style=activity_style(node_mean, palette)))
         cells.append(fmt_num(spread).rjust(6))
         state_style = "dim" if h.state == "up" else f"bold {palette.get('error', 'red')}"
-        cells.append(Text(h.state if live else f"{h.state} (last values)", style=state_style))
+        state = clean_text(h.state if live else f"{h.state} (last values)")
+        cells.append(ellipsis_cell(Text(state, style=state_style)))
         rows.append((h.name, tuple(cells)))
     return rows
 
@@ -441,15 +445,14 @@ class MappingPane(Pane):
         """New GPU columns (a node with more GPUs appeared) or a host changed state."""
         table = self.query_one("#map-grid", DataTable)
         table.clear(columns=True)
-        table.add_column("node", key="node", width=14)
-        for i in range(width):
-            table.add_column(str(i), key=f"g{i}", width=CELL_WIDTH)
-        table.add_column("mean", key="mean", width=4)
-        table.add_column("spread", key="spread", width=6)
-        table.add_column("state", key="state", width=22)
-        self.map_sync = TableSync(
-            table, ["node", *(f"g{i}" for i in range(width)), "mean", "spread", "state"]
-        )
+        columns = [
+            Column("node", "node", 6, REQUIRED, "text", 32),
+            *(Column(f"g{i}", str(i), CELL_WIDTH, REQUIRED) for i in range(width)),
+            Column("mean", "mean", 4, 7),
+            Column("spread", "spread", 6, 5),
+            Column("state", "state", 8, 3, "flex", 30),
+        ]
+        self.map_sync = TableSync(table, columns)
         self._map_width = width
 
     def update_content(self, store: Store, verdict: Any) -> None:
@@ -473,6 +476,8 @@ class MappingPane(Pane):
         legend.append(" · Enter: open the node", style="dim")
         with self.app.batch_update():
             self.query_one("#map-legend", Static).update(legend)
+            avail = self.scrollable_content_region.width - 2
+            self.map_sync.fit(avail if avail > 10 else 78, rows)
             self.map_sync.sync(rows)
             body = Group(
                 Text("Parallel sizes", style="bold underline"),

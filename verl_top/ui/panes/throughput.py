@@ -26,8 +26,10 @@ from verl_top.ui.widgets import (
     DASH,
     DEAD_STATES,
     IDLE_THRESHOLD,
+    Column,
     TableSync,
     activity_style,
+    ellipsis_cell,
     fmt_age,
     fmt_bytes_rate,
     fmt_num,
@@ -39,36 +41,37 @@ from verl_top.ui.widgets import (
 )
 from verl_top.untrusted import clean_text
 
-GPU_COLUMNS: tuple[tuple[str, str, int], ...] = (
-    # key, label, width
-    ("host", "Host", 14),
-    ("gpu", "GPU", 3),
-    ("act", "Act(win)", 9),
-    ("spark", "History", 16),
-    ("nvml", "NVML%", 5),
-    ("sm", "SM%", 5),
-    ("tensor", "Tensor%", 7),
-    ("dram", "DRAM%", 5),
-    ("mem", "Mem GiB", 11),
-    ("power", "Power W", 9),
-    ("temp", "°C", 3),
-    ("clock", "SM MHz", 6),
-    ("throttle", "Throttle", 14),
+# Pane 1's columns: key, label, minimum width, priority (lowest dropped first on a narrow
+# terminal), kind (num: as wide as its widest number; text: cut with …; flex: takes the spare).
+GPU_COLUMNS: tuple[Column, ...] = (
+    Column("host", "Host", 6, 10, "text", 32),
+    Column("gpu", "GPU", 3, 10),
+    Column("act", "Act(win)", 8, 9),
+    Column("spark", "History", 8, 4, "flex", 90),
+    Column("nvml", "NVML%", 5, 5),
+    Column("sm", "SM%", 4, 7),
+    Column("tensor", "Tensor%", 7, 3),
+    Column("dram", "DRAM%", 5, 3),
+    Column("mem", "Mem GiB", 11, 8),
+    Column("power", "Power W", 9, 6),
+    Column("temp", "°C", 3, 5),
+    Column("clock", "SM MHz", 6, 2),
+    Column("throttle", "Throttle", 8, 4, "text", 24),
 )
-W = {key: width for key, _, width in GPU_COLUMNS}
-HOST_COLUMNS: tuple[tuple[str, str, int], ...] = (
-    ("host", "Host", 14),
-    ("state", "State", 11),
-    ("seen", "Seen", 5),
-    ("gpus", "GPUs", 4),
-    ("act", "Act%", 5),
-    ("idle", "Idle", 4),
-    ("cpu", "CPU%", 5),
-    ("iowait", "iowait", 6),
-    ("mem", "Mem GiB", 11),
-    ("rx", "Net rx", 10),
-    ("tx", "Net tx", 10),
-    ("reason", "Reason", 40),
+W = {c.key: c.width for c in GPU_COLUMNS}
+HOST_COLUMNS: tuple[Column, ...] = (
+    Column("host", "Host", 6, 10, "text", 32),
+    Column("state", "State", 5, 9, "text", 16),
+    Column("seen", "Seen", 4, 6),
+    Column("gpus", "GPUs", 4, 8),
+    Column("act", "Act%", 4, 8),
+    Column("idle", "Idle", 4, 5),
+    Column("cpu", "CPU%", 4, 7),
+    Column("iowait", "iowait", 6, 4),
+    Column("mem", "Mem GiB", 7, 6),
+    Column("rx", "Net rx", 8, 3),
+    Column("tx", "Net tx", 8, 3),
+    Column("reason", "Reason", 10, 4, "flex", 400),
 )
 # Sort orders that `o` cycles through, and the columns whose header click selects one.
 SORT_CYCLE = ("host", "activity", "memory", "power", "temp")
@@ -87,7 +90,7 @@ SORT_BY_COLUMN = {
     "clock": "clock",
     "throttle": "throttle",
 }
-SPARK_WIDTH = 16
+SPARK_WIDTH = 16  # until the first layout gives the History column its width
 
 
 @dataclass
@@ -111,7 +114,13 @@ def _pair(a: float | None, b: float | None, fmt: str) -> str:
     return fmt.format(a) + ("/" + fmt.format(b) if not missing(b) else "")
 
 
-def build_gpu_row(store: Store, h: HostEntry, g: GpuEntry, palette: dict[str, str]) -> GpuRow:
+def build_gpu_row(
+    store: Store,
+    h: HostEntry,
+    g: GpuEntry,
+    palette: dict[str, str],
+    spark_width: int = SPARK_WIDTH,
+) -> GpuRow:
     """Cells of one GPU row from its latest sample and its window history."""
     s = g.latest
     live = h.state not in DEAD_STATES
@@ -122,9 +131,9 @@ def build_gpu_row(store: Store, h: HostEntry, g: GpuEntry, palette: dict[str, st
     colour = activity_style(act, palette) if live else grey
 
     def cell(text: str, width: int) -> str | Text:
-        # Plain right-padded strings: a Rich Text per cell costs ~10 µs, ×13 cells ×1000 GPUs.
+        # Plain right-aligned strings: a Rich Text per cell costs ~10 µs, ×13 cells ×1000 GPUs.
         padded = text.rjust(width)
-        return padded if live else Text(padded, style=grey)
+        return padded if live else Text(padded, style=grey, justify="right")
 
     if not live:
         act_cell = Text(f"{clean_text(h.state)} {fmt_num(act)}", style=grey)
@@ -140,16 +149,19 @@ def build_gpu_row(store: Store, h: HostEntry, g: GpuEntry, palette: dict[str, st
         thr_cell = Text(DASH, style="dim")
     elif throttled:
         names = [n for n in clock_reason_names(reasons & THROTTLE_MASK)]
-        thr_cell = Text(
-            "⚠ " + ",".join(names), style=grey if not live else palette.get("warning", "yellow")
+        thr_cell = ellipsis_cell(
+            Text(
+                "⚠ " + ",".join(names),
+                style=grey if not live else palette.get("warning", "yellow"),
+            )
         )
     else:
         thr_cell = Text("ok", style="dim")
     cells = (
-        Text(clean_text(h.name), style=grey if not live else ""),
-        g.index,
+        ellipsis_cell(Text(clean_text(h.name), style=grey if not live else "")),
+        Text(str(g.index), justify="right"),
         act_cell,
-        Text(sparkline(acts, SPARK_WIDTH), style=colour),
+        Text(sparkline(acts, spark_width), style=colour),
         cell(fmt_num(None if s is None else s.util_gpu), W["nvml"]),
         cell(fmt_num(None if s is None else s.sm_util), W["sm"]),
         cell(fmt_num(None if s is None else s.tensor_util), W["tensor"]),
@@ -209,8 +221,8 @@ def build_host_cells(
         total = host_mem_total(h)
         mem = _pair(hs.mem_used_bytes / 2**30, None if total is None else total / 2**30, "{:.0f}")
     return (
-        Text(clean_text(h.name), style="" if live else grey),
-        Text(clean_text(h.state), style=f"bold {state_style}"),
+        ellipsis_cell(Text(clean_text(h.name), style="" if live else grey)),
+        ellipsis_cell(Text(clean_text(h.state), style=f"bold {state_style}")),
         cell(fmt_age(age)),
         cell(str(len(h.gpus))),
         cell(fmt_num(mean(acts))),
@@ -220,7 +232,9 @@ def build_host_cells(
         cell(mem or DASH),
         cell(fmt_bytes_rate(None if hs is None else hs.net_rx_bps)),
         cell(fmt_bytes_rate(None if hs is None else hs.net_tx_bps)),
-        Text(clean_text(h.reason), style=palette.get("error", "red") if not live else "dim"),
+        ellipsis_cell(
+            Text(clean_text(h.reason), style=palette.get("error", "red") if not live else "dim")
+        ),
     )
 
 
@@ -294,6 +308,11 @@ class ThroughputPane(Pane):
         self.host_sync: TableSync | None = None
         self._palette_key: tuple[str, ...] = ()
         self.on_sort_change: Callable[[], None] | None = None
+        self.spark_width = SPARK_WIDTH
+
+    def _redraw(self) -> None:
+        app = self.app
+        self.refresh_pane(app.store, getattr(app, "verdict", None))  # type: ignore[attr-defined]
 
     def compose(self) -> ComposeResult:
         yield self.findings
@@ -304,13 +323,19 @@ class ThroughputPane(Pane):
 
     def on_mount(self) -> None:
         hosts = self.query_one("#host-table", DataTable)
-        for key, label, width in HOST_COLUMNS:
-            hosts.add_column(label, key=key, width=width)
         gpus = self.query_one("#gpu-table", DataTable)
-        for key, label, width in GPU_COLUMNS:
-            gpus.add_column(label, key=key, width=width)
-        self.host_sync = TableSync(hosts, [c[0] for c in HOST_COLUMNS], id_columns=1)
-        self.gpu_sync = TableSync(gpus, [c[0] for c in GPU_COLUMNS], id_columns=2)
+        self.host_sync = TableSync(hosts, HOST_COLUMNS, id_columns=1)
+        self.gpu_sync = TableSync(gpus, GPU_COLUMNS, id_columns=2)
+
+    def on_resize(self) -> None:
+        """Another width: columns are fitted again at the next refresh."""
+        self.force_next()
+
+    def table_width(self) -> int:
+        """Cells a table can use: the pane's width less its scrollbar (80 before layout)."""
+        # The pane's width less its scrollbar, less the table's own (it scrolls its rows).
+        width = self.scrollable_content_region.width
+        return width - 2 if width > 10 else 78
 
     # -- sorting ---------------------------------------------------------------------------
 
@@ -371,6 +396,7 @@ class ThroughputPane(Pane):
                 g = h.gpus[index]
                 key = f"{h.name}/{index}"
                 stamp = (
+                    self.spark_width,
                     g.history.last_time(),
                     len(g.history),
                     h.state,
@@ -381,7 +407,7 @@ class ThroughputPane(Pane):
                 if cached is not None and cached[0] == stamp:
                     row = cached[1]
                 else:
-                    row = build_gpu_row(store, h, g, palette)
+                    row = build_gpu_row(store, h, g, palette, self.spark_width)
                     self._row_cache[key] = (stamp, row)
                 mine.append(row)
                 if flt and not matches_filter(flt, h.name, index):
@@ -392,9 +418,18 @@ class ThroughputPane(Pane):
         for key in [k for k in self._row_cache if k not in rows and not flt]:
             del self._row_cache[key]
         self.gpu_rows = rows
+        gpu_list = [(k, rows[k].cells) for k in self._sorted_keys(order, rows)]
+        width = self.table_width()
         with self.app.batch_update():
+            self.host_sync.fit(width, host_rows)
             self.host_sync.sync(host_rows)
-            self.gpu_sync.sync((k, rows[k].cells) for k in self._sorted_keys(order, rows))
+            self.gpu_sync.fit(width, gpu_list)
+            spark = self.gpu_sync.widths().get("spark", SPARK_WIDTH)
+            if spark != self.spark_width:  # the History column got another width: redraw
+                self.spark_width = spark
+                self.force_next()
+                self.call_after_refresh(self._redraw)
+            self.gpu_sync.sync(gpu_list)
         self._update_status(rows)
         self._focus_hosts_without_gpus()
 
@@ -419,7 +454,7 @@ class ThroughputPane(Pane):
         throttled = sum(1 for r in rows.values() if r.throttled and r.live)
         text = Text()
         text.append(self.sort_label(), style="bold")
-        text.append(" (o: next column · O: reverse · click a header · Enter: node)", style="dim")
+        text.append(" (o/O: sort · Enter: node)", style="dim")
         text.append(f" · {len(rows)} GPUs")
         if idle:
             text.append(
