@@ -36,7 +36,12 @@ class FakeEngine:
 
 
 def healthy() -> Verdict:
-    return Verdict(None, None, "Job looks healthy: 24 GPUs at 71 % activity")
+    return Verdict(
+        None,
+        None,
+        "Job looks healthy: 24 GPUs at 71 % activity",
+        checks=[Check(1, "gpu.idle", "passed", "24 GPUs busy")],
+    )
 
 
 def dataflow_bottleneck() -> Verdict:
@@ -290,13 +295,16 @@ async def test_banner_collecting_then_healthy() -> None:
     app = make_app(empty, verdict=healthy())
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
-        assert plain(app.query_one("#banner", Static)).strip() == "collecting…"
+        assert (
+            plain(app.query_one("#banner", Static)).strip()
+            == "no data: waiting for the first samples"
+        )
         row = load_trace()[40]  # a real train_matmul_bf16 sample
         empty.ingest(trace_sample(row, "h1", 0, T0, gpm=True))
         app.refresh_now()
         await pilot.pause()
         banner = app.query_one("#banner", Static)
-        assert plain(banner).startswith("Job looks healthy") and banner.has_class("-ok")
+        assert plain(banner).startswith("healthy: ") and banner.has_class("-ok")
 
 
 async def test_findings_screen_opens_with_d_and_closes_with_escape() -> None:

@@ -142,20 +142,24 @@ def _run_app(args: argparse.Namespace, settings: Settings | None = None) -> int:
 
 
 def _run_diagnose(args: argparse.Namespace, settings: Settings | None = None) -> int:
+    import dataclasses
     import json
 
     from verl_top.diagnosis.report import format_text, to_json
     from verl_top.headless import collect
+    from verl_top.status import job_status
 
     inputs = build_inputs(args)
     try:
         verdict = asyncio.run(collect(inputs, args.duration, _engine(settings or Settings())))
     finally:
         inputs.close()
+    # The shared status words (verl_top/status.py): never "healthy" without data.
+    status = job_status(inputs.store, verdict)
     if args.json:
-        print(json.dumps(to_json(verdict), indent=2))
+        print(json.dumps({**to_json(verdict), "status": status.as_dict()}, indent=2))
     else:
-        print(format_text(verdict))
+        print(format_text(dataclasses.replace(verdict, headline=status.text)))
     return 0
 
 

@@ -20,6 +20,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, TabbedContent, TabPane
 
 from verl_top.inputs import Inputs
+from verl_top.status import has_gpu_or_steps
 from verl_top.store import Store
 from verl_top.ui.filter_bar import FilterBar
 from verl_top.ui.findings_screen import FindingsScreen
@@ -162,7 +163,9 @@ class VerlTopApp(App):
                 )
             self.set_interval(self.refresh_s, self.refresh_now, name="refresh")
         self.call_after_refresh(self.refresh_now)
-        self.call_after_refresh(self.focus_main)  # Enter opens the highlighted node at once
+        # Enter opens the highlighted node at once. Focused now, not after a refresh: a late
+        # focus would move the tabs back to pane 1 after a first digit key.
+        self.focus_main()
 
     async def _run_source(self, src: Any) -> None:
         """Run one source; a failure becomes a note and a notification, never a crash."""
@@ -270,6 +273,9 @@ class VerlTopApp(App):
             self.engine is not None
             and store.version != self._eval_version
             and time.monotonic() >= self._engine_next
+            # Not on an empty store: the engine's first verdict anchors its hysteresis, and an
+            # empty "healthy" one would hold the first real bottleneck back for 3 evaluations.
+            and has_gpu_or_steps(store)
         )
 
     def _mark_bottleneck(self) -> None:
@@ -326,10 +332,10 @@ class VerlTopApp(App):
             return False  # live: no Pause/Speed in the footer
         return True
 
-    def _to_main(self) -> None:
-        """Close the node, findings and help screens: back to the panes."""
+    async def _to_main(self) -> None:
+        """Close the node, findings and help screens (waiting for each): back to the panes."""
         while len(self.screen_stack) > 1:
-            self.pop_screen()
+            await self.pop_screen()
 
     def main_widget(self, step: int) -> Any:
         """What has focus on a pane: its table (pane 1: GPUs, or hosts when there is no GPU;
@@ -348,9 +354,13 @@ class VerlTopApp(App):
         if self._tabs is not None and len(self.screen_stack) == 1:
             self.main_widget(self.visible_step()).focus()
 
-    def action_show_tab(self, step: int) -> None:
+    async def action_show_tab(self, step: int) -> None:
         """Keys 1-5: show a step's pane (from any screen) with its table focused."""
-        self._to_main()
+        await self._to_main()
+        self.show_step(step)
+
+    def show_step(self, step: int) -> None:
+        """Show a step's pane on the main screen, its main widget focused."""
         if self._tabs is not None:
             self._tabs.active = f"pane-{step}"
             self.focus_main()
@@ -371,12 +381,12 @@ class VerlTopApp(App):
 
     def action_sort(self) -> None:
         """Key o: next sort column of the GPU table."""
-        self.action_show_tab(1)
+        self.show_step(1)
         self.throughput.cycle_sort()
 
     def action_sort_reverse(self) -> None:
         """Key O: reverse the GPU table's sort."""
-        self.action_show_tab(1)
+        self.show_step(1)
         self.throughput.reverse_sort()
 
     def open_node(self, host: str, gpu: int | None = None) -> None:
@@ -411,12 +421,12 @@ class VerlTopApp(App):
 
         open_probe(self)
 
-    def action_findings(self) -> None:
+    async def action_findings(self) -> None:
         """Key d: the diagnosis of all five steps (d again: back to the panes)."""
         if isinstance(self.screen, FindingsScreen):
             self.pop_screen()
             return
-        self._to_main()
+        await self._to_main()
         self.push_screen(FindingsScreen(self.verdict, self.palette()))
 
     def action_toggle_pause(self) -> None:
@@ -447,9 +457,9 @@ class VerlTopApp(App):
             return
         self.push_screen(HelpScreen())
 
-    def action_filter(self) -> None:
+    async def action_filter(self) -> None:
         """Key /: type a host or GPU to narrow panes 1 and 4 (Esc clears)."""
-        self._to_main()
+        await self._to_main()
         self.query_one(FilterBar).open()
 
     def set_host_filter(self, text: str) -> None:

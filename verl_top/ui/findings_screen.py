@@ -19,7 +19,7 @@ from verl_top.untrusted import clean_text
 def render_verdict(verdict: Any, palette: dict[str, str] | None = None) -> RenderableType:
     """The whole verdict, step by step."""
     if verdict is None:
-        return Text("No diagnosis yet: collecting data…", style="italic")
+        return Text("reading: no diagnosis yet", style="italic")
     parts: list[RenderableType] = []
     headline = getattr(verdict, "headline", "")
     bottleneck = getattr(verdict, "bottleneck_step", None)

@@ -9,8 +9,9 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
+from verl_top.status import BOTTLENECK, HEALTHY, NO_DATA, job_status
 from verl_top.store import Store
-from verl_top.ui.widgets import DEAD_STATES, STEP_NAMES, severity_class, step_findings
+from verl_top.ui.widgets import DEAD_STATES, severity_class
 from verl_top.untrusted import clean_text
 
 RATE_STEPS = 20  # steps used for the step rate
@@ -61,28 +62,15 @@ def has_data(store: Store) -> bool:
 
 
 def banner(store: Store, verdict: Any) -> tuple[str, str]:
-    """Banner text and its level (error / warning / info / ok / wait)."""
-    if not has_data(store):
-        return "collecting…", "wait"
-    if verdict is None:
-        return "diagnosing…", "wait"
-    step = getattr(verdict, "bottleneck_step", None)
-    headline = str(getattr(verdict, "headline", "") or "")
-    if step is None and not store.gpu_count() and not store.steps:
-        # Say plainly why there is nothing to judge (e.g. this machine has no NVIDIA driver).
-        reasons = sorted(
-            {h.reason for h in store.hosts.values() if h.state == "no_gpu" and h.reason}
-        )
-        if reasons:
-            return f"No GPU data: {'; '.join(reasons)} — showing host activity only", "warning"
-    if step is None:
-        if headline.lower().startswith("job looks healthy"):
-            return headline, "ok"
-        return "Job looks healthy" + (f" — {headline}" if headline else ""), "ok"
-    worst = max((float(f.severity) for f in step_findings(verdict, step)), default=0.5)
-    name = STEP_NAMES.get(step, f"step {step}")
-    text = headline or f"Step {step} ({name}) is the bottleneck"
-    return f"● {text}", severity_class(worst)
+    """Banner text (the shared status vocabulary) and its level (error/warning/info/ok/wait)."""
+    status = job_status(store, verdict)
+    if status.state == BOTTLENECK:
+        return f"● {status.text}", severity_class(status.severity)
+    if status.state == HEALTHY:
+        return status.text, "ok"
+    if status.state == NO_DATA and has_data(store):
+        return status.text, "warning"  # hosts answer but give nothing to judge (no GPU)
+    return status.text, "wait"
 
 
 def fit_parts(parts: list[tuple[int, Text]], width: int) -> Text:

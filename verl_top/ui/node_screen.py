@@ -23,6 +23,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, VerticalScroll
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 from textual_plotext import PlotextPlot
@@ -574,7 +575,11 @@ class NodeScreen(Screen):
         self.store = store
         h = self.entry()
         palette = self.palette()
-        title = self.query_one("#node-title", Static)
+        try:
+            title = self.query_one("#node-title", Static)
+        except NoMatches:  # a timer tick between pushing the screen and composing it
+            self._seen_version = -1
+            return
         if h is None:
             title.update(
                 Text(f" Node {clean_text(self.host)}: not known to this session (Esc back)")
@@ -583,6 +588,10 @@ class NodeScreen(Screen):
         self.refresh_count += 1
         with self.app.batch_update():
             title.update(self._title(h, palette))
+            # A node without GPUs: no empty plots or GPU selector; the host block stays.
+            for plot in self.query(MetricPlot):
+                plot.display = bool(h.gpus)
+            self.query_one("#node-select").display = bool(h.gpus)
             self.query_one("#node-info", Static).update(render_info(store, h, palette))
             self._update_plots(store, h, palette)
             self.query_one("#node-host", Static).update(render_host(store, h, palette))

@@ -30,6 +30,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 from verl_top.model import ProbeResult
+from verl_top.untrusted import clean_text
 
 # runner(force) -> the probe's result(s); the app's default probes the plan's hosts.
 ProbeRunner = Callable[[bool], Awaitable["ProbeResult | list[ProbeResult]"]]
@@ -53,6 +54,17 @@ class ProbePlan:
     busy: list[int] = field(default_factory=list)  # local GPU indices with compute processes
     remote_hosts: list[str] = field(default_factory=list)
     remote_sources: list[Any] = field(default_factory=list)  # their SshSource (spec, settings)
+    local_no_gpu: str = ""  # why this machine cannot be probed (its agent found no GPU)
+
+    @property
+    def local_runnable(self) -> bool:
+        """A local probe can run: there is a local source and its machine has GPUs."""
+        return self.local_host is not None and not self.local_no_gpu
+
+    @property
+    def can_run(self) -> bool:
+        """Something to probe: the local GPUs or a remote host."""
+        return self.local_runnable or bool(self.remote_sources)
 
 
 def plan_probe(app: Any) -> ProbePlan:
@@ -75,6 +87,8 @@ def plan_probe(app: Any) -> ProbePlan:
             plan.gpus = [str(i) for i in sorted(entry.gpus)]
         if entry.procs is not None:
             plan.busy = sorted({p.gpu_index for p in entry.procs.procs})
+        if entry.state == "no_gpu" or (entry.hello is not None and not entry.hello.gpus):
+            plan.local_no_gpu = clean_text(entry.reason) or "the agent found no GPU"
     return plan
 
 
@@ -85,7 +99,7 @@ def plan_runner(plan: ProbePlan) -> ProbeRunner:
         from verl_top.nccl.probe import probe_ssh_hosts, run_local_probe
 
         jobs = []
-        if plan.local_host is not None:
+        if plan.local_runnable:
             jobs.append(run_local_probe("all_reduce", force=force, timeout=PROBE_TIMEOUT_S))
         for src in plan.remote_sources:
             jobs.append(
@@ -156,10 +170,15 @@ class ProbeScreen(ModalScreen["list[ProbeResult] | None"]):
             text.append("host: ")
             text.append(plan.local_host, style="bold")
             text.append(" (this machine)\n")
-            text.append(gpus_text(plan) + "\n")
-            text.append(
-                f"expected duration: {EXPECTED}; stops itself after {PROBE_TIMEOUT_S:.0f} s\n"
-            )
+            if plan.local_no_gpu:  # said once, instead of offering Run and failing
+                text.append(f"no GPU to probe here: {plan.local_no_gpu}", style="bold")
+                text.append("" if plan.remote_sources else " (Run is disabled)", style="bold")
+                text.append("\n")
+            else:
+                text.append(gpus_text(plan) + "\n")
+                text.append(
+                    f"expected duration: {EXPECTED}; stops itself after {PROBE_TIMEOUT_S:.0f} s\n"
+                )
         else:
             text.append("no local source: this session does not monitor this machine\n")
         if plan.remote_hosts:
@@ -172,7 +191,7 @@ class ProbeScreen(ModalScreen["list[ProbeResult] | None"]):
         text.append(
             WARNING, style=f"bold {getattr(self.app, 'palette', dict)().get('warning', 'yellow')}"
         )
-        can_run = plan.local_host is not None or bool(plan.remote_sources)
+        can_run = plan.can_run
         with Vertical():
             yield Static(text, id="probe-text")
             yield Static("", id="probe-progress")
@@ -195,9 +214,7 @@ class ProbeScreen(ModalScreen["list[ProbeResult] | None"]):
 
     def start(self, force: bool) -> None:
         """Start the probe worker (once)."""
-        if self.state != "confirm" or (
-            self.plan.local_host is None and not self.plan.remote_sources
-        ):
+        if self.state != "confirm" or not self.plan.can_run:
             return
         self.state = "running"
         self._started = time.monotonic()
@@ -283,7 +300,7 @@ def open_probe(app: Any) -> None:
     def done(results: list[ProbeResult] | None) -> None:
         if not results:
             return
-        app.action_show_tab(2)
+        app.show_step(2)
         app.refresh_now()
         ok = all(r.ok for r in results)
         text = "\n".join(probe_summary(r) for r in results)

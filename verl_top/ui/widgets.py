@@ -216,7 +216,7 @@ def render_step_findings(
 ) -> RenderableType:
     """The findings block at the top of a pane."""
     if verdict is None:
-        return Text("Diagnosis: collecting…", style="dim")
+        return Text("reading: no diagnosis yet", style="dim")
     findings = step_findings(verdict, step)
     checks = step_checks(verdict, step)
     if not findings:

@@ -182,6 +182,8 @@ def trend_text(recent: float | None, run: float | None) -> Text:
     if recent is None or not run:
         return Text("—", style="dim")
     pct = (recent - run) / run * 100
+    if round(pct) == 0:
+        pct = 0.0  # never "-0%"
     if pct > FLAT_PCT:
         return Text(f"↑ {pct:+.0f}%", style="bold red")
     if pct < -FLAT_PCT:

@@ -249,7 +249,7 @@ def verl_summary(store: Store) -> Text:
     from verl_top.verl.stages import StepView
 
     if not store.steps:
-        return Text("verl: no verl log: give --verl-log PATH", style="dim")
+        return Text("no verl log: give --verl-log PATH", style="dim")
     last = store.steps[-1]
     view = StepView.from_step(last, store.config)
     step_s = view.step_time_core if view.step_time_core is not None else view.step_time
@@ -431,14 +431,21 @@ class ThroughputPane(Pane):
                 self.call_after_refresh(self._redraw)
             self.gpu_sync.sync(gpu_list)
         self._update_status(rows)
+        # No GPU anywhere (and no filter hiding them): the banner says so once; the empty GPU
+        # table and its status line give their space to the host table.
+        no_gpu = not store.gpu_count()
+        self.query_one("#gpu-status", Static).display = not no_gpu
+        self.query_one("#gpu-table", DataTable).display = not no_gpu
+        self.query_one("#host-table", DataTable).set_class(no_gpu, "-alone")
         self._focus_hosts_without_gpus()
 
     def _focus_hosts_without_gpus(self) -> None:
         """With no GPU row, the host table takes the focus so Enter still opens a node."""
         gpus = self.query_one("#gpu-table", DataTable)
         hosts = self.query_one("#host-table", DataTable)
-        if self.app.focused is gpus and not gpus.row_count and hosts.row_count:
-            hosts.focus()
+        if (self.app.focused is gpus or self.app.focused is None) and not gpus.row_count:
+            if hosts.row_count and self.screen is self.app.screen:
+                hosts.focus()
 
     def _sorted_keys(self, order: list[tuple[int, int, str]], rows: dict[str, GpuRow]) -> list[str]:
         if self.sort_key == "host":
