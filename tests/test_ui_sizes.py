@@ -127,3 +127,28 @@ def test_fit_columns_drops_lowest_priority_first_and_gives_spare_to_flex() -> No
 def test_pane_snapshot_at_size(snap_compare, size, step) -> None:
     app = make_app(sized_store(), verdict=dataflow_bottleneck(), mode="REPLAY")
     assert snap_compare(app, press=[str(step)], terminal_size=size)
+
+
+async def test_dense_like_nvtop_one_row_per_gpu_wide_sparklines_and_gradients() -> None:
+    from ui_data import scale_store
+
+    from verl_top.ui.widgets import ACTIVITY_STOPS, TEMP_STOPS, gradient
+
+    app = make_app(scale_store(16, samples=60))
+    async with app.run_test(size=(200, 60)) as pilot:
+        await started(app, pilot)
+        table = app.query_one("#gpu-table", DataTable)
+        assert table.row_count == 16 * 8  # one row per GPU
+        # 60 rows: header, tabs, findings, verl line, status and footer take 8; the host table
+        # a quarter of the pane; every other line is a GPU row.
+        assert table.size.height - 1 >= 36
+        spark = app.throughput.gpu_sync.widths()["spark"]
+        assert spark >= 60  # the History column takes the spare width...
+        row = app.throughput.gpu_rows["gpu000/0"]
+        assert len(row.cells[3].plain) == min(spark, 60)  # ...and the sparkline fills it
+    palette = {"error": "#ff0000", "warning": "#ffff00", "success": "#00ff00"}
+    assert gradient(0.0, ACTIVITY_STOPS, palette) == "#FF0000"
+    assert gradient(90.0, ACTIVITY_STOPS, palette) == "#00FF00"
+    low, mid = gradient(20.0, ACTIVITY_STOPS, palette), gradient(35.0, ACTIVITY_STOPS, palette)
+    assert low not in (mid, "#FF0000")  # a gradient, not three flat colours
+    assert gradient(85.0, TEMP_STOPS, palette) != gradient(45.0, TEMP_STOPS, palette)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from rich.cells import cell_len
 from rich.console import Group, RenderableType
 from rich.text import Text
+from textual.color import Color
 from textual.widgets import DataTable, Static
 
 from verl_top.untrusted import clean_text, is_clean
@@ -163,17 +164,44 @@ def severity_style(severity: float | None) -> str:
     return {"error": "bold red", "warning": "yellow", "info": "cyan"}[severity_class(severity)]
 
 
-def activity_style(value: float | None, theme_vars: dict[str, str] | None = None) -> str:
-    """Colour for a GPU activity value: theme error below 20 %, warning below 50 %, else success."""
-    tv = theme_vars or {}
+def gradient(
+    value: float | None,
+    stops: Sequence[tuple[float, str]],
+    palette: dict[str, str] | None = None,
+) -> str:
+    """Colour of ``value`` on a scale of (value, palette key) stops, blended between the two
+    around it (colours from the theme, so every theme applies): more says more than 3 flat
+    colours. Missing values are muted."""
+    tv = palette or {}
+    fallback = {"error": "#ff4444", "warning": "#ffaa00", "success": "#44bb44", "accent": "#4488ff"}
     if missing(value):
-        return tv.get("text-muted", "dim")
+        return tv.get("muted", tv.get("text-muted", "dim"))
     assert value is not None
-    if value < 20:
-        return tv.get("error", "red")
-    if value < IDLE_THRESHOLD:
-        return tv.get("warning", "yellow")
-    return tv.get("success", "green")
+
+    def colour(key: str) -> Color:
+        try:
+            return Color.parse(tv.get(key, fallback.get(key, "#888888")))
+        except Exception:  # noqa: BLE001 - an odd theme value falls back to grey
+            return Color.parse("#888888")
+
+    if value <= stops[0][0]:
+        return colour(stops[0][1]).hex
+    for (v0, k0), (v1, k1) in zip(stops, stops[1:], strict=False):
+        if value <= v1:
+            return colour(k0).blend(colour(k1), (value - v0) / (v1 - v0)).hex
+    return colour(stops[-1][1]).hex
+
+
+# Scales: activity (low is waste), temperature (°C, hot is bad), memory used (% of total).
+ACTIVITY_STOPS = ((0.0, "error"), (IDLE_THRESHOLD, "warning"), (90.0, "success"))
+TEMP_STOPS = ((40.0, "success"), (70.0, "warning"), (90.0, "error"))
+MEMORY_STOPS = ((0.0, "accent"), (80.0, "success"), (95.0, "warning"), (100.0, "error"))
+
+
+def activity_style(value: float | None, theme_vars: dict[str, str] | None = None) -> str:
+    """Colour for a GPU activity value: a gradient from the theme's error (0 %) over warning
+    (50 %, the idle threshold) to success (90 % and more)."""
+    return gradient(value, ACTIVITY_STOPS, theme_vars)
 
 
 def step_findings(verdict: Any, step: int) -> list[Any]:

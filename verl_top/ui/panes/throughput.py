@@ -26,6 +26,8 @@ from verl_top.ui.widgets import (
     DASH,
     DEAD_STATES,
     IDLE_THRESHOLD,
+    MEMORY_STOPS,
+    TEMP_STOPS,
     Column,
     TableSync,
     activity_style,
@@ -34,6 +36,7 @@ from verl_top.ui.widgets import (
     fmt_bytes_rate,
     fmt_num,
     gpu_total,
+    gradient,
     host_mem_total,
     host_state_style,
     missing,
@@ -108,6 +111,13 @@ def _gib(mib: float | None) -> float | None:
     return None if missing(mib) else mib / 1024.0  # type: ignore[operator]
 
 
+def _mem_pct(h: HostEntry, g: GpuEntry) -> float | None:
+    """Memory used in % of the GPU's total (None when either is unknown)."""
+    used = None if g.latest is None else g.latest.mem_used_mib
+    total = gpu_total(h, g, "mem_total_mib")
+    return None if missing(used) or not total else 100.0 * used / total  # type: ignore[operator]
+
+
 def _pair(a: float | None, b: float | None, fmt: str) -> str:
     if missing(a):
         return DASH
@@ -134,6 +144,14 @@ def build_gpu_row(
         # Plain right-aligned strings: a Rich Text per cell costs ~10 µs, ×13 cells ×1000 GPUs.
         padded = text.rjust(width)
         return padded if live else Text(padded, style=grey, justify="right")
+
+    temp = None if s is None else s.temp_c
+
+    def coloured(text: str, width: int, value: float | None, stops: Any) -> str | Text:
+        # Memory and temperature carry a theme gradient (a Text only where it says something).
+        if not live or missing(value):
+            return cell(text, width)
+        return Text(text.rjust(width), style=gradient(value, stops, palette))
 
     if not live:
         act_cell = Text(f"{clean_text(h.state)} {fmt_num(act)}", style=grey)
@@ -166,19 +184,21 @@ def build_gpu_row(
         cell(fmt_num(None if s is None else s.sm_util), W["sm"]),
         cell(fmt_num(None if s is None else s.tensor_util), W["tensor"]),
         cell(fmt_num(None if s is None else s.dram_util), W["dram"]),
-        cell(
+        coloured(
             _pair(
                 _gib(None if s is None else s.mem_used_mib),
                 _gib(gpu_total(h, g, "mem_total_mib")),
                 "{:.1f}",
             ),
             W["mem"],
+            _mem_pct(h, g),
+            MEMORY_STOPS,
         ),
         cell(
             _pair(None if s is None else s.power_w, gpu_total(h, g, "power_limit_w"), "{:.0f}"),
             W["power"],
         ),
-        cell(fmt_num(None if s is None else s.temp_c), W["temp"]),
+        coloured(fmt_num(None if s is None else s.temp_c), W["temp"], temp, TEMP_STOPS),
         cell(fmt_num(None if s is None else s.sm_mhz), W["clock"]),
         thr_cell,
     )
