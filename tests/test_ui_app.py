@@ -18,7 +18,7 @@ from verl_top.sources.replay import ReplayControl
 from verl_top.store import Ring, Store
 from verl_top.ui.app import VerlTopApp
 from verl_top.ui.findings_screen import FindingsScreen
-from verl_top.ui.widgets import DASH
+from verl_top.ui.widgets import DASH, TEMP_STOPS, activity_style, gradient
 
 SIZE = (160, 48)
 
@@ -187,7 +187,10 @@ async def test_idle_gpus_are_marked() -> None:
         assert not cell(table, "node01/0", "act").startswith("IDLE")
         assert app.throughput.gpu_rows["node02/6"].idle
         idle_style = str(table.get_cell("node02/6", "act").style)
-        assert app.palette()["error"] in idle_style  # 0 % is below 20 %: error colour
+        act = app.throughput.gpu_rows["node02/6"].sort["activity"]
+        assert act < 5 and idle_style == f"bold {activity_style(act, app.palette())}"
+        # ~0 %: the error end of the theme's activity gradient
+        assert activity_style(0.0, app.palette()) == app.palette()["error"].upper()
         assert "10 idle" in plain(app.query_one("#gpu-status", Static))
         # The stalled node03 (NVML only, ~24 %) counts as idle too.
         assert cell(table, "node03/0", "act").startswith("IDLE")
@@ -220,7 +223,9 @@ async def test_down_host_greys_out_and_says_why() -> None:
         muted = app.palette()["muted"]
         assert str(act.style) == muted
         assert str(gpus.get_cell("node03/0", "temp").style) == muted
-        assert isinstance(gpus.get_cell("node01/0", "temp"), str)  # live: plain, unstyled
+        live_temp = gpus.get_cell("node01/0", "temp")  # live: on the temperature gradient
+        temp = store.hosts["node01"].gpus[0].latest.temp_c
+        assert str(live_temp.style) == gradient(temp, TEMP_STOPS, app.palette())
         status = plain(app.query_one("#status-line", Static))
         assert "2 up · 1 down" in status
 

@@ -69,4 +69,4 @@ class FindingsScreen(Screen):
         yield Static(" Diagnosis — the five steps (Esc to go back)", id="findings-title")
         with VerticalScroll(id="findings-scroll"):
             yield Static(render_verdict(self.verdict, self.palette), id="findings-body")
-        yield Footer()
+        yield Footer(show_command_palette=False)

@@ -147,7 +147,7 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-body"):
             yield Static(render_help(self.app), id="help-text")
-        yield Footer()
+        yield Footer(show_command_palette=False)
 
     def action_close(self) -> None:
         """Back to the screen below."""

@@ -532,7 +532,7 @@ class NodeScreen(Screen):
             yield Static("", id="node-hidden", classes="node-block")
             yield Static("", id="node-probes", classes="node-block")
             yield Static("", id="node-log", classes="node-block")
-        yield Footer()
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         table = self.query_one("#node-procs", DataTable)
