@@ -144,10 +144,10 @@ def wall(view: StepView) -> float:
     return view.step_time or 0.0
 
 
-def bars_block(views: Sequence[StepView]) -> RenderableType:
+def bars_block(views: Sequence[StepView], bar_width: int = BAR_WIDTH) -> RenderableType:
     """Stacked bars of ``views``, one row per step, with the outliers marked."""
     longest = max((wall(v) for v in views), default=0.0)
-    per_cell = longest / BAR_WIDTH if longest > 0 else 0.0
+    per_cell = longest / bar_width if longest > 0 else 0.0
     table = Table(box=None, pad_edge=False, show_header=False)
     table.add_column("step", justify="right")
     table.add_column("bar", no_wrap=True)
@@ -392,9 +392,16 @@ class DataflowPane(Pane):
         yield Static("", id="flow-body", classes="body")
 
     def update_content(self, store: Store, verdict: Any) -> None:
-        self.query_one("#flow-body", Static).update(self.body(store))
+        width = self.scrollable_content_region.width
+        # The longest bar leaves room for "step N" and the seconds: nothing wraps at 80 columns.
+        bar = max(10, min(BAR_WIDTH, width - 24)) if width > 0 else BAR_WIDTH
+        self.query_one("#flow-body", Static).update(self.body(store, bar))
 
-    def body(self, store: Store) -> RenderableType:
+    def on_resize(self) -> None:
+        """Bars are as long as the pane allows: redrawn at the next refresh."""
+        self.force_next()
+
+    def body(self, store: Store, bar_width: int = BAR_WIDTH) -> RenderableType:
         """Everything below the findings."""
         if not store.steps:
             return Text(MISSING_VERL, style="italic")
@@ -406,7 +413,7 @@ class DataflowPane(Pane):
                 f"Stages of the last {len(shown)} steps (bar length ∝ seconds)",
                 style="bold underline",
             ),
-            bars_block(shown),
+            bars_block(shown, bar_width),
             legend(used, any(name == "" for v in shown for name, _ in segments(v))),
         ]
         out = outliers_line(shown)
