@@ -240,10 +240,6 @@ class ConfigPane(Pane):
         body = self.body(store, verdict, self.palette(), width)
         self.query_one("#cfg-body", Static).update(body)
 
-    def on_resize(self) -> None:
-        """The table or the list, by width: decided again at the next refresh."""
-        self.force_next()
-
     @staticmethod
     def body(
         store: Store,

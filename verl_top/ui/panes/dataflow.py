@@ -65,6 +65,7 @@ MISSING_VERL = (
 )
 LAST_STEPS = 12
 BAR_WIDTH = 60
+NOTE_WIDTH = 16  # the outlier mark beside a bar ("⚑ outlier: test…")
 STRIP_WIDTH = 64
 TREND_STEPS = 3
 FLAT_PCT = 5.0  # |trend| below this shows →
@@ -149,10 +150,11 @@ def bars_block(views: Sequence[StepView], bar_width: int = BAR_WIDTH) -> Rendera
     longest = max((wall(v) for v in views), default=0.0)
     per_cell = longest / bar_width if longest > 0 else 0.0
     table = Table(box=None, pad_edge=False, show_header=False)
-    table.add_column("step", justify="right")
+    table.add_column("step", justify="right", no_wrap=True, min_width=7)
     table.add_column("bar", no_wrap=True)
-    table.add_column("s", justify="right")
-    table.add_column("note")
+    table.add_column("s", justify="right", no_wrap=True, min_width=7)
+    # The outlier line under the legend names each outlier step in full: here a short mark.
+    table.add_column("note", no_wrap=True, overflow="ellipsis", max_width=NOTE_WIDTH)
     for v in views:
         note = Text()
         if v.is_outlier:
@@ -393,13 +395,9 @@ class DataflowPane(Pane):
 
     def update_content(self, store: Store, verdict: Any) -> None:
         width = self.scrollable_content_region.width
-        # The longest bar leaves room for "step N" and the seconds: nothing wraps at 80 columns.
-        bar = max(10, min(BAR_WIDTH, width - 24)) if width > 0 else BAR_WIDTH
+        # The longest bar leaves room for "step N", the seconds and a short outlier note.
+        bar = max(10, min(BAR_WIDTH, width - 26 - NOTE_WIDTH)) if width > 0 else BAR_WIDTH
         self.query_one("#flow-body", Static).update(self.body(store, bar))
-
-    def on_resize(self) -> None:
-        """Bars are as long as the pane allows: redrawn at the next refresh."""
-        self.force_next()
 
     def body(self, store: Store, bar_width: int = BAR_WIDTH) -> RenderableType:
         """Everything below the findings."""

@@ -330,10 +330,6 @@ class ThroughputPane(Pane):
         self.on_sort_change: Callable[[], None] | None = None
         self.spark_width = SPARK_WIDTH
 
-    def _redraw(self) -> None:
-        app = self.app
-        self.refresh_pane(app.store, getattr(app, "verdict", None))  # type: ignore[attr-defined]
-
     def compose(self) -> ComposeResult:
         yield self.findings
         yield Static("", id="verl-summary", classes="summary")
@@ -346,10 +342,6 @@ class ThroughputPane(Pane):
         gpus = self.query_one("#gpu-table", DataTable)
         self.host_sync = TableSync(hosts, HOST_COLUMNS, id_columns=1)
         self.gpu_sync = TableSync(gpus, GPU_COLUMNS, id_columns=2)
-
-    def on_resize(self) -> None:
-        """Another width: columns are fitted again at the next refresh."""
-        self.force_next()
 
     def table_width(self) -> int:
         """Cells a table can use: the pane's width less its scrollbar (80 before layout)."""
