@@ -145,7 +145,9 @@ def wall(view: StepView) -> float:
     return view.step_time or 0.0
 
 
-def bars_block(views: Sequence[StepView], bar_width: int = BAR_WIDTH) -> RenderableType:
+def bars_block(
+    views: Sequence[StepView], bar_width: int = BAR_WIDTH, note_width: int = 80
+) -> RenderableType:
     """Stacked bars of ``views``, one row per step, with the outliers marked."""
     longest = max((wall(v) for v in views), default=0.0)
     per_cell = longest / bar_width if longest > 0 else 0.0
@@ -154,7 +156,7 @@ def bars_block(views: Sequence[StepView], bar_width: int = BAR_WIDTH) -> Rendera
     table.add_column("bar", no_wrap=True)
     table.add_column("s", justify="right", no_wrap=True, min_width=7)
     # The outlier line under the legend names each outlier step in full: here a short mark.
-    table.add_column("note", no_wrap=True, overflow="ellipsis", max_width=NOTE_WIDTH)
+    table.add_column("note", no_wrap=True, overflow="ellipsis", max_width=note_width)
     for v in views:
         note = Text()
         if v.is_outlier:
@@ -397,9 +399,12 @@ class DataflowPane(Pane):
         width = self.scrollable_content_region.width
         # The longest bar leaves room for "step N", the seconds and a short outlier note.
         bar = max(10, min(BAR_WIDTH, width - 26 - NOTE_WIDTH)) if width > 0 else BAR_WIDTH
-        self.query_one("#flow-body", Static).update(self.body(store, bar))
+        note = max(NOTE_WIDTH, width - 26 - bar)
+        self.query_one("#flow-body", Static).update(self.body(store, bar, note))
 
-    def body(self, store: Store, bar_width: int = BAR_WIDTH) -> RenderableType:
+    def body(
+        self, store: Store, bar_width: int = BAR_WIDTH, note_width: int = 80
+    ) -> RenderableType:
         """Everything below the findings."""
         if not store.steps:
             return Text(MISSING_VERL, style="italic")
@@ -411,7 +416,7 @@ class DataflowPane(Pane):
                 f"Stages of the last {len(shown)} steps (bar length ∝ seconds)",
                 style="bold underline",
             ),
-            bars_block(shown, bar_width),
+            bars_block(shown, bar_width, note_width),
             legend(used, any(name == "" for v in shown for name, _ in segments(v))),
         ]
         out = outliers_line(shown)
