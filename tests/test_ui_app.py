@@ -188,7 +188,8 @@ async def test_idle_gpus_are_marked() -> None:
         assert app.throughput.gpu_rows["node02/6"].idle
         idle_style = str(table.get_cell("node02/6", "act").style)
         act = app.throughput.gpu_rows["node02/6"].sort["activity"]
-        assert act < 5 and idle_style == f"bold {activity_style(act, app.palette())}"
+        # colours are taken per whole percent (cached)
+        assert act < 5 and idle_style == f"bold {activity_style(int(act), app.palette())}"
         # ~0 %: the error end of the theme's activity gradient
         assert activity_style(0.0, app.palette()) == app.palette()["error"].upper()
         assert "10 idle" in plain(app.query_one("#gpu-status", Static))
