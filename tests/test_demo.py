@@ -76,8 +76,9 @@ def test_demo_verdict_is_there_from_the_first_data_and_never_flips() -> None:
     the first second with data to the end (it flipped at +30 s and +39 s before)."""
     from verl_top.diagnosis.engine import Engine
     from verl_top.sources.pipeline import Pipeline
-    from verl_top.status import has_gpu_or_steps, job_status
+    from verl_top.status import job_status
     from verl_top.store import Store
+    from verl_top.ui.header import has_data  # the app's rule for running the engine
 
     clock = [records_t0 := read_recording(demo_recording_path())[0].t]
     store = Store(wall_clock=lambda: clock[0])
@@ -90,7 +91,7 @@ def test_demo_verdict_is_there_from_the_first_data_and_never_flips() -> None:
         while rec.t >= due + 1.0:
             due += 1.0
             clock[0] = due
-            verdict = engine.evaluate(store) if has_gpu_or_steps(store) else None
+            verdict = engine.evaluate(store) if has_data(store) else None
             labels.append(job_status(store, verdict).label)
         clock[0] = rec.t
         pipeline.emit(rec)

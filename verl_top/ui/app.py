@@ -20,11 +20,10 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, TabbedContent, TabPane
 
 from verl_top.inputs import Inputs
-from verl_top.status import has_gpu_or_steps
 from verl_top.store import Store
 from verl_top.ui.filter_bar import FilterBar
 from verl_top.ui.findings_screen import FindingsScreen
-from verl_top.ui.header import VerlTopHeader
+from verl_top.ui.header import VerlTopHeader, has_data
 from verl_top.ui.node_screen import NodeScreen, row_target
 from verl_top.ui.panes import PANE_CLASSES, Pane, ThroughputPane
 from verl_top.ui.snapshot_action import SnapshotExporter
@@ -275,7 +274,7 @@ class VerlTopApp(App):
             and time.monotonic() >= self._engine_next
             # Not on an empty store: the engine's first verdict anchors its hysteresis, and an
             # empty "healthy" one would hold the first real bottleneck back for 3 evaluations.
-            and has_gpu_or_steps(store)
+            and has_data(store)
         )
 
     def _mark_bottleneck(self) -> None:
