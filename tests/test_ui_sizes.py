@@ -152,3 +152,14 @@ async def test_dense_like_nvtop_one_row_per_gpu_wide_sparklines_and_gradients() 
     low, mid = gradient(20.0, ACTIVITY_STOPS, palette), gradient(35.0, ACTIVITY_STOPS, palette)
     assert low not in (mid, "#FF0000")  # a gradient, not three flat colours
     assert gradient(85.0, TEMP_STOPS, palette) != gradient(45.0, TEMP_STOPS, palette)
+
+
+def test_plot_titles_shed_words_before_numbers() -> None:
+    from verl_top.ui.node_screen import plot_title
+
+    wide = plot_title("activity %", "GPM SM util", "84 mean", 60)
+    assert wide == "activity % (GPM SM util) · now 84 mean"
+    assert plot_title("activity %", "GPM SM util", "84", 25) == "activity % · now 84"
+    assert plot_title("DRAM BW util %", "", "74", 25) == "DRAM BW util % 74"
+    tiny = plot_title("DRAM BW util %", "", "74 mean", 16)
+    assert tiny.endswith("… 74 mean")  # the value is never cut

@@ -448,6 +448,23 @@ def render_log(h: HostEntry, width: int) -> RenderableType:
     return Group(title, body)
 
 
+def plot_title(name: str, source: str, now: str, width: int) -> str:
+    """A plot's title within a plot ``width`` wide (plotext shows nothing for a longer one): the
+    metric, its source counter and the latest value; the source goes first, then the words
+    around the value, and the value itself is never cut."""
+    room = max(8, width - 6)  # the y axis labels take ~5 columns
+    value = f" {now}" if now else ""
+    for title in (
+        f"{name} ({source}) · now{value}" if source and now else "",
+        f"{name} ({source})" if source and not now else "",
+        f"{name} · now{value}" if now else name,
+        f"{name}{value}",
+    ):
+        if title and len(title) <= room:
+            return title
+    return name[: max(1, room - len(value) - 1)] + "…" + value
+
+
 class MetricPlot(PlotextPlot):
     """One metric's history (0-100 %) over the window: a line per GPU, or one GPU's line."""
 
@@ -657,14 +674,16 @@ class NodeScreen(Screen):
             else:
                 env = envelope(per_gpu, xs_all)
                 lines = [(name, *env[name], colours[key]) for name, key in ENVELOPE]
-            title = plot.title_text
-            if plot.metric == "activity":
-                title += f" ({source})"
             now_vals = [
                 ys[-1] for name, _, ys, _ in lines if ys and name != "min" and name != "max"
             ]
-            if now_vals:
-                title += f" · now {now_vals[0]:.0f}" + (" mean" if self.selected is None else "")
+            now = (
+                f"{now_vals[0]:.0f}" + (" mean" if self.selected is None else "")
+                if now_vals
+                else ""
+            )
+            source_name = source if plot.metric == "activity" else ""
+            title = plot_title(plot.title_text, source_name, now, plot.size.width or width)
             note = ""
             if plot.metric in ("tensor", "dram") and not any(xs for _, xs, _, _ in lines):
                 note = "no GPM on this node"
