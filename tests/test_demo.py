@@ -55,11 +55,45 @@ def test_demo_verl_steps_agree_with_gpu_phases() -> None:
     gen_share = first.metrics["timing_s/gen"] / first.metrics["timing_s/step"]
     assert 0.58 < gen_share < 0.65
     assert "timing_s/testing" in steps[demo.TESTING_STEP - 1].metrics
-    # the GPUs of step 1 were in the gen stage for about as long as the log says
+    # The recording starts when step 1 is logged (verl data from the first frame); the GPUs of
+    # step 2 were in the gen stage for about as long as the log says.
+    assert records[0].t == first.t and min(r.t for r in records) == first.t
+    second = steps[1]
     gpu0 = [
         r
         for r in records
-        if isinstance(r, GpuSample) and r.host == "node01" and r.index == 0 and r.t <= first.t
+        if isinstance(r, GpuSample)
+        and r.host == "node01"
+        and r.index == 0
+        and first.t <= r.t <= second.t
     ]
     gen_seconds = sum(1 for g in gpu0 if g.label == "gen")
-    assert abs(gen_seconds - first.metrics["timing_s/gen"]) <= 1.0
+    assert abs(gen_seconds - second.metrics["timing_s/gen"]) <= 1.0
+
+
+def test_demo_verdict_is_there_from_the_first_data_and_never_flips() -> None:
+    """The engine fed the demo second by second, as the app evaluates it: one bottleneck from
+    the first second with data to the end (it flipped at +30 s and +39 s before)."""
+    from verl_top.diagnosis.engine import Engine
+    from verl_top.sources.pipeline import Pipeline
+    from verl_top.status import job_status
+    from verl_top.store import Store
+    from verl_top.ui.header import has_data  # the app's rule for running the engine
+
+    clock = [records_t0 := read_recording(demo_recording_path())[0].t]
+    store = Store(wall_clock=lambda: clock[0])
+    store.replay = True
+    pipeline = Pipeline(store, parsers={}, wall_clock=lambda: clock[0])
+    engine = Engine()
+    labels: list[str] = []
+    due = records_t0
+    for rec in read_recording(demo_recording_path()):
+        while rec.t >= due + 1.0:
+            due += 1.0
+            clock[0] = due
+            verdict = engine.evaluate(store) if has_data(store) else None
+            labels.append(job_status(store, verdict).label)
+        clock[0] = rec.t
+        pipeline.emit(rec)
+    assert len(labels) > 300 and set(labels) == {"step 3 bottleneck"}
+    assert store.steps[0].step == 1

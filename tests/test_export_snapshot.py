@@ -173,7 +173,7 @@ def test_report_has_the_five_steps_and_capped_tables(bundle: Path) -> None:
     ):
         assert f"### {n}. {name}" in text
     assert "### 3. Dataflow — **BOTTLENECK**" in text
-    assert "**Verdict:** Rollout (gen) takes 62 % of each step" in text
+    assert "**Status:** step 3 bottleneck (Dataflow): Generation dominates the step" in text
     assert "gen 18.6 s of 30.1 s (62 %)" in text  # evidence
     assert "*Advice:* raise actor_rollout_ref.rollout.gpu_memory_utilization" in text
     assert "| GPU | activity | NVML util | tensor | DRAM | mem GiB | power | throttle |" in text

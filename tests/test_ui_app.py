@@ -18,7 +18,7 @@ from verl_top.sources.replay import ReplayControl
 from verl_top.store import Ring, Store
 from verl_top.ui.app import VerlTopApp
 from verl_top.ui.findings_screen import FindingsScreen
-from verl_top.ui.widgets import DASH
+from verl_top.ui.widgets import DASH, TEMP_STOPS, activity_style, gradient
 
 SIZE = (160, 48)
 
@@ -36,7 +36,12 @@ class FakeEngine:
 
 
 def healthy() -> Verdict:
-    return Verdict(None, None, "Job looks healthy: 24 GPUs at 71 % activity")
+    return Verdict(
+        None,
+        None,
+        "Job looks healthy: 24 GPUs at 71 % activity",
+        checks=[Check(1, "gpu.idle", "passed", "24 GPUs busy")],
+    )
 
 
 def dataflow_bottleneck() -> Verdict:
@@ -182,7 +187,11 @@ async def test_idle_gpus_are_marked() -> None:
         assert not cell(table, "node01/0", "act").startswith("IDLE")
         assert app.throughput.gpu_rows["node02/6"].idle
         idle_style = str(table.get_cell("node02/6", "act").style)
-        assert app.palette()["error"] in idle_style  # 0 % is below 20 %: error colour
+        act = app.throughput.gpu_rows["node02/6"].sort["activity"]
+        # colours are taken per whole percent (cached)
+        assert act < 5 and idle_style == f"bold {activity_style(int(act), app.palette())}"
+        # ~0 %: the error end of the theme's activity gradient
+        assert activity_style(0.0, app.palette()) == app.palette()["error"].upper()
         assert "10 idle" in plain(app.query_one("#gpu-status", Static))
         # The stalled node03 (NVML only, ~24 %) counts as idle too.
         assert cell(table, "node03/0", "act").startswith("IDLE")
@@ -215,7 +224,9 @@ async def test_down_host_greys_out_and_says_why() -> None:
         muted = app.palette()["muted"]
         assert str(act.style) == muted
         assert str(gpus.get_cell("node03/0", "temp").style) == muted
-        assert isinstance(gpus.get_cell("node01/0", "temp"), str)  # live: plain, unstyled
+        live_temp = gpus.get_cell("node01/0", "temp")  # live: on the temperature gradient
+        temp = store.hosts["node01"].gpus[0].latest.temp_c
+        assert str(live_temp.style) == gradient(temp, TEMP_STOPS, app.palette())
         status = plain(app.query_one("#status-line", Static))
         assert "2 up · 1 down" in status
 
@@ -290,13 +301,16 @@ async def test_banner_collecting_then_healthy() -> None:
     app = make_app(empty, verdict=healthy())
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
-        assert plain(app.query_one("#banner", Static)).strip() == "collecting…"
+        assert (
+            plain(app.query_one("#banner", Static)).strip()
+            == "no data: waiting for the first samples"
+        )
         row = load_trace()[40]  # a real train_matmul_bf16 sample
         empty.ingest(trace_sample(row, "h1", 0, T0, gpm=True))
         app.refresh_now()
         await pilot.pause()
         banner = app.query_one("#banner", Static)
-        assert plain(banner).startswith("Job looks healthy") and banner.has_class("-ok")
+        assert plain(banner).startswith("healthy: ") and banner.has_class("-ok")
 
 
 async def test_findings_screen_opens_with_d_and_closes_with_escape() -> None:
@@ -462,13 +476,14 @@ async def test_refresh_and_pane_keys_are_safe_on_the_findings_screen() -> None:
         await pilot.pause()
         app.store.version += 1
         app.refresh_now()  # the timer keeps ticking under the findings screen
-        await pilot.press("o", "3")
+        await pilot.press("o")
         await pilot.pause()
         assert isinstance(app.screen, FindingsScreen)
-        assert app.throughput.sort_key == "host"
-        await pilot.press("escape", "2")
+        assert app.throughput.sort_key == "host"  # o sorts pane 1 only, not from here
+        await pilot.press("3")  # digits work from every screen: back to the panes, pane 3
         await pilot.pause()
-        assert app.visible_step() == 2
+        assert not isinstance(app.screen, FindingsScreen)
+        assert app.visible_step() == 3
 
 
 def test_recent_values_matches_values_on_a_wrapped_ring() -> None:

@@ -17,8 +17,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
+import json
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from verl_top import __version__
 from verl_top.inputs import InputError, add_input_arguments, build_inputs
@@ -28,6 +32,31 @@ SUBCOMMANDS = ("diagnose", "snapshot", "probe", "doctor", "export-metrics")
 # `diagnose` exit statuses (docs/diagnose-json.md): 0 a verdict, 2 bad inputs, 3 nothing to
 # judge (no GPU sample, verl step or config read) or a --verl-log gave neither step nor config.
 EXIT_NO_DATA = 3
+# One line each for `verl-top --help` (every subcommand is listed there).
+SUBCOMMAND_HELP = {
+    "diagnose": "collect for a while, then print the five-step diagnosis (text or --json)",
+    "snapshot": "collect, then write a bundle: snapshot.json, report.md, screen.svg, recording",
+    "probe": "probe nccl: measure NCCL bus bandwidth on this machine or --hosts, on purpose",
+    "doctor": "check each host step by step (resolve, TCP, host key, auth, agent, NVML)",
+    "export-metrics": "run headless and serve the verdicts as Prometheus metrics (--listen)",
+}
+# Help for the probe's options that nccl/probe.py leaves without one (every option has help).
+PROBE_OPTION_HELP = {
+    "master_port": "inter: TCP port of the rendezvous on the first host",
+    "nprocs": "processes (GPUs) per host; 0: every GPU the host has",
+    "min_bytes": "smallest message size (K, M, G suffixes)",
+    "max_bytes": "largest message size (K, M, G suffixes)",
+    "collective": "collective to time",
+    "nccl_tests": "directory with nccl-tests binaries (all_reduce_perf ...) to use instead of torch",
+    "backend": "torch.distributed backend (gloo: no GPU needed, for a dry run)",
+    "iters": "timed iterations per message size",
+    "warmup": "untimed iterations per message size first",
+    "timeout": "seconds before the probe stops itself and kills its processes",
+    "what": "what to probe (only nccl)",
+}
+# Sources that cannot be combined: a replay plays one recording, live sources watch hosts.
+REPLAY_SOURCES = ("demo", "replay")
+LIVE_SOURCES = ("hosts", "slurm", "ray")
 
 
 def _base_parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -44,6 +73,14 @@ def _base_parser(prog: str, description: str) -> argparse.ArgumentParser:
 def app_parser() -> argparse.ArgumentParser:
     """Parser of the live app."""
     parser = _base_parser("verl-top", "Live monitor that tells why a verl training job is slow.")
+    parser.usage = "verl-top [COMMAND] [options]"
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.description = (
+        f"{parser.description}\n\ncommands:\n"
+        + "\n".join(f"  {name:<10} {line}" for name, line in SUBCOMMAND_HELP.items())
+        + "\n\nWithout a command: the live monitor (options below). "
+        "`verl-top COMMAND --help`: a command's options."
+    )
     add_input_arguments(parser)
     parser.add_argument(
         "--theme",
@@ -88,6 +125,9 @@ def snapshot_parser() -> argparse.ArgumentParser:
     parser.description = "Collect for a while, then write a snapshot bundle."
     parser.add_argument("-o", "--output", required=True, metavar="DIR", help="bundle directory")
     parser.add_argument("--force", action="store_true", help="overwrite an existing bundle")
+    for action in parser._actions:  # noqa: SLF001 - argparse has no public way to reword
+        if action.dest == "json":
+            action.help = "print the bundle's manifest (files, sizes, status) as JSON"
     return parser
 
 
@@ -114,10 +154,48 @@ def export_metrics_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def unknown_command(word: str) -> str | None:
+    """The error for a first argument that is no option and no command (None: not that case)."""
+    if word.startswith("-") or word in SUBCOMMANDS:
+        return None
+    near = difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=0.6)
+    hint = f"; did you mean '{near[0]}'?" if near else f" (commands: {', '.join(SUBCOMMANDS)})"
+    return f"unknown command '{word}'{hint}"
+
+
+def check_sources(args: argparse.Namespace) -> None:
+    """Refuse inputs that contradict each other, naming both (raises InputError)."""
+
+    def given(name: str) -> bool:
+        value = getattr(args, name, None)
+        return value not in (None, False, "", [])
+
+    def flag(name: str) -> str:
+        return "--" + name.replace("_", "-")
+
+    replays = [n for n in REPLAY_SOURCES if given(n)]
+    lives = [n for n in LIVE_SOURCES if given(n)]
+    if len(replays) > 1:
+        raise InputError(f"{flag(replays[0])} and {flag(replays[1])} cannot be used together")
+    if replays and lives:
+        raise InputError(
+            f"{flag(replays[0])} and {flag(lives[0])} cannot be used together "
+            "(a replay plays a recording; live sources watch hosts)"
+        )
+    hosts = getattr(args, "hosts", None)
+    if hosts and os.path.isdir(hosts):
+        raise InputError(
+            f"--hosts {hosts}: is a directory; give a hosts file (one host a line) or a comma list"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``verl-top`` console script."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     command = args_list[0] if args_list and args_list[0] in SUBCOMMANDS else None
+    if args_list and command is None and (error := unknown_command(args_list[0])):
+        print(f"verl-top: {error}", file=sys.stderr)
+        return 2
     try:
         if command == "probe":
             return _run_probe(args_list[1:])
@@ -177,6 +255,7 @@ def _run_app(args: argparse.Namespace, settings: Settings | None = None) -> int:
         check_theme_arg(theme)  # a bad theme is an error now, not a notification later
     except ThemeError as exc:
         raise InputError(f"--theme: {exc}") from exc
+    check_sources(args)
     inputs = build_inputs(args)
     app = VerlTopApp(inputs, refresh=args.refresh, theme_name=theme, engine=_engine(settings, args))
     app.run()
@@ -187,11 +266,13 @@ def _run_app(args: argparse.Namespace, settings: Settings | None = None) -> int:
 
 
 def _run_diagnose(args: argparse.Namespace, settings: Settings | None = None) -> int:
-    import json
+    import dataclasses
 
     from verl_top.diagnosis.report import format_text, to_json
     from verl_top.headless import collect
+    from verl_top.status import job_status
 
+    check_sources(args)
     inputs = build_inputs(args)
     try:
         verdict = asyncio.run(collect(inputs, args.duration, _engine(settings or Settings(), args)))
@@ -199,19 +280,21 @@ def _run_diagnose(args: argparse.Namespace, settings: Settings | None = None) ->
         inputs.close()
     for note in dict.fromkeys(inputs.store.notes):  # why data is missing (Prometheus down, ...)
         print(f"verl-top diagnose: {note}", file=sys.stderr)
+    # The shared status words (verl_top/status.py): never "healthy" without data.
+    status = job_status(inputs.store, verdict)
     if args.json:
-        doc = to_json(verdict)
+        doc = {**to_json(verdict), "status": status.as_dict()}
         # What the verdict rests on (logs read) plus refused input per host and clock offsets.
         doc["inputs"] = {**(doc.get("inputs") or {}), **inputs.store.input_health()}
         print(json.dumps(doc, indent=2))
     else:
-        print(format_text(verdict))
+        print(format_text(dataclasses.replace(verdict, headline=status.text)))
     unread = [
         log
         for log in verdict.inputs.get("logs", [])
         if log.get("kind") == "verl" and not log.get("steps") and not log.get("config_keys")
     ]
-    if verdict.no_data or unread:
+    if verdict.no_data or unread or status.state == "no data":
         return EXIT_NO_DATA
     return 0
 
@@ -230,7 +313,9 @@ def _screen_svg(inputs, verdict) -> str | None:  # noqa: ANN001
 def _run_snapshot(args: argparse.Namespace, settings: Settings | None = None) -> int:
     from verl_top.export.snapshot import SnapshotError, write_snapshot
     from verl_top.headless import collect
+    from verl_top.status import job_status
 
+    check_sources(args)
     inputs = build_inputs(args)
     try:
         verdict = asyncio.run(collect(inputs, args.duration, _engine(settings or Settings(), args)))
@@ -242,9 +327,13 @@ def _run_snapshot(args: argparse.Namespace, settings: Settings | None = None) ->
         except SnapshotError as exc:
             print(f"verl-top snapshot: {exc}", file=sys.stderr)
             return 1
+        status = job_status(inputs.store, verdict)
     finally:
         inputs.close()
-    print(f"snapshot written to {path}")
+    if args.json:
+        print(json.dumps(bundle_manifest(Path(path), status.as_dict()), indent=2))
+    else:
+        print(f"snapshot written to {path}")
     return 0
 
 
@@ -270,6 +359,23 @@ def _run_export_metrics(args: argparse.Namespace, settings: Settings | None = No
     return 0
 
 
+def bundle_manifest(path: Path, status: dict[str, object]) -> dict[str, object]:
+    """``snapshot --json``: the bundle's path, files and sizes, status, and the manifest that
+    verl-top writes into a bundle (when there is one)."""
+    doc: dict[str, object] = {
+        "bundle": str(path.resolve()),
+        "files": {p.name: p.stat().st_size for p in sorted(path.iterdir()) if p.is_file()},
+        "status": status,
+    }
+    manifest = path / "verl-top-manifest.json"
+    if manifest.is_file():
+        try:
+            doc["manifest"] = json.loads(manifest.read_text())
+        except (OSError, ValueError):
+            doc["manifest"] = None
+    return doc
+
+
 def _run_probe(argv: list[str]) -> int:
     if not argv or argv[0] != "nccl":
         print("verl-top probe: usage: verl-top probe nccl [options] (see --help)", file=sys.stderr)
@@ -278,4 +384,7 @@ def _run_probe(argv: list[str]) -> int:
 
     parser = _base_parser("verl-top probe nccl", "Measure NCCL bus bandwidth on purpose.")
     add_probe_arguments(parser)
+    for action in parser._actions:  # noqa: SLF001 - fill the help nccl/probe.py leaves out
+        if not action.help and action.dest in PROBE_OPTION_HELP:
+            action.help = PROBE_OPTION_HELP[action.dest]
     return asyncio.run(main_probe(parser.parse_args(argv[1:])))

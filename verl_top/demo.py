@@ -334,7 +334,31 @@ def build(seed: int = 7) -> tuple[list[Record], list[str]]:
         log.append(_console_line(step, metrics))
         t = t_end
     records.sort(key=lambda r: r.t)
-    return records, log
+    return _start_after_first_step(records), log
+
+
+def _start_after_first_step(records: list[Record]) -> list[Record]:
+    """Start the recording when step 1 is logged, as if verl-top attached to a running job.
+
+    The demo then has verl data from its first frame (no "no verl log" for half a minute and
+    no verdict change when the first step arrives): samples before step 1's log line are left
+    out; the hellos, config, NCCL info and each host's latest process list are stamped at it.
+    """
+    first = min(r.t for r in records if isinstance(r, VerlStep))
+    setup: list[Record] = []
+    procs: dict[str, ProcessList] = {}
+    kept: list[Record] = []
+    for r in records:
+        if r.t >= first:
+            kept.append(r)
+        elif isinstance(r, Hello | VerlConfig | NcclInfo):
+            r.t = first
+            setup.append(r)
+        elif isinstance(r, ProcessList):
+            procs[r.host] = r
+    for p in procs.values():
+        p.t = first
+    return [*setup, *procs.values(), *kept]
 
 
 def write(directory: Path) -> tuple[Path, Path]:

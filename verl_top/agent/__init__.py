@@ -27,6 +27,14 @@ BOOTSTRAP = (
 )
 
 
+def bootstrap_for(client: str) -> str:
+    """``BOOTSTRAP`` led by ``verl_top_agent='CLIENT';``, so ``ps -ef`` on a node shows what runs
+    and for which machine: ``python3 -u -c verl_top_agent='laptop';import sys;...``. The name
+    is reduced to host-name characters (it sits inside the quoted -c argument)."""
+    safe = "".join(c for c in client if c.isascii() and (c.isalnum() or c in ".-_"))[:64]
+    return f"verl_top_agent='{safe or 'client'}';{BOOTSTRAP}"
+
+
 def agent_source() -> str:
     """The text of ``node_agent.py`` (what the bootstrap exec()s on the node)."""
     return AGENT_FILE.read_text(encoding="utf-8")
@@ -46,4 +54,11 @@ def remote_command(args: list[str] | tuple[str, ...] = (), python: str = "python
     return f'{python} -u -c "{BOOTSTRAP}"' + (f" {tail}" if tail else "")
 
 
-__all__ = ["AGENT_FILE", "BOOTSTRAP", "agent_payload", "agent_source", "remote_command"]
+__all__ = [
+    "AGENT_FILE",
+    "BOOTSTRAP",
+    "agent_payload",
+    "agent_source",
+    "bootstrap_for",
+    "remote_command",
+]

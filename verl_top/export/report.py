@@ -16,6 +16,7 @@ from typing import Any
 
 from verl_top.diagnosis.findings import STEP_NAMES
 from verl_top.export.redact import redact_text
+from verl_top.status import job_status
 from verl_top.store import Store
 from verl_top.untrusted import clean_text
 from verl_top.verl.stages import DISPLAY_STAGES, timing_name
@@ -59,10 +60,31 @@ KEY_CONFIG_PARTS: tuple[str, ...] = (
 )
 
 
+# A time at or before the epoch is "no data": 0 is an unset time, and a window start computed
+# from an empty store (0 - 300 s) printed as 1969-12-31.
+EPOCH_FLOOR = 0.0
+
+
 def _iso(t: float | None) -> str:
-    if not t:
-        return "-"
+    """A UTC time, or "no data" for a missing time (never 1970-01-01 / 1969-12-31)."""
+    if t is None or not math.isfinite(t) or t <= EPOCH_FLOOR:
+        return "no data"
     return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def data_span(doc: dict[str, Any]) -> tuple[float, float] | None:
+    """First and last time with data in the snapshot (samples and steps), None without data.
+
+    This is the window the report speaks about: after ``--duration 10`` it is ~10 s, not the
+    store's 300 s history window.
+    """
+    times: list[float] = []
+    for entry in (*doc["hosts"], *doc["gpus"]):
+        t = (entry.get("series") or {}).get("t") or []
+        times += [t[0], t[-1]] if t else []
+    times += [s["t"] for s in doc["steps"] if s.get("t")]
+    times = [t for t in times if isinstance(t, int | float) and t > EPOCH_FLOOR]
+    return (min(times), max(times)) if times else None
 
 
 def _f(x: float | None, fmt: str = "{:.0f}", unit: str = "") -> str:
@@ -87,21 +109,28 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 # -- sections ---------------------------------------------------------------------------------
 
 
-def _summary(doc: dict[str, Any], verdict: Any) -> list[str]:
+def _summary(doc: dict[str, Any], verdict: Any, store: Store) -> list[str]:
     hosts = doc["hosts"]
     states = Counter(h["state"] for h in hosts)
     state_text = ", ".join(f"{n} {s}" for s, n in states.most_common())
-    w = doc["window"]
+    span = data_span(doc)
+    window = (
+        f"data {span[1] - span[0]:.0f} s ({_iso(span[0])} → {_iso(span[1])})"
+        if span is not None
+        else "no data"
+    )
     lines = [
-        f"# verl-top snapshot — {_iso(doc['data_time'])}",
+        f"# verl-top snapshot — {_iso(span[1] if span else None)}",
         "",
-        f"verl-top {doc['tool']['version']} · {doc['mode']} · window {w['seconds']:g} s "
-        f"({_iso(w['start'])} → {_iso(w['end'])}) · {len(hosts)} host(s) ({state_text or 'none'})"
+        f"verl-top {doc['tool']['version']} · {doc['mode']} · {window}"
+        f" · {len(hosts)} host(s) ({state_text or 'none'})"
         f" · {len(doc['gpus'])} GPU(s) · {len(doc['steps'])} verl step(s) in this snapshot",
         "",
     ]
+    status = job_status(store, verdict)
+    lines += [f"**Status:** {status.text}", ""]
     if verdict is None:
-        lines += ["**Verdict:** no diagnosis was run for this snapshot.", ""]
+        lines += ["Verdict: no diagnosis was run for this snapshot.", ""]
         return lines
     names = STEP_NAMES
     where = (
@@ -110,7 +139,7 @@ def _summary(doc: dict[str, Any], verdict: Any) -> list[str]:
         if verdict.bottleneck_step is not None
         else "no bottleneck"
     )
-    lines += [f"**Verdict:** {verdict.headline}", "", f"Bottleneck: {where}.", ""]
+    lines += [f"Bottleneck: {where}.", ""]
     return lines
 
 
@@ -151,6 +180,41 @@ def _five_steps(verdict: Any) -> list[str]:
     return lines
 
 
+def _malformed(store: Store, name: str) -> str:
+    """Records of a host refused at the trust boundary (all reasons), when the store counts them."""
+    drops = getattr(store, "drops", None)
+    if not isinstance(drops, dict):
+        return "-"  # a store that does not count refused records
+    return str(sum(v for v in (drops.get(name) or {}).values() if isinstance(v, int)))
+
+
+def _hosts(doc: dict[str, Any], store: Store) -> list[str]:
+    """One row per host: state, GPUs, the agent's own CPU and memory, malformed records."""
+    hosts = doc["hosts"]
+    if not hosts:
+        return ["## Hosts", "", "No host in this snapshot.", ""]
+    gpus = Counter(g["host"] for g in doc["gpus"])
+    rows = []
+    for h in hosts[:MAX_HOST_ROWS]:
+        latest = h.get("latest") or {}
+        rss = latest.get("agent_rss_bytes")
+        rows.append(
+            [
+                _cell(h["name"]),
+                _cell(h["state"] + (f" ({h['reason']})" if h.get("reason") else "")),
+                str(gpus.get(h["name"], 0)),
+                _f(latest.get("agent_cpu_pct"), "{:.1f}", " %"),
+                _f(None if rss is None else rss / 2**20, "{:.0f}", " MiB"),
+                _malformed(store, h["name"]),
+            ]
+        )
+    lines = ["## Hosts", ""]
+    lines += _table(["host", "state", "GPUs", "agent CPU", "agent RSS", "malformed"], rows)
+    if len(hosts) > MAX_HOST_ROWS:
+        lines.append(f"\n… {len(hosts) - MAX_HOST_ROWS} more hosts in snapshot.json")
+    return lines + [""]
+
+
 def _gib(mib: float | None) -> str:
     return _f(None if mib is None else mib / 1024, "{:.1f}")
 
@@ -182,7 +246,7 @@ def _gpus(doc: dict[str, Any]) -> list[str]:
     lines = [
         "## GPUs",
         "",
-        f"Means over the {doc['window']['seconds']:g} s window; memory = latest.",
+        "Means over the data window; memory = latest.",
     ]
     by_host: dict[str, list[dict[str, Any]]] = {}
     for g in gpus:
@@ -378,8 +442,9 @@ def _files(doc: dict[str, Any], store: Store) -> list[str]:
 def build_report(store: Store, verdict: Any, doc: dict[str, Any], screen: bool = False) -> str:
     """The Markdown report of a snapshot document (``snapshot.build_snapshot``)."""
     lines: list[str] = []
-    lines += _summary(doc, verdict)
+    lines += _summary(doc, verdict, store)
     lines += _five_steps(verdict)
+    lines += _hosts(doc, store)
     lines += _gpus(doc)
     lines += _steps(doc)
     lines += _processes(doc)

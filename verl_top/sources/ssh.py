@@ -828,7 +828,7 @@ class SshSource:
 
     async def _session(self, emit: Emit) -> None:
         """One connection's life; always ends by raising (_HostFailure or CancelledError)."""
-        from verl_top.agent import BOOTSTRAP, agent_payload
+        from verl_top.agent import agent_payload, bootstrap_for
 
         conn, client = await self._connect()
         stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
@@ -841,7 +841,8 @@ class SshSource:
             args = ["--host", self.name, *self.agent_args]
             for kind, path in self.follows:
                 args += ["--follow", f"{kind}:{path}"]
-            cmd = agent_command(self.settings.python, BOOTSTRAP, args)
+            # ps on the node shows verl_top_agent='<this host>' (docs/agent.md)
+            cmd = agent_command(self.settings.python, bootstrap_for(socket.gethostname()), args)
             proc = await conn.create_process(cmd, encoding="utf-8", errors="replace")
             proc.stdin.write(agent_payload())
             self._stdin = proc.stdin

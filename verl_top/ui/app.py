@@ -17,17 +17,17 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.color import Color
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, TabbedContent, TabPane
+from textual.widgets import DataTable, Footer, Input, TabbedContent, TabPane
 
 from verl_top.inputs import Inputs
 from verl_top.store import Store
 from verl_top.ui.filter_bar import FilterBar
 from verl_top.ui.findings_screen import FindingsScreen
-from verl_top.ui.header import VerlTopHeader
+from verl_top.ui.header import VerlTopHeader, has_data
 from verl_top.ui.node_screen import NodeScreen, row_target
 from verl_top.ui.panes import PANE_CLASSES, Pane, ThroughputPane
 from verl_top.ui.snapshot_action import SnapshotExporter
-from verl_top.ui.widgets import STEP_NAMES, severity_class, step_findings
+from verl_top.ui.widgets import severity_class, step_findings
 
 MIN_STALE_S = 5.0
 # History windows that + and - step through (seconds).
@@ -37,9 +37,13 @@ SPEED_KEYS = Binding.Group("Speed", compact=True)
 WINDOW_KEYS = Binding.Group("Window", compact=True)
 
 
+# Short tab names: the five tabs fit an 80-column terminal (full names head each pane's help).
+TAB_NAMES = {1: "Throughput", 2: "Communication", 3: "Dataflow", 4: "Mapping", 5: "Config"}
+
+
 def tab_label(step: int, bottleneck: bool) -> str:
     """Label of a step's tab; the bottleneck's tab carries a ● mark."""
-    return f"{'● ' if bottleneck else ''}{step} {STEP_NAMES[step]}"
+    return f"{'● ' if bottleneck else ''}{step} {TAB_NAMES[step]}"
 
 
 def default_engine() -> Any:
@@ -56,17 +60,24 @@ class VerlTopApp(App):
 
     CSS_PATH = "verl_top.tcss"
     TITLE = "verl-top"
+    # The focus model in one line (docs/keys.md): digits, d, ?, /, q and Ctrl+C work from every
+    # screen and whatever has focus (priority bindings; while the filter bar is typed into they
+    # type instead), Enter opens the highlighted node, Esc backs out one level or clears a filter.
     BINDINGS = [
-        Binding("1", "show_tab(1)", "Throughput", show=False),
-        Binding("2", "show_tab(2)", "Comm", show=False),
-        Binding("3", "show_tab(3)", "Dataflow", show=False),
-        Binding("4", "show_tab(4)", "Mapping", show=False),
-        Binding("5", "show_tab(5)", "Config", show=False),
-        Binding("o", "sort", "Order"),
-        Binding("O", "sort_reverse", "Reverse", key_display="O"),
+        Binding("1", "show_tab(1)", "Throughput", show=False, priority=True),
+        Binding("2", "show_tab(2)", "Comm", show=False, priority=True),
+        Binding("3", "show_tab(3)", "Dataflow", show=False, priority=True),
+        Binding("4", "show_tab(4)", "Mapping", show=False, priority=True),
+        Binding("5", "show_tab(5)", "Config", show=False, priority=True),
+        # Footer order = importance: an 80-column footer shows the first ones.
+        Binding("d", "findings", "Diagnosis", priority=True),
+        Binding("slash", "filter", "Filter", key_display="/", priority=True),
+        Binding("question_mark", "help", "Help", key_display="?", priority=True),
+        Binding("q", "quit", "Quit", priority=True),
         Binding("s", "snapshot", "Snapshot"),
-        Binding("d", "findings", "Diagnosis"),
         Binding("p", "probe", "Probe"),
+        Binding("o", "sort", "Sort"),
+        Binding("O", "sort_reverse", "Reverse sort", key_display="O", show=False),
         Binding("space", "toggle_pause", "Pause"),
         Binding("n", "step_replay", "Step", show=False),
         Binding(
@@ -77,11 +88,13 @@ class VerlTopApp(App):
         Binding(
             "minus", "window(-1)", "Narrower history window", key_display="-", group=WINDOW_KEYS
         ),
-        Binding("slash", "filter", "Filter", key_display="/"),
-        Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("q", "quit", "Quit"),
-        Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
+        Binding("escape", "back", "Back / clear filter", show=False),
+        Binding("ctrl+c", "quit_now", "Quit", show=False, priority=True),
+        Binding("ctrl+q", "quit_now", "Quit", show=False, priority=True),
     ]
+    # Keys that work from any screen (priority bindings) and what they yield to.
+    GLOBAL_ACTIONS = ("show_tab", "findings", "filter", "help", "quit")
+    REPLAY_ACTIONS = ("toggle_pause", "step_replay", "speed")
 
     def __init__(
         self,
@@ -124,14 +137,14 @@ class VerlTopApp(App):
                 with TabPane(tab_label(step, False), id=f"pane-{step}"):
                     yield cls(id=f"step{step}")
         yield FilterBar(id="filter")
-        yield Footer()
+        yield Footer(show_command_palette=False)  # ctrl+p still opens it; ? lists it
 
     def on_mount(self) -> None:
         from verl_top.ui.themes import install_themes
 
         # Built-in and user themes (validated) join the palette's theme picker.
         for error in install_themes(self, self._theme_name):
-            self.notify(error, severity="error", timeout=10)
+            self.notify(error, severity="error", timeout=10, markup=False)
         # Keep direct references: the timer keeps ticking while another screen (d) is on top,
         # and app-level queries would search that screen instead of the main one.
         self._header = self.query_one(VerlTopHeader)
@@ -149,6 +162,9 @@ class VerlTopApp(App):
                 )
             self.set_interval(self.refresh_s, self.refresh_now, name="refresh")
         self.call_after_refresh(self.refresh_now)
+        # Enter opens the highlighted node at once. Focused now, not after a refresh: a late
+        # focus would move the tabs back to pane 1 after a first digit key.
+        self.focus_main()
 
     async def _run_source(self, src: Any) -> None:
         """Run one source; a failure becomes a note and a notification, never a crash."""
@@ -160,7 +176,7 @@ class VerlTopApp(App):
         except Exception as exc:  # noqa: BLE001 - any source bug must not take the UI down
             message = f"source {name} failed: {type(exc).__name__}: {exc}"
             self.store.notes.append(message)
-            self.notify(message, severity="error", timeout=10)
+            self.notify(message, severity="error", timeout=10, markup=False)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -227,7 +243,11 @@ class VerlTopApp(App):
             except Exception as exc:  # noqa: BLE001 - keep the last verdict, say why once
                 if not self._engine_failed:
                     self._engine_failed = True
-                    self.notify(f"diagnosis failed: {type(exc).__name__}: {exc}", severity="error")
+                    self.notify(
+                        f"diagnosis failed: {type(exc).__name__}: {exc}",
+                        severity="error",
+                        markup=False,
+                    )
             cost = time.monotonic() - started
             # A slow evaluation (a very large cluster) runs at most every 4x its own cost, so
             # the tables keep their refresh rate; the verdict moves slowly anyway (hysteresis).
@@ -252,6 +272,9 @@ class VerlTopApp(App):
             self.engine is not None
             and store.version != self._eval_version
             and time.monotonic() >= self._engine_next
+            # Not on an empty store: the engine's first verdict anchors its hysteresis, and an
+            # empty "healthy" one would hold the first real bottleneck back for 3 evaluations.
+            and has_data(store)
         )
 
     def _mark_bottleneck(self) -> None:
@@ -280,7 +303,7 @@ class VerlTopApp(App):
             self._notes_seen = 0
         for note in list(notes)[self._notes_seen :]:
             if not note.startswith("source "):  # _run_source already notified those
-                self.notify(note, severity="warning", timeout=8)
+                self.notify(note, severity="warning", timeout=8, markup=False)
         self._notes_seen = len(notes)
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
@@ -292,30 +315,77 @@ class VerlTopApp(App):
     # -- actions ---------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Pane keys do nothing (and leave the footer) while the findings screen is shown."""
-        if action in ("show_tab", "sort", "sort_reverse", "findings") and isinstance(
-            self.screen, FindingsScreen
-        ):
+        """Which keys act here. Global keys yield to a focused text input and to the probe
+        dialog; pane keys wait on the main screen; replay keys exist only in replays."""
+        if action in self.GLOBAL_ACTIONS:
+            if isinstance(self.focused, Input):
+                return False  # the / bar: the key is typed
+            from verl_top.ui.probe_screen import ProbeScreen
+
+            if isinstance(self.screen, ProbeScreen):
+                return False  # the dialog's own keys (Esc / c) only, so a probe is not orphaned
+            return True
+        if action in ("sort", "sort_reverse") and len(self.screen_stack) > 1:
             return False
-        if action in ("show_tab", "sort", "sort_reverse") and isinstance(self.screen, NodeScreen):
-            return False
-        if action == "filter" and len(self.screen_stack) > 1:
-            return False  # the / bar lives on the main screen
+        if action in self.REPLAY_ACTIONS and self.inputs.replay is None:
+            return False  # live: no Pause/Speed in the footer
         return True
 
-    def action_show_tab(self, step: int) -> None:
-        """Keys 1-5: show a step's pane."""
+    async def _to_main(self) -> None:
+        """Close the node, findings and help screens (waiting for each): back to the panes."""
+        while len(self.screen_stack) > 1:
+            await self.pop_screen()
+
+    def main_widget(self, step: int) -> Any:
+        """What has focus on a pane: its table (pane 1: GPUs, or hosts when there is no GPU;
+        pane 4: the node map), else the pane itself so the arrows scroll it."""
+        pane = self.pane(step)
+        if step == 1:
+            gpus = pane.query_one("#gpu-table", DataTable)
+            hosts = pane.query_one("#host-table", DataTable)
+            return gpus if gpus.row_count or not hosts.row_count else hosts
+        if step == 4:
+            return pane.query_one("#map-grid", DataTable)
+        return pane
+
+    def focus_main(self) -> None:
+        """Give the focus to the visible pane's main widget."""
+        if self._tabs is not None and len(self.screen_stack) == 1:
+            self.main_widget(self.visible_step()).focus()
+
+    async def action_show_tab(self, step: int) -> None:
+        """Keys 1-5: show a step's pane (from any screen) with its table focused."""
+        await self._to_main()
+        self.show_step(step)
+
+    def show_step(self, step: int) -> None:
+        """Show a step's pane on the main screen, its main widget focused."""
         if self._tabs is not None:
             self._tabs.active = f"pane-{step}"
+            self.focus_main()
+            # A closed screen hands its saved focus back after this: focus again after that.
+            self.call_after_refresh(self.focus_main)
+
+    def action_back(self) -> None:
+        """Esc on the panes: clear the host filter (screens above close themselves on Esc)."""
+        if len(self.screen_stack) > 1:
+            self.pop_screen()
+        elif self.host_filter:
+            self.query_one(FilterBar).action_clear_filter()
+            self.focus_main()
+
+    def action_quit_now(self) -> None:
+        """Ctrl+C / Ctrl+Q: quit from anywhere, also from a dialog."""
+        self.exit()
 
     def action_sort(self) -> None:
         """Key o: next sort column of the GPU table."""
-        self.action_show_tab(1)
+        self.show_step(1)
         self.throughput.cycle_sort()
 
     def action_sort_reverse(self) -> None:
         """Key O: reverse the GPU table's sort."""
-        self.action_show_tab(1)
+        self.show_step(1)
         self.throughput.reverse_sort()
 
     def open_node(self, host: str, gpu: int | None = None) -> None:
@@ -350,15 +420,21 @@ class VerlTopApp(App):
 
         open_probe(self)
 
-    def action_findings(self) -> None:
-        """Key d: the diagnosis of all five steps."""
+    async def action_findings(self) -> None:
+        """Key d: the diagnosis of all five steps (d again: back to the panes)."""
+        if isinstance(self.screen, FindingsScreen):
+            self.pop_screen()
+            return
+        await self._to_main()
         self.push_screen(FindingsScreen(self.verdict, self.palette()))
 
     def action_toggle_pause(self) -> None:
         """Space: pause or resume a replay."""
         replay = self.inputs.replay
         if replay is None:
-            self.notify("pause works on replays (--replay / --demo); live data keeps flowing")
+            self.notify(
+                "pause works on replays (--replay / --demo); live data keeps flowing", markup=False
+            )
             return
         replay.toggle()
         self.refresh_now()
@@ -367,18 +443,22 @@ class VerlTopApp(App):
         """Key n: while paused, play one more interval."""
         replay = self.inputs.replay
         if replay is None or not replay.paused:
-            self.notify("n steps a paused replay (space pauses)")
+            self.notify("n steps a paused replay (space pauses)", markup=False)
             return
         replay.step()
 
     def action_help(self) -> None:
-        """Key ?: every key of every screen."""
+        """Key ?: every key of every screen (? again closes it)."""
         from verl_top.ui.help_screen import HelpScreen
 
+        if isinstance(self.screen, HelpScreen):
+            self.pop_screen()
+            return
         self.push_screen(HelpScreen())
 
-    def action_filter(self) -> None:
+    async def action_filter(self) -> None:
         """Key /: type a host or GPU to narrow panes 1 and 4 (Esc clears)."""
+        await self._to_main()
         self.query_one(FilterBar).open()
 
     def set_host_filter(self, text: str) -> None:
@@ -401,10 +481,10 @@ class VerlTopApp(App):
             smaller = [w for w in WINDOW_STEPS if w < now - 1e-9]
             new = smaller[-1] if smaller else now
         if new == now:
-            self.notify(f"history window stays {now:g} s (30 s to 1 h)")
+            self.notify(f"history window stays {now:g} s (30 s to 1 h)", markup=False)
             return
         limits.window_s = new
-        self.notify(f"history window {new:g} s")
+        self.notify(f"history window {new:g} s", markup=False)
         for step in range(1, 6):
             self.pane(step).force_next()
         self.refresh_now()
@@ -413,7 +493,7 @@ class VerlTopApp(App):
         """Keys > and <: replay speed ×2 or ÷2 (1/16 to 64)."""
         replay = self.inputs.replay
         if replay is None:
-            self.notify("speed applies to replays (--replay / --demo)")
+            self.notify("speed applies to replays (--replay / --demo)", markup=False)
             return
         replay.speed = min(64.0, max(1 / 16, replay.speed * factor))
         self.refresh_now()

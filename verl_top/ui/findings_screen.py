@@ -13,16 +13,17 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from verl_top.ui.widgets import STEP_NAMES, render_finding, step_checks, step_findings
+from verl_top.untrusted import clean_text
 
 
 def render_verdict(verdict: Any, palette: dict[str, str] | None = None) -> RenderableType:
     """The whole verdict, step by step."""
     if verdict is None:
-        return Text("No diagnosis yet: collecting data…", style="italic")
+        return Text("reading: no diagnosis yet", style="italic")
     parts: list[RenderableType] = []
     headline = getattr(verdict, "headline", "")
     bottleneck = getattr(verdict, "bottleneck_step", None)
-    parts.append(Text(f"Verdict: {headline or 'no headline'}", style="bold"))
+    parts.append(Text(f"Verdict: {clean_text(headline) or 'no headline'}", style="bold"))
     for step in range(1, 6):
         title = Text()
         mark = "● " if step == bottleneck else "  "
@@ -47,7 +48,7 @@ def render_verdict(verdict: Any, palette: dict[str, str] | None = None) -> Rende
             for c in no_data:
                 line = Text(f"    {c.rule}", style="")
                 if getattr(c, "detail", ""):
-                    line.append(f": {c.detail}", style="dim")
+                    line.append(f": {clean_text(c.detail)}", style="dim")
                 parts.append(line)
     return Group(*parts)
 
@@ -57,8 +58,6 @@ class FindingsScreen(Screen):
 
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
-        Binding("d", "app.pop_screen", "Back", show=False),
-        Binding("q", "app.quit", "Quit"),
     ]
 
     def __init__(self, verdict: Any, palette: dict[str, str] | None = None) -> None:
@@ -70,4 +69,4 @@ class FindingsScreen(Screen):
         yield Static(" Diagnosis — the five steps (Esc to go back)", id="findings-title")
         with VerticalScroll(id="findings-scroll"):
             yield Static(render_verdict(self.verdict, self.palette), id="findings-body")
-        yield Footer()
+        yield Footer(show_command_palette=False)

@@ -9,8 +9,10 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
+from verl_top.status import BOTTLENECK, HEALTHY, NO_DATA, job_status
 from verl_top.store import Store
-from verl_top.ui.widgets import DEAD_STATES, STEP_NAMES, severity_class, step_findings
+from verl_top.ui.widgets import DEAD_STATES, severity_class
+from verl_top.untrusted import clean_text
 
 RATE_STEPS = 20  # steps used for the step rate
 
@@ -60,34 +62,34 @@ def has_data(store: Store) -> bool:
 
 
 def banner(store: Store, verdict: Any) -> tuple[str, str]:
-    """Banner text and its level (error / warning / info / ok / wait)."""
-    if getattr(verdict, "no_data", False) and getattr(store, "log_stats", None):
-        # The engine found nothing to judge in what was read (an unreadable or untimed log):
-        # say what was read, never "healthy" and never an endless "collecting…".
-        return str(getattr(verdict, "headline", "") or "No data to judge"), "warning"
-    if not has_data(store):
-        return "collecting…", "wait"
-    if verdict is None:
-        return "diagnosing…", "wait"
-    step = getattr(verdict, "bottleneck_step", None)
-    headline = str(getattr(verdict, "headline", "") or "")
-    if step is None and not store.gpu_count() and not store.steps:
-        # Say plainly why there is nothing to judge (e.g. this machine has no NVIDIA driver).
-        reasons = sorted(
-            {h.reason for h in store.hosts.values() if h.state == "no_gpu" and h.reason}
-        )
-        if reasons:
-            return f"No GPU data: {'; '.join(reasons)} — showing host activity only", "warning"
-    if step is None:
-        if headline.lower().startswith("job looks healthy"):
-            return headline, "ok"
-        if headline.startswith(("No data", "No verdict")):
-            return headline, "warning"
-        return "Job looks healthy" + (f" — {headline}" if headline else ""), "ok"
-    worst = max((float(f.severity) for f in step_findings(verdict, step)), default=0.5)
-    name = STEP_NAMES.get(step, f"step {step}")
-    text = headline or f"Step {step} ({name}) is the bottleneck"
-    return f"● {text}", severity_class(worst)
+    """Banner text (the shared status vocabulary) and its level (error/warning/info/ok/wait)."""
+    status = job_status(store, verdict)
+    if status.state == BOTTLENECK:
+        return f"● {status.text}", severity_class(status.severity)
+    if status.state == HEALTHY:
+        return status.text, "ok"
+    if status.state == NO_DATA and has_data(store):
+        return status.text, "warning"  # hosts answer but give nothing to judge (no GPU)
+    return status.text, "wait"
+
+
+def fit_parts(parts: list[tuple[int, Text]], width: int) -> Text:
+    """Join ``parts`` (priority, text) with two spaces, leaving out the lowest-priority ones
+    (the last among equals) until the line fits ``width``."""
+    kept = list(parts)
+
+    def size() -> int:
+        return sum(t.cell_len for _, t in kept) + 1 * (len(kept) - 1)
+
+    while len(kept) > 1 and size() > width:
+        lowest = min(range(len(kept)), key=lambda i: (kept[i][0], -i))
+        del kept[lowest]
+    line = Text(no_wrap=True, overflow="ellipsis")
+    for i, (_, text) in enumerate(kept):
+        if i:
+            line.append(" ")
+        line.append_text(text)
+    return line
 
 
 class VerlTopHeader(Vertical):
@@ -110,17 +112,18 @@ class VerlTopHeader(Vertical):
         statics = self.query(Static)
         if len(statics) < 2:
             return  # children not composed yet (a timer can fire before the first layout)
-        line = Text()
-        line.append(f" {mode} ", style="reverse bold")
-        line.append(f" {title}  ", style="bold")
-        line.append(f"hosts {host_summary(store)}  ")
-        line.append(f"GPUs {store.gpu_count()}  ")
+        # (priority, text): on a narrow terminal the lowest-priority parts are left out.
+        parts: list[tuple[int, Text]] = [(9, Text(f" {mode} ", style="reverse bold"))]
+        parts.append((2, Text(f" {clean_text(title)}", style="bold")))
+        parts.append((8, Text(f" hosts {host_summary(store)}")))
+        parts.append((7, Text(f" GPUs {store.gpu_count()}")))
         act = cluster_activity(store)
-        line.append("activity ")
-        line.append("—" if act is None else f"{act:.0f}%", style="bold")
+        parts.append(
+            (8, Text.assemble(" activity ", ("—" if act is None else f"{act:.0f}%", "bold")))
+        )
         rate = step_rate(store)
-        line.append("  steps/min ")
-        line.append("—" if rate is None else f"{rate:.2f}", style="bold")
+        steps = "—" if rate is None else f"{rate:.2f}"
+        parts.append((6, Text.assemble(" steps/min ", (steps, "bold"))))
         if replay is not None:
             pos = getattr(replay, "position", 0.0) or 0.0
             rel = pos - replay_t0 if replay_t0 is not None and pos else 0.0
@@ -131,11 +134,14 @@ class VerlTopHeader(Vertical):
                 if replay.paused
                 else "▶ playing"
             )
-            line.append(f"  {state} x{replay.speed:g} at +{rel:.0f}s")
+            parts.append((5, Text(f" {state} x{replay.speed:g} at +{rel:.0f}s")))
+        line = fit_parts(parts, self.size.width or 200)
         self.query_one("#status-line", Static).update(line)
         self.set_class(mode != "LIVE", "-replay")
         text, level = banner(store, verdict)
         b = self.query_one("#banner", Static)
         for lv in ("error", "warning", "info", "ok", "wait"):
             b.set_class(lv == level, f"-{lv}")
-        b.update(Text(text))  # the headline quotes log lines and stage names: never markup
+        b.update(
+            Text(clean_text(text), no_wrap=True, overflow="ellipsis")
+        )  # verdicts quote host names and reasons: never markup

@@ -142,14 +142,12 @@ class HelpScreen(ModalScreen[None]):
     """
     BINDINGS = [
         Binding("escape", "close", "Close help"),
-        Binding("q", "close", "Close help", show=False),
-        Binding("question_mark", "close", "Close help", show=False, key_display="?"),
     ]
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-body"):
             yield Static(render_help(self.app), id="help-text")
-        yield Footer()
+        yield Footer(show_command_palette=False)
 
     def action_close(self) -> None:
         """Back to the screen below."""

@@ -24,6 +24,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, VerticalScroll
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 from textual_plotext import PlotextPlot
@@ -33,9 +34,12 @@ from verl_top.store import GpuEntry, HostEntry, Store, mean
 from verl_top.ui.widgets import (
     DASH,
     DEAD_STATES,
+    REQUIRED,
     SPARK_CHARS,
+    Column,
     TableSync,
     activity_style,
+    ellipsis_cell,
     fmt_age,
     fmt_bytes_rate,
     fmt_num,
@@ -45,6 +49,7 @@ from verl_top.ui.widgets import (
     missing,
     sparkline,
 )
+from verl_top.untrusted import clean_text
 from verl_top.verl.parse import strip_ansi
 
 # (key, title, what the plot shows): one plot each, 0-100 %.
@@ -73,16 +78,16 @@ def rgb(hex_colour: str) -> tuple[int, int, int]:
 
 LOG_LINES = 15
 PROBES_SHOWN = 5
-PROC_COLUMNS: tuple[tuple[str, str, int], ...] = (
-    ("pid", "PID", 8),
-    ("user", "User", 10),
-    ("gpu", "GPU", 3),
-    ("gmem", "GPU mem", 9),
-    ("cpu", "CPU%", 5),
-    ("rss", "RSS", 9),
-    ("role", "verl role · method", 40),
-    ("rank", "Rank", 4),
-    ("cmd", "Command", 70),
+PROC_COLUMNS: tuple[Column, ...] = (
+    Column("pid", "PID", 5, REQUIRED),
+    Column("user", "User", 4, 6, "text", 16),
+    Column("gpu", "GPU", 3, 9),
+    Column("gmem", "GPU mem", 7, 8),
+    Column("cpu", "CPU%", 4, 5),
+    Column("rss", "RSS", 7, 4),
+    Column("role", "verl role · method", 8, 8, "text", 40),
+    Column("rank", "Rank", 4, 7),
+    Column("cmd", "Command", 12, 7, "flex", 400),
 )
 
 
@@ -218,9 +223,11 @@ def render_info(store: Store, h: HostEntry, palette: dict[str, str]) -> Text:
     text = Text()
     state_style = host_state_style(h.state, palette)
     text.append("state ", style="dim")
-    text.append(h.state, style=f"bold {state_style}")
+    text.append(clean_text(h.state), style=f"bold {state_style}")
     if h.reason:
-        text.append(f" ({h.reason})", style=palette.get("error", "red") if not live else "")
+        text.append(
+            f" ({clean_text(h.reason)})", style=palette.get("error", "red") if not live else ""
+        )
     age = None if h.last_received is None else store.wall_clock() - h.last_received
     text.append(f" · last seen {fmt_age(age)} ago", style="dim")
     drops = store.drops.get(h.name)
@@ -245,10 +252,11 @@ def render_info(store: Store, h: HostEntry, palette: dict[str, str]) -> Text:
     text.append("\n")
     for i, (label, value) in enumerate(parts):
         text.append(("" if i == 0 else " · ") + f"{label} ", style="dim")
-        text.append(value, style="bold")
+        text.append(clean_text(value), style="bold")
     names: dict[str, int] = {}
     for info in hello.gpus:
-        names[info.name or "GPU"] = names.get(info.name or "GPU", 0) + 1
+        name = clean_text(info.name) or "GPU"
+        names[name] = names.get(name, 0) + 1
     gpus = ", ".join(f"{n}× {name}" for name, n in names.items()) or "no GPU"
     gpm = sum(1 for info in hello.gpus if info.gpm)
     text.append(f"\n{gpus}", style="bold")
@@ -266,7 +274,7 @@ def render_info(store: Store, h: HostEntry, palette: dict[str, str]) -> Text:
     if hello.mem_total_bytes:
         text.append(f" · {hello.mem_total_bytes / 2**30:.0f} GiB RAM", style="dim")
     if hello.error:
-        text.append(f"\nagent: {hello.error}", style=palette.get("warning", "yellow"))
+        text.append(f"\nagent: {clean_text(hello.error)}", style=palette.get("warning", "yellow"))
     pods = [f"GPU {g.index} {g.workload}" for g in hello.gpus if g.workload]
     if pods:  # from dcgm-exporter's Kubernetes labels (--prometheus)
         text.append("\npods: ", style="dim")
@@ -385,15 +393,15 @@ def process_rows(
             (
                 f"{p.pid}/{p.gpu_index}",
                 (
-                    str(p.pid).rjust(8),
-                    p.user or DASH,
-                    str(p.gpu_index).rjust(3),
-                    _size(gmem).rjust(9),
-                    fmt_num(p.cpu_pct).rjust(5),
-                    _size(p.rss_bytes).rjust(9),
-                    role_label(p),
-                    (DASH if p.rank is None else str(p.rank)).rjust(4),
-                    (p.cmd or DASH)[:200],
+                    Text(str(p.pid), justify="right"),
+                    ellipsis_cell(p.user or DASH),
+                    Text(str(p.gpu_index), justify="right"),
+                    Text(_size(gmem), justify="right"),
+                    Text(fmt_num(p.cpu_pct), justify="right"),
+                    Text(_size(p.rss_bytes), justify="right"),
+                    ellipsis_cell(role_label(p)),
+                    Text(DASH if p.rank is None else str(p.rank), justify="right"),
+                    ellipsis_cell(p.cmd or DASH),
                 ),
             )
         )
@@ -454,9 +462,12 @@ def render_probes(store: Store, host: str, palette: dict[str, str]) -> Renderabl
         line = Text()
         ok_style = palette.get("success", "green") if p.ok else palette.get("error", "red")
         line.append("ok  " if p.ok else "FAIL", style=f"bold {ok_style}")
-        line.append(f" {p.tool} {p.collective} {p.scope} · {p.nranks} ranks", style="")
+        line.append(clean_text(f" {p.tool} {p.collective} {p.scope} · {p.nranks} ranks"))
         if p.hosts:
-            line.append(f" · {','.join(p.hosts[:4])}{'…' if len(p.hosts) > 4 else ''}", style="dim")
+            line.append(
+                f" · {clean_text(','.join(p.hosts[:4]))}{'…' if len(p.hosts) > 4 else ''}",
+                style="dim",
+            )
         if p.busbw_max_gbs is not None:
             line.append(" · busbw ")
             line.append(f"{p.busbw_max_gbs:.1f} GB/s", style="bold")
@@ -465,11 +476,11 @@ def render_probes(store: Store, host: str, palette: dict[str, str]) -> Renderabl
                 style = palette.get("warning", "yellow") if share < 70 else ""
                 line.append(f" = {share:.0f} % of {p.expected_gbs:.0f} expected", style=style)
         if p.link:
-            line.append(f" ({p.link})", style="dim")
+            line.append(f" ({clean_text(p.link)})", style="dim")
         if p.transport:
-            line.append(f" · {p.transport}", style="dim")
+            line.append(f" · {clean_text(p.transport)}", style="dim")
         if p.error:
-            line.append(f" · {p.error}", style=palette.get("error", "red"))
+            line.append(f" · {clean_text(p.error)}", style=palette.get("error", "red"))
         lines.append(line)
     return Group(*lines)
 
@@ -484,14 +495,30 @@ def render_log(h: HostEntry, width: int) -> RenderableType:
         )
     tail = list(h.log_tail)[-LOG_LINES:]
     cut = max(20, width - 4)
+    # clean_text: escapes and controls out (also when a line did not pass the trust boundary),
+    # one screen line each, cut with "…".
     body = Text(
-        "\n".join(
-            (line if len(line) <= cut else line[: cut - 1] + "…")
-            for line in (strip_ansi(raw).rstrip("\n").replace("\t", "  ") for raw in tail)
-        ),
+        "\n".join(clean_text(strip_ansi(raw).replace("\t", "  "), cut) for raw in tail),
         no_wrap=True,
     )
     return Group(title, body)
+
+
+def plot_title(name: str, source: str, now: str, width: int) -> str:
+    """A plot's title within a plot ``width`` wide (plotext shows nothing for a longer one): the
+    metric, its source counter and the latest value; the source goes first, then the words
+    around the value, and the value itself is never cut."""
+    room = max(8, width - 6)  # the y axis labels take ~5 columns
+    value = f" {now}" if now else ""
+    for title in (
+        f"{name} ({source}) · now{value}" if source and now else "",
+        f"{name} ({source})" if source and not now else "",
+        f"{name} · now{value}" if now else name,
+        f"{name}{value}",
+    ):
+        if title and len(title) <= room:
+            return title
+    return name[: max(1, room - len(value) - 1)] + "…" + value
 
 
 class MetricPlot(PlotextPlot):
@@ -550,7 +577,6 @@ class NodeScreen(Screen):
         Binding("escape", "app.pop_screen", "Back"),
         Binding("left", "select_gpu(-1)", "Prev GPU", key_display="←", priority=True),
         Binding("right", "select_gpu(1)", "Next GPU", key_display="→", priority=True),
-        Binding("q", "app.quit", "Quit"),
     ]
 
     def __init__(self, store: Store, host: str, gpu: int | None = None) -> None:
@@ -584,13 +610,11 @@ class NodeScreen(Screen):
             yield Static("", id="node-hidden", classes="node-block")
             yield Static("", id="node-probes", classes="node-block")
             yield Static("", id="node-log", classes="node-block")
-        yield Footer()
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         table = self.query_one("#node-procs", DataTable)
-        for key, label, width in PROC_COLUMNS:
-            table.add_column(label, key=key, width=width)
-        self.proc_sync = TableSync(table, [c[0] for c in PROC_COLUMNS], id_columns=1)
+        self.proc_sync = TableSync(table, PROC_COLUMNS, id_columns=1)
         self.refresh_screen(self.store, None, force=True)
 
     def on_resize(self) -> None:
@@ -629,18 +653,30 @@ class NodeScreen(Screen):
         self.store = store
         h = self.entry()
         palette = self.palette()
-        title = self.query_one("#node-title", Static)
+        try:
+            title = self.query_one("#node-title", Static)
+        except NoMatches:  # a timer tick between pushing the screen and composing it
+            self._seen_version = -1
+            return
         if h is None:
-            title.update(Text(f" Node {self.host}: not known to this session (Esc back)"))
+            title.update(
+                Text(f" Node {clean_text(self.host)}: not known to this session (Esc back)")
+            )
             return
         self.refresh_count += 1
         with self.app.batch_update():
             title.update(self._title(h, palette))
+            # A node without GPUs: no empty plots or GPU selector; the host block stays.
+            for plot in self.query(MetricPlot):
+                plot.display = bool(h.gpus)
+            self.query_one("#node-select").display = bool(h.gpus)
             self.query_one("#node-info", Static).update(render_info(store, h, palette))
             self._update_plots(store, h, palette)
             self.query_one("#node-host", Static).update(render_host(store, h, palette))
             rows, hidden = process_rows(h, store.ray_actors)
             if self.proc_sync is not None:
+                avail = self.query_one("#node-scroll").scrollable_content_region.width - 4
+                self.proc_sync.fit(avail if avail > 10 else 76, rows)
                 self.proc_sync.sync(rows)
             self.query_one("#node-hidden", Static).update(render_hidden(h, hidden, palette))
             self.query_one("#node-probes", Static).update(render_probes(store, h.name, palette))
@@ -650,8 +686,10 @@ class NodeScreen(Screen):
     def _title(self, h: HostEntry, palette: dict[str, str]) -> Text:
         live = h.state not in DEAD_STATES
         text = Text(" Node ", style="bold")
-        text.append(h.name, style="bold")
-        text.append(f" · {h.state}", style="" if live else f"bold {palette.get('error', 'red')}")
+        text.append(clean_text(h.name), style="bold")
+        text.append(
+            f" · {clean_text(h.state)}", style="" if live else f"bold {palette.get('error', 'red')}"
+        )
         text.append(f" · {len(h.gpus)} GPUs", style="")
         procs = 0 if h.procs is None else len(h.procs.procs)
         text.append(f" · {procs} GPU processes", style="")
@@ -697,14 +735,16 @@ class NodeScreen(Screen):
             else:
                 env = envelope(per_gpu, xs_all)
                 lines = [(name, *env[name], colours[key]) for name, key in ENVELOPE]
-            title = plot.title_text
-            if plot.metric == "activity":
-                title += f" ({source})"
             now_vals = [
                 ys[-1] for name, _, ys, _ in lines if ys and name != "min" and name != "max"
             ]
-            if now_vals:
-                title += f" · now {now_vals[0]:.0f}" + (" mean" if self.selected is None else "")
+            now = (
+                f"{now_vals[0]:.0f}" + (" mean" if self.selected is None else "")
+                if now_vals
+                else ""
+            )
+            source_name = source if plot.metric == "activity" else ""
+            title = plot_title(plot.title_text, source_name, now, plot.size.width or width)
             note = ""
             if plot.metric in ("tensor", "dram") and not any(xs for _, xs, _, _ in lines):
                 note = "no GPM on this node"

@@ -30,6 +30,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 from verl_top.model import ProbeResult
+from verl_top.untrusted import clean_text
 
 # runner(force) -> the probe's result(s); the app's default probes the plan's hosts.
 ProbeRunner = Callable[[bool], Awaitable["ProbeResult | list[ProbeResult]"]]
@@ -60,6 +61,17 @@ class ProbePlan:
     inventory: dict[str, Any] = field(default_factory=dict)  # host -> the agent's topo record
     progress: dict[str, str] = field(default_factory=dict)  # host -> latest progress line
     remote_gpus: dict[str, int] = field(default_factory=dict)  # host -> GPUs in its hello
+    local_no_gpu: str = ""  # why this machine cannot be probed (its agent found no GPU)
+
+    @property
+    def local_runnable(self) -> bool:
+        """A local probe can run: there is a local source and its machine has GPUs."""
+        return self.local_host is not None and not self.local_no_gpu
+
+    @property
+    def can_run(self) -> bool:
+        """Something to probe: the local GPUs or a remote host."""
+        return self.local_runnable or bool(self.remote_sources)
 
 
 def plan_probe(app: Any) -> ProbePlan:
@@ -87,6 +99,8 @@ def plan_probe(app: Any) -> ProbePlan:
             plan.gpus = [str(i) for i in sorted(entry.gpus)]
         if entry.procs is not None:
             plan.busy = sorted({p.gpu_index for p in entry.procs.procs})
+        if entry.state == "no_gpu" or (entry.hello is not None and not entry.hello.gpus):
+            plan.local_no_gpu = clean_text(entry.reason) or "the agent found no GPU"
     return plan
 
 
@@ -97,7 +111,7 @@ def plan_runner(plan: ProbePlan) -> ProbeRunner:
         from verl_top.nccl.probe import probe_ssh_hosts, run_local_probe
 
         jobs = []
-        if plan.local_host is not None:
+        if plan.local_runnable:
             local = plan.local_host
             jobs.append(
                 run_local_probe(
@@ -211,26 +225,37 @@ class ProbeScreen(ModalScreen["list[ProbeResult] | None"]):
 
     def compose(self) -> ComposeResult:
         plan = self.plan
-        lines = ["[b]NCCL bandwidth probe (all_reduce, 1 MiB - 1 GiB)[/b]", ""]
+        # Host and GPU names are foreign text: plain Text, never markup.
+        text = Text("NCCL bandwidth probe (all_reduce, 1 MiB - 1 GiB)\n\n", style="bold")
         if plan.local_host is not None:
-            lines.append(f"host: [b]{plan.local_host}[/b] (this machine)")
-            lines.append(gpus_text(plan))
-            lines.append(
-                f"expected duration: {EXPECTED}; stops itself after {PROBE_TIMEOUT_S:.0f} s"
-            )
+            text.append("host: ")
+            text.append(plan.local_host, style="bold")
+            text.append(" (this machine)\n")
+            if plan.local_no_gpu:  # said once, instead of offering Run and failing
+                text.append(f"no GPU to probe here: {plan.local_no_gpu}", style="bold")
+                text.append("" if plan.remote_sources else " (Run is disabled)", style="bold")
+                text.append("\n")
+            else:
+                text.append(gpus_text(plan) + "\n")
+                text.append(
+                    f"expected duration: {EXPECTED}; stops itself after {PROBE_TIMEOUT_S:.0f} s\n"
+                )
         else:
-            lines.append("no local source: this session does not monitor this machine")
+            text.append("no local source: this session does not monitor this machine\n")
         if plan.remote_hosts:
             shown = ", ".join(plan.remote_hosts[:8])
             more = f" and {len(plan.remote_hosts) - 8} more" if len(plan.remote_hosts) > 8 else ""
             note = REMOTE_NOTE + (f"; {INTER_NOTE}" if len(self.plan.remote_hosts) >= 2 else "")
-            lines.append(f"remote hosts: {shown}{more} ({note})")
+            text.append(f"remote hosts: {shown}{more} ({note})\n")
             if plan.local_host is None:
-                lines.append(f"stops itself after {PROBE_TIMEOUT_S:.0f} s")
-        lines += ["", f"[b $warning]{WARNING}[/]"]
-        can_run = plan.local_host is not None or bool(plan.remote_sources)
+                text.append(f"stops itself after {PROBE_TIMEOUT_S:.0f} s\n")
+        text.append("\n")
+        text.append(
+            WARNING, style=f"bold {getattr(self.app, 'palette', dict)().get('warning', 'yellow')}"
+        )
+        can_run = plan.can_run
         with Vertical():
-            yield Static("\n".join(lines), id="probe-text")
+            yield Static(text, id="probe-text")
             yield Static("", id="probe-progress")
             with Horizontal():
                 yield Button("Run", id="probe-run", variant="warning", disabled=not can_run)
@@ -251,9 +276,7 @@ class ProbeScreen(ModalScreen["list[ProbeResult] | None"]):
 
     def start(self, force: bool) -> None:
         """Start the probe worker (once)."""
-        if self.state != "confirm" or (
-            self.plan.local_host is None and not self.plan.remote_sources
-        ):
+        if self.state != "confirm" or not self.plan.can_run:
             return
         self.state = "running"
         self._started = time.monotonic()
@@ -336,7 +359,7 @@ def open_probe(app: Any) -> None:
     if isinstance(app.screen, ProbeScreen):
         return
     if app.inputs.mode != "LIVE" or app.inputs.replay is not None:
-        app.notify(NEEDS_LIVE, severity="warning")
+        app.notify(NEEDS_LIVE, severity="warning", markup=False)
         return
     plan = plan_probe(app)
     runner = getattr(app, "probe_runner", None) or plan_runner(plan)
@@ -344,10 +367,10 @@ def open_probe(app: Any) -> None:
     def done(results: list[ProbeResult] | None) -> None:
         if not results:
             return
-        app.action_show_tab(2)
+        app.show_step(2)
         app.refresh_now()
         ok = all(r.ok for r in results)
         text = "\n".join(probe_summary(r) for r in results)
-        app.notify(text, severity="information" if ok else "error")
+        app.notify(text, severity="information" if ok else "error", markup=False)
 
     app.push_screen(ProbeScreen(plan, runner, app.inputs.pipeline.emit), done)

@@ -91,7 +91,7 @@ class SnapshotExporter:
         """Take the screenshot, freeze the store and start the writer; False if one is running."""
         app = self.app
         if self.busy:
-            app.notify("a snapshot is already being written", severity="warning")
+            app.notify("a snapshot is already being written", severity="warning", markup=False)
             return False
         try:
             target = self.directory()
@@ -102,7 +102,7 @@ class SnapshotExporter:
             self._done(SnapshotOutcome(error=f"snapshot failed: {type(exc).__name__}: {exc}"))
             return False
         self.busy = True
-        app.notify(f"writing snapshot… {target}", timeout=4)
+        app.notify(f"writing snapshot… {target}", timeout=4, markup=False)
         app.run_worker(
             lambda: self._write(frozen, verdict, target, svg),
             name="snapshot",
@@ -136,6 +136,9 @@ class SnapshotExporter:
                 "recording.ndjson.gz)",
                 title="snapshot",
                 timeout=10,
+                markup=False,
             )
         else:
-            self.app.notify(outcome.error, title="snapshot", severity="error", timeout=15)
+            self.app.notify(
+                outcome.error, title="snapshot", severity="error", timeout=15, markup=False
+            )

@@ -5,13 +5,19 @@ Everything here is cheap and free of I/O: the panes call these at every refresh.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rich.cells import cell_len
 from rich.console import Group, RenderableType
 from rich.text import Text
+from textual.color import Color
 from textual.widgets import DataTable, Static
+
+from verl_top.untrusted import clean_text, is_clean
 
 if TYPE_CHECKING:
     from verl_top.store import GpuEntry, HostEntry
@@ -29,6 +35,34 @@ REBUILD_SHARE = 0.3  # above this share of changed cells a table is rebuilt, not
 IDLE_THRESHOLD = 50.0  # % mean activity over the window below which a GPU counts as idle
 # Host states in which nothing new arrives: their rows are greyed and left out of live counts.
 DEAD_STATES = ("down", "stale", "auth_failed", "hostkey_changed", "no_python")
+
+
+def as_text(value: Any) -> Any:
+    """A cell or line for Rich or Textual: strings become ``Text``, so they are never markup.
+
+    Foreign text (process titles, log lines, host names, config values) routinely holds ``[...]``
+    (Hydra overrides such as ``data.train_files=[/x]``): read as markup it would raise
+    ``MarkupError`` or turn ``[link=...]`` into a live hyperlink.
+    """
+    return Text(clean_text(value)) if isinstance(value, str) else value
+
+
+def table_cell(value: Any) -> Any:
+    """``as_text`` for DataTable cells, leaving strings without ``[`` or ``:`` as they are.
+
+    DataTable reads a ``str`` cell as markup (and ``:name:`` as an emoji); a plain number string
+    cannot be either, and skipping the ``Text`` keeps 1000-GPU tables cheap. Escapes and
+    controls are removed here too (``clean_text``), for data that reached the UI without passing
+    the trust boundary.
+    """
+    if isinstance(value, str) and ("[" in value or ":" in value or not is_clean(value)):
+        return Text(clean_text(value))
+    return value
+
+
+def add_plain_row(table: Any, *cells: Any, **kwargs: Any) -> None:
+    """``table.add_row`` (Rich Table or DataTable) with every string cell as plain ``Text``."""
+    table.add_row(*(as_text(c) for c in cells), **kwargs)
 
 
 def missing(value: float | None) -> bool:
@@ -104,15 +138,23 @@ def sparkline(values: Sequence[float], width: int = 16, top: float = 100.0) -> s
     if not n or top <= 0:
         return ""
     if n > width:
+        # Prefix sums: a wide sparkline (the History column takes the spare width) costs one
+        # pass over the values, not one per cell.
+        sums = [0.0, *itertools.accumulate(values)]
         cells = []
         for k in range(width):
             lo, hi = k * n // width, (k + 1) * n // width
-            cells.append(sum(values[lo:hi]) / (hi - lo))
+            cells.append((sums[hi] - sums[lo]) / (hi - lo))
     else:
         cells = list(values)
     last = len(SPARK_CHARS) - 1
     scale = last / top
-    return "".join(SPARK_CHARS[min(last, max(0, int(v * scale + 0.5)))] for v in cells)
+    chars = SPARK_CHARS
+    out = []
+    for v in cells:
+        i = int(v * scale + 0.5)
+        out.append(chars[i] if 0 <= i <= last else chars[0 if i < 0 else last])
+    return "".join(out)
 
 
 def severity_class(severity: float | None) -> str:
@@ -131,17 +173,44 @@ def severity_style(severity: float | None) -> str:
     return {"error": "bold red", "warning": "yellow", "info": "cyan"}[severity_class(severity)]
 
 
-def activity_style(value: float | None, theme_vars: dict[str, str] | None = None) -> str:
-    """Colour for a GPU activity value: theme error below 20 %, warning below 50 %, else success."""
-    tv = theme_vars or {}
+def gradient(
+    value: float | None,
+    stops: Sequence[tuple[float, str]],
+    palette: dict[str, str] | None = None,
+) -> str:
+    """Colour of ``value`` on a scale of (value, palette key) stops, blended between the two
+    around it (colours from the theme, so every theme applies): more says more than 3 flat
+    colours. Missing values are muted."""
+    tv = palette or {}
+    fallback = {"error": "#ff4444", "warning": "#ffaa00", "success": "#44bb44", "accent": "#4488ff"}
     if missing(value):
-        return tv.get("text-muted", "dim")
+        return tv.get("muted", tv.get("text-muted", "dim"))
     assert value is not None
-    if value < 20:
-        return tv.get("error", "red")
-    if value < IDLE_THRESHOLD:
-        return tv.get("warning", "yellow")
-    return tv.get("success", "green")
+
+    def colour(key: str) -> Color:
+        try:
+            return Color.parse(tv.get(key, fallback.get(key, "#888888")))
+        except Exception:  # noqa: BLE001 - an odd theme value falls back to grey
+            return Color.parse("#888888")
+
+    if value <= stops[0][0]:
+        return colour(stops[0][1]).hex
+    for (v0, k0), (v1, k1) in zip(stops, stops[1:], strict=False):
+        if value <= v1:
+            return colour(k0).blend(colour(k1), (value - v0) / (v1 - v0)).hex
+    return colour(stops[-1][1]).hex
+
+
+# Scales: activity (low is waste), temperature (°C, hot is bad), memory used (% of total).
+ACTIVITY_STOPS = ((0.0, "error"), (IDLE_THRESHOLD, "warning"), (90.0, "success"))
+TEMP_STOPS = ((40.0, "success"), (70.0, "warning"), (90.0, "error"))
+MEMORY_STOPS = ((0.0, "accent"), (80.0, "success"), (95.0, "warning"), (100.0, "error"))
+
+
+def activity_style(value: float | None, theme_vars: dict[str, str] | None = None) -> str:
+    """Colour for a GPU activity value: a gradient from the theme's error (0 %) over warning
+    (50 %, the idle threshold) to success (90 % and more)."""
+    return gradient(value, ACTIVITY_STOPS, theme_vars)
 
 
 def step_findings(verdict: Any, step: int) -> list[Any]:
@@ -166,16 +235,16 @@ def render_finding(finding: Any, theme_vars: dict[str, str] | None = None) -> Te
     colour = tv.get(level if level != "info" else "accent", severity_style(finding.severity))
     text = Text()
     text.append("● ", style=colour)
-    text.append(str(getattr(finding, "title", "")), style=f"bold {colour}")
+    text.append(clean_text(getattr(finding, "title", "")), style=f"bold {colour}")
     text.append(
         f"  [{getattr(finding, 'rule', '')} · severity {finding.severity:.2f}]", style="dim"
     )
     for line in getattr(finding, "evidence", []) or []:
-        text.append(f"\n    {line}")
+        text.append(f"\n    {clean_text(line)}")  # evidence quotes foreign values
     advice = getattr(finding, "advice", "")
     if advice:
         text.append("\n    → ", style=colour)
-        text.append(str(advice), style="italic")
+        text.append(clean_text(advice), style="italic")
     return text
 
 
@@ -184,7 +253,7 @@ def render_step_findings(
 ) -> RenderableType:
     """The findings block at the top of a pane."""
     if verdict is None:
-        return Text("Diagnosis: collecting…", style="dim")
+        return Text("reading: no diagnosis yet", style="dim")
     findings = step_findings(verdict, step)
     checks = step_checks(verdict, step)
     if not findings:
@@ -222,6 +291,80 @@ class FindingsBox(Static):
         self.update(render_step_findings(verdict, self.step, theme_vars))
 
 
+CELL_PAD = 2  # DataTable's cell padding: one column each side
+REQUIRED = 10  # columns of this priority are never dropped (the table scrolls sideways)
+
+
+@dataclass(frozen=True)
+class Column:
+    """A DataTable column that can be fitted to the width it gets.
+
+    ``kind``: ``num`` is as wide as its widest cell (a number is never cut); ``text`` is as wide
+    as its widest cell between ``width`` and ``max_width``, longer cells end in ``…``; ``flex``
+    starts at ``width`` and takes the spare width up to ``max_width`` (a sparkline, a reason,
+    a command line). ``priority``: when the table does not fit, the lowest goes first; columns
+    of priority ``REQUIRED`` stay.
+    """
+
+    key: str
+    label: str
+    width: int
+    priority: int = 5
+    kind: str = "num"
+    max_width: int = 0
+
+
+def cell_width(value: Any) -> int:
+    """Printed width of a cell (a str, a Text, a number); ASCII is counted by ``len`` (fast:
+    this runs for every cell of a 1000-GPU table)."""
+    text = value.plain if isinstance(value, Text) else str(value)
+    return len(text) if text.isascii() else cell_len(text)
+
+
+def fit_columns(
+    columns: Sequence[Column], avail: int, needed: dict[str, int] | None = None
+) -> list[tuple[Column, int]]:
+    """The columns to show in ``avail`` cells and their widths.
+
+    Each column first gets its natural width (``needed``: widest cell per key); while they do
+    not fit, the lowest-priority column is dropped (the last one among equals); spare width then
+    goes to the flex columns, in order, up to their ``max_width``.
+    """
+    needed = needed or {}
+
+    def natural(c: Column) -> int:
+        want = max(cell_len(c.label), needed.get(c.key, 0))
+        if c.kind == "num":
+            return max(c.width, want)
+        if c.kind == "text":
+            return max(c.width, min(want, c.max_width or want))
+        return max(c.width, cell_len(c.label))
+
+    shown = [(c, natural(c)) for c in columns]
+    while sum(w + CELL_PAD for _, w in shown) > avail:
+        optional = [i for i, (c, _) in enumerate(shown) if c.priority < REQUIRED]
+        if not optional:
+            break  # only required columns left: the table scrolls sideways
+        del shown[min(optional, key=lambda i: (shown[i][0].priority, -i))]
+    spare = avail - sum(w + CELL_PAD for _, w in shown)
+    out = []
+    for c, w in shown:
+        if c.kind == "flex" and spare > 0:
+            grow = min(spare, max(0, (c.max_width or w + spare) - w))
+            w += grow
+            spare -= grow
+        out.append((c, w))
+    return out
+
+
+def ellipsis_cell(value: Any) -> Any:
+    """A text cell that ends in ``…`` when its column is narrower than the text."""
+    text = value if isinstance(value, Text) else Text(clean_text(value))
+    text.no_wrap = True
+    text.overflow = "ellipsis"
+    return text
+
+
 class TableSync:
     """Keeps a DataTable equal to a list of rows by diffing: only changed cells are written.
 
@@ -231,9 +374,18 @@ class TableSync:
     through the public ``DataTable.sort``, which only sees cell values).
     """
 
-    def __init__(self, table: DataTable, columns: Sequence[str], id_columns: int = 1) -> None:
+    def __init__(
+        self,
+        table: DataTable,
+        columns: Sequence[str] | Sequence[Column],
+        id_columns: int = 1,
+    ) -> None:
         self.table = table
-        self.columns = list(columns)
+        self.specs: list[Column] = [c for c in columns if isinstance(c, Column)]
+        self.all_keys = [c.key if isinstance(c, Column) else c for c in columns]
+        self.columns = list(self.all_keys)  # the keys shown, in order
+        self._pick: list[int] | None = None  # indices of the shown columns in a full row
+        self._layout: list[tuple[str, int]] = []
         self.id_columns = id_columns
         self.rows: dict[str, tuple[Any, ...]] = {}
         self.order: list[str] = []
@@ -243,12 +395,45 @@ class TableSync:
     def _ident(self, cells: Sequence[Any]) -> tuple[str, ...]:
         return tuple(str(c) for c in cells[: self.id_columns])
 
+    def fit(self, avail: int, rows: Sequence[tuple[str, Sequence[Any]]]) -> list[str]:
+        """Fit the columns (``Column`` specs) to ``avail`` cells for these rows: the shown keys.
+
+        The table's columns are rebuilt only when the choice or a width changes (a resize, a
+        wider number); rows are then re-added by the next ``sync``.
+        """
+        if not self.specs or avail <= 0:
+            return self.columns
+        index = {k: i for i, k in enumerate(self.all_keys)}
+        needed: dict[str, int] = {}
+        for c in self.specs:
+            if c.kind == "flex":
+                continue
+            i = index[c.key]
+            needed[c.key] = max((cell_width(cells[i]) for _, cells in rows), default=0)
+        layout = [(c.key, w) for c, w in fit_columns(self.specs, avail, needed)]
+        if layout != self._layout:
+            self._layout = layout
+            labels = {c.key: c.label for c in self.specs}
+            self.table.clear(columns=True)
+            for key, width in layout:
+                self.table.add_column(labels[key], key=key, width=width)
+            self.columns = [k for k, _ in layout]
+            self._pick = [index[k] for k in self.columns]
+            self.rows = {}
+            self.order = []
+        return self.columns
+
+    def widths(self) -> dict[str, int]:
+        """Width of each shown column after ``fit``."""
+        return dict(self._layout)
+
     def sync(self, rows: Iterable[tuple[str, Sequence[Any]]]) -> None:
         """Make the table show ``rows`` (key, cells) in the given order."""
         table = self.table
         wanted: dict[str, tuple[Any, ...]] = {}
+        pick = self._pick
         for key, cells in rows:
-            wanted[key] = tuple(cells)
+            wanted[key] = tuple(cells) if pick is None else tuple(cells[i] for i in pick)
         order = list(wanted)
         changes: list[tuple[str, str, Any]] = []
         for key, cells in wanted.items():
@@ -267,11 +452,11 @@ class TableSync:
         added = False
         for key, cells in wanted.items():
             if key not in self.rows:
-                table.add_row(*cells, key=key)
+                table.add_row(*map(table_cell, cells), key=key)
                 added = True
             self.rows[key] = cells
         for key, col, value in changes:
-            table.update_cell(key, col, value)
+            table.update_cell(key, col, table_cell(value))
         self.cell_updates += len(changes)
         if order != self.order or added:
             position = {self._ident(wanted[k]): i for i, k in enumerate(order)}
@@ -288,7 +473,7 @@ class TableSync:
         scroll = (table.scroll_x, table.scroll_y)
         table.clear(columns=False)
         for key, cells in wanted.items():
-            table.add_row(*cells, key=key)
+            table.add_row(*map(table_cell, cells), key=key)
         self.rows = dict(wanted)
         self.order = list(wanted)
         self.rebuilds += 1

@@ -46,6 +46,17 @@ class Pane(VerticalScroll):
     def update_content(self, store: Store, verdict: Any) -> None:
         """Redraw the pane's data from the store (subclasses)."""
 
+    def on_resize(self) -> None:
+        """Widths depend on the pane's size (fitted columns, bars): redraw once laid out."""
+        self.force_next()
+        self.call_after_refresh(self._redraw)
+
+    def _redraw(self) -> None:
+        app = self.app
+        store = getattr(app, "store", None)
+        if store is not None and self.display:
+            self.refresh_pane(store, getattr(app, "verdict", None))
+
     def force_next(self) -> None:
         """Make the next ``refresh_pane`` redraw the content even if the store is unchanged."""
         self._seen_version = -1

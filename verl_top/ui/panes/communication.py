@@ -28,7 +28,8 @@ from verl_top.nccl.expected import ratio
 from verl_top.store import Store
 from verl_top.ui.panes.base import Pane
 from verl_top.ui.panes.dataflow import StepViews
-from verl_top.ui.widgets import DASH, fmt_num, missing
+from verl_top.ui.widgets import DASH, add_plain_row, fmt_num, missing
+from verl_top.untrusted import clean_text
 from verl_top.verl.stages import StepView
 
 MISSING_NCCL = "no NCCL log: give --nccl-log PATH (NCCL_DEBUG=INFO output of the job)"
@@ -57,11 +58,12 @@ def nccl_block(store: Store) -> RenderableType:
     for col in ("log", "transport", "NCCL", "ranks", "nodes", "inits"):
         table.add_column(col)
     for key, info in store.nccl.items():
-        transport = Text(info.transport or DASH)
+        transport = Text(clean_text(info.transport) or DASH)
         if info.transport.lower().startswith("socket"):
             transport.stylize("bold red")
             transport.append("  (RDMA off)")
-        table.add_row(
+        add_plain_row(
+            table,
             key,
             transport,
             info.version or DASH,
@@ -134,7 +136,8 @@ def probe_block(
     for p in latest_probes(store)[:MAX_PROBES]:
         where = ",".join(p.hosts) or p.host
         if p.nranks == 1 and p.ok:
-            table.add_row(
+            add_plain_row(
+                table,
                 where,
                 p.scope,
                 p.collective,
@@ -154,11 +157,12 @@ def probe_block(
         r = ratio(peak, expected)
         if j is not None and j.basis and j.expected:
             bases.append(f"{where}: expected {j.expected:.0f} GB/s from {j.basis}")
-        transport = Text(p.transport or DASH)
+        transport = Text(clean_text(p.transport) or DASH)
         if p.transport.lower().startswith("socket") and p.scope == "inter":
             transport.stylize("bold red")
             transport.append(" (RDMA off)")
-        table.add_row(
+        add_plain_row(
+            table,
             where,
             p.scope,
             p.collective,
@@ -172,7 +176,9 @@ def probe_block(
             p.link or DASH,
             transport,
             p.tool or DASH,
-            Text("ok" if p.ok else f"failed: {p.error}"[:80], style="" if p.ok else "red"),
+            Text(
+                "ok" if p.ok else clean_text(f"failed: {p.error}", 80), style="" if p.ok else "red"
+            ),
         )
     if not bases:
         return table
@@ -194,7 +200,7 @@ def link_block(store: Store) -> RenderableType:
         vals = (s.nvlink_tx_mibs, s.nvlink_rx_mibs, s.pcie_tx_mibs, s.pcie_rx_mibs)
         any_value = any_value or any(not missing(v) for v in vals)
         if shown < MAX_GPU_ROWS:
-            table.add_row(g.host, str(g.index), *(fmt_num(v, "{:,.0f}") for v in vals))
+            add_plain_row(table, g.host, str(g.index), *(fmt_num(v, "{:,.0f}") for v in vals))
             shown += 1
     if not shown:
         return Text("no GPU samples yet", style="italic")
@@ -257,8 +263,8 @@ def events_block(store: Store, palette: dict[str, str] | None = None) -> Rendera
             else "dim"
         )
         stamp = time.strftime("%H:%M:%S", time.localtime(e.t)) if e.t else DASH
-        text.append(f"{stamp} {e.kind:<9} {e.host} ", style=style)
-        text.append(e.text[:200] + "\n")
+        text.append(clean_text(f"{stamp} {e.kind:<9} {e.host} "), style=style)
+        text.append(clean_text(e.text, 200) + "\n")
     if len(events) > MAX_EVENTS:
         text.append(f"… {len(events) - MAX_EVENTS} older", style="dim")
     return text
@@ -277,8 +283,9 @@ def sync_wait_block(store: Store, palette: dict[str, str] | None = None) -> Rend
     for w in sorted(waits.values(), key=lambda w: (-w.frac, w.host)):
         flagged = w.episodes >= th.sync_wait_episodes and w.frac > th.sync_wait_frac
         style = f"bold {tv.get('error', 'red')}" if flagged else ("" if w.waiting else "dim")
-        table.add_row(
-            Text(w.host, style=style),
+        add_plain_row(
+            table,
+            Text(clean_text(w.host), style=style),
             Text(str(w.waiting), style=style),
             str(w.seconds),
             Text(f"{w.frac * 100:.0f}%", style=style),

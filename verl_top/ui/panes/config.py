@@ -13,6 +13,7 @@ import statistics
 from typing import Any
 
 from rich.console import Group, RenderableType
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -21,7 +22,8 @@ from textual.widgets import Static
 from verl_top.diagnosis.defaults import VERL_DEFAULTS, VerlDefault, fmt_default
 from verl_top.store import Store
 from verl_top.ui.panes.base import Pane
-from verl_top.ui.widgets import severity_style, step_findings
+from verl_top.ui.widgets import add_plain_row, severity_style, step_findings
+from verl_top.untrusted import clean_text
 
 MISSING_CONFIG = "missing: --verl-config FILE or a driver log that printed the config"
 RESERVED_KEYS = ("perf/max_memory_reserved_gb", "actor/perf/max_memory_reserved_gb")
@@ -111,15 +113,16 @@ def config_table(config: dict[str, object], verdict: Any = None) -> Table:
     for d in shown_defaults(config):
         if d.group != group:
             group = d.group
-            table.add_row(Text(GROUP_TITLES.get(group, group), style="bold underline"))
+            add_plain_row(table, Text(GROUP_TITLES.get(group, group), style="bold underline"))
         if d.key in config:
             raw = config[d.key]
-            value = Text(fmt_default(raw))
+            value = Text(clean_text(fmt_default(raw)))
             if not _same(raw, d.default):
                 value.stylize("bold")
         else:
             value = Text("— (not set)", style="dim")
-        table.add_row(
+        add_plain_row(
+            table,
             d.key,
             value,
             fmt_default(d.default),
@@ -127,6 +130,35 @@ def config_table(config: dict[str, object], verdict: Any = None) -> Table:
             advice_cell(d, verdict),
         )
     return table
+
+
+WIDE_TABLE = 150  # below this many columns the keys are listed one block each
+
+
+def config_list(config: dict[str, object], verdict: Any = None) -> Group:
+    """The same rows for a narrow terminal: key = value (default), then what it governs and the
+    recommendation, indented under it; nothing is cut."""
+    parts: list[RenderableType] = []
+    group = ""
+    for d in shown_defaults(config):
+        if d.group != group:
+            group = d.group
+            parts.append(Text(GROUP_TITLES.get(group, group), style="bold underline"))
+        line = Text(d.key)
+        line.append(" = ")
+        if d.key in config:
+            raw = config[d.key]
+            differs = not _same(raw, d.default)
+            line.append(clean_text(fmt_default(raw)), style="bold" if differs else "")
+        else:
+            line.append("— (not set)", style="dim")
+        line.append(f"  (verl default {fmt_default(d.default)})", style="dim")
+        parts.append(line)
+        detail = Text(d.governs, style="dim")
+        detail.append("\n")
+        detail.append_text(advice_cell(d, verdict))
+        parts.append(Padding(detail, (0, 0, 0, 4)))
+    return Group(*parts)
 
 
 def reserved_gb(store: Store) -> tuple[float, int] | None:
@@ -204,11 +236,18 @@ class ConfigPane(Pane):
         yield Static("", id="cfg-body", classes="body")
 
     def update_content(self, store: Store, verdict: Any) -> None:
-        self.query_one("#cfg-body", Static).update(self.body(store, verdict, self.palette()))
+        width = self.scrollable_content_region.width or WIDE_TABLE
+        body = self.body(store, verdict, self.palette(), width)
+        self.query_one("#cfg-body", Static).update(body)
 
     @staticmethod
-    def body(store: Store, verdict: Any, palette: dict[str, str] | None = None) -> RenderableType:
-        """Everything below the findings."""
+    def body(
+        store: Store,
+        verdict: Any,
+        palette: dict[str, str] | None = None,
+        width: int = WIDE_TABLE,
+    ) -> RenderableType:
+        """Everything below the findings: a table when wide, a list of keys when narrow."""
         parts: list[RenderableType] = [headroom_line(store, palette), Text("")]
         if store.config:
             src = f" (from {store.config_source})" if store.config_source else ""
@@ -220,7 +259,10 @@ class ConfigPane(Pane):
             )
         else:
             parts.append(Text(MISSING_CONFIG, style="italic"))
-        parts.append(config_table(store.config, verdict))
+        if width >= WIDE_TABLE:
+            parts.append(config_table(store.config, verdict))
+        else:
+            parts.append(config_list(store.config, verdict))
         return Group(*parts)
 
     def refresh_pane(self, store: Store, verdict: Any) -> None:

@@ -25,6 +25,7 @@ from textual.widgets import Static
 from verl_top.model import VerlStep
 from verl_top.store import Store
 from verl_top.ui.panes.base import Pane
+from verl_top.ui.widgets import add_plain_row
 from verl_top.verl.stages import STAGE_BY_NAME, StepView, is_rollout_name, stage_bands
 
 # Stages of the per-step table, in the order of an RL step (``reshard`` is older verl's sync).
@@ -86,6 +87,7 @@ MISSING_VERL = (
 )
 LAST_STEPS = 12
 BAR_WIDTH = 60
+NOTE_WIDTH = 16  # the outlier mark beside a bar ("⚑ outlier: test…")
 STRIP_WIDTH = 64
 TREND_STEPS = 3
 FLAT_PCT = 5.0  # |trend| below this shows →
@@ -158,15 +160,18 @@ def wall(view: StepView) -> float:
     return view.step_time or 0.0
 
 
-def bars_block(views: Sequence[StepView]) -> RenderableType:
+def bars_block(
+    views: Sequence[StepView], bar_width: int = BAR_WIDTH, note_width: int = 80
+) -> RenderableType:
     """Stacked bars of ``views``, one row per step, with the outliers marked."""
     longest = max((wall(v) for v in views), default=0.0)
-    per_cell = longest / BAR_WIDTH if longest > 0 else 0.0
+    per_cell = longest / bar_width if longest > 0 else 0.0
     table = Table(box=None, pad_edge=False, show_header=False)
-    table.add_column("step", justify="right")
+    table.add_column("step", justify="right", no_wrap=True, min_width=7)
     table.add_column("bar", no_wrap=True)
-    table.add_column("s", justify="right")
-    table.add_column("note")
+    table.add_column("s", justify="right", no_wrap=True, min_width=7)
+    # The outlier line under the legend names each outlier step in full: here a short mark.
+    table.add_column("note", no_wrap=True, overflow="ellipsis", max_width=note_width)
     for v in views:
         note = Text()
         if v.is_outlier:
@@ -177,7 +182,8 @@ def bars_block(views: Sequence[StepView]) -> RenderableType:
             )
             note.append(f"⚑ outlier: {extras}", style="bold yellow")
         shown = wall(v)
-        table.add_row(
+        add_plain_row(
+            table,
             f"step {v.step}",
             stage_bar(v, per_cell),
             "—" if not shown else f"{shown:.1f} s",
@@ -195,6 +201,8 @@ def trend_text(recent: float | None, run: float | None) -> Text:
     if recent is None or not run:
         return Text("—", style="dim")
     pct = (recent - run) / run * 100
+    if round(pct) == 0:
+        pct = 0.0  # never "-0%"
     if pct > FLAT_PCT:
         return Text(f"↑ {pct:+.0f}%", style="bold red")
     if pct < -FLAT_PCT:
@@ -241,7 +249,8 @@ def stage_summary(views: Sequence[StepView]) -> RenderableType:
         share_text = Text("—" if share is None else f"{share * 100:.0f}%")
         if share is not None and share >= 0.3:
             share_text.stylize("bold")
-        table.add_row(
+        add_plain_row(
+            table,
             stage_cell(stage),
             f"{run:.2f}",
             share_text,
@@ -251,7 +260,8 @@ def stage_summary(views: Sequence[StepView]) -> RenderableType:
     dens = [sh.denominator for v in normal if (sh := v.shares()) is not None]
     step_run = _median(dens)
     step_last = _median([sh.denominator for v in recent if (sh := v.shares()) is not None])
-    table.add_row(
+    add_plain_row(
+        table,
         Text("    step (core)", style="bold"),
         "—" if step_run is None else f"{step_run:.2f}",
         "100%",
@@ -346,7 +356,7 @@ def steps_table(views: Sequence[StepView]) -> Table:
         for stage in extras:
             seconds = v.stage_times.get(stage)
             cells.append("—" if seconds is None else f"{seconds:.1f}")
-        table.add_row(*cells)
+        add_plain_row(table, *cells)
     return table
 
 
@@ -489,9 +499,15 @@ class DataflowPane(Pane):
         yield Static("", id="flow-body", classes="body")
 
     def update_content(self, store: Store, verdict: Any) -> None:
-        self.query_one("#flow-body", Static).update(self.body(store))
+        width = self.scrollable_content_region.width
+        # The longest bar leaves room for "step N", the seconds and a short outlier note.
+        bar = max(10, min(BAR_WIDTH, width - 26 - NOTE_WIDTH)) if width > 0 else BAR_WIDTH
+        note = max(NOTE_WIDTH, width - 26 - bar)
+        self.query_one("#flow-body", Static).update(self.body(store, bar, note))
 
-    def body(self, store: Store) -> RenderableType:
+    def body(
+        self, store: Store, bar_width: int = BAR_WIDTH, note_width: int = 80
+    ) -> RenderableType:
         """Everything below the findings."""
         servers = rollout_table(store)
         if not store.steps:
@@ -511,7 +527,7 @@ class DataflowPane(Pane):
                 f"Stages of the last {len(shown)} steps (bar length ∝ seconds)",
                 style="bold underline",
             ),
-            bars_block(shown),
+            bars_block(shown, bar_width, note_width),
             legend(used, any(name == "" for v in shown for name, _ in segments(v))),
         ]
         out = outliers_line(shown)

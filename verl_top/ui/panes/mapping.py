@@ -25,7 +25,19 @@ from verl_top.nccl.topo import slow_tp_groups, topology_marks
 from verl_top.roles import process_map
 from verl_top.store import Store, mean
 from verl_top.ui.panes.base import Pane
-from verl_top.ui.widgets import DASH, DEAD_STATES, TableSync, activity_style, fmt_num, gpu_total
+from verl_top.ui.widgets import (
+    DASH,
+    DEAD_STATES,
+    REQUIRED,
+    Column,
+    TableSync,
+    activity_style,
+    add_plain_row,
+    ellipsis_cell,
+    fmt_num,
+    gpu_total,
+)
+from verl_top.untrusted import clean_text
 
 ROLLOUT_TP = "actor_rollout_ref.rollout.tensor_model_parallel_size"
 PARALLEL_KEYS = (
@@ -125,7 +137,7 @@ def map_rows(
         if not keep(h.name, list(mine)):
             continue
         live = h.state not in DEAD_STATES
-        cells: list[Any] = [Text(h.name, style="" if live else muted)]
+        cells: list[Any] = [ellipsis_cell(Text(clean_text(h.name), style="" if live else muted))]
         acts = []
         for i in range(width):
             s = mine.get(i)
@@ -142,7 +154,8 @@ def map_rows(
         cells.append(Text(fmt_num(node_mean).rjust(4), style=activity_style(node_mean, palette)))
         cells.append(fmt_num(spread).rjust(6))
         state_style = "dim" if h.state == "up" else f"bold {palette.get('error', 'red')}"
-        cells.append(Text(h.state if live else f"{h.state} (last values)", style=state_style))
+        state = clean_text(h.state if live else f"{h.state} (last values)")
+        cells.append(ellipsis_cell(Text(state, style=state_style)))
         rows.append((h.name, tuple(cells)))
     return rows
 
@@ -282,7 +295,8 @@ def roles_block(store: Store, stats: list[GpuStat]) -> RenderableType:
         members = groups[role]
         letter = ROLE_LETTERS.get(role, "-" if role.startswith("(") else "?")
         verl = ", ".join(sorted(names.get(role, ())))
-        table.add_row(
+        add_plain_row(
+            table,
             f"{letter} {role}" + (f" ({verl})" if verl and verl != role else ""),
             str(len(members)),
             str(len({s.host for s in members})),
@@ -357,7 +371,7 @@ def straggler_block(stats: list[GpuStat], palette: dict[str, str]) -> Renderable
         if slow_nodes:
             for value, host in slow_nodes[:STRAGGLERS_SHOWN]:
                 text.append("\n⚠ node ", style=warn)
-                text.append(host, style=f"bold {warn}")
+                text.append(clean_text(host), style=f"bold {warn}")
                 text.append(f" mean {value:.0f} % = {value / cluster:.2f}× the cluster mean")
         else:
             text.append("\nno straggler node", style=palette.get("success", "green"))
@@ -368,7 +382,7 @@ def straggler_block(stats: list[GpuStat], palette: dict[str, str]) -> Renderable
     if slow_gpus:
         for s in slow_gpus[:STRAGGLERS_SHOWN]:
             text.append("\n⚠ GPU ", style=warn)
-            text.append(s.name, style=f"bold {warn}")
+            text.append(clean_text(s.name), style=f"bold {warn}")
             text.append(
                 f" {s.activity:.0f} % = {s.activity / cluster:.2f}× the cluster mean"  # type: ignore[operator]
                 + ("" if s.roles else " (no process on it)")
@@ -454,12 +468,13 @@ def topology_block(store: Store, palette: dict[str, str]) -> RenderableType:
         n = 1 + max((max(i, j) for i, j in links), default=-1)
         head = Text()
         names = ", ".join(hosts[:6]) + (f" … (+{len(hosts) - 6})" if len(hosts) > 6 else "")
-        head.append(f"{len(hosts)} node(s): {names}", style="bold")
+        head.append(clean_text(f"{len(hosts)} node(s): {names}"), style="bold")
         kinds: dict[str, int] = {}
         for (i, j), link in links.items():
             if i < j:
                 kinds[link] = kinds.get(link, 0) + 1
-        head.append(" · GPU pairs: " + ", ".join(f"{v}× {kk}" for kk, v in sorted(kinds.items())))
+        pairs = ", ".join(f"{v}× {kk}" for kk, v in sorted(kinds.items()))
+        head.append(" · GPU pairs: " + clean_text(pairs))
         if tp > 1 and n:
             bad = [
                 f"GPUs {start}-{start + tp - 1}: {'/'.join(slow)}"
@@ -479,7 +494,7 @@ def topology_block(store: Store, palette: dict[str, str]) -> RenderableType:
                 row = [f"GPU{i}"]
                 for j in range(n):
                     row.append("X" if i == j else links.get((i, j)) or links.get((j, i)) or DASH)
-                grid.add_row(*row)
+                add_plain_row(grid, *row)
             parts.append(grid)
     if len(patterns) > TOPOLOGY_PATTERNS_SHOWN:
         parts.append(Text(f"{len(patterns)} different matrices across nodes", style=warn))
@@ -523,15 +538,14 @@ class MappingPane(Pane):
         """New GPU columns (a node with more GPUs appeared) or a host changed state."""
         table = self.query_one("#map-grid", DataTable)
         table.clear(columns=True)
-        table.add_column("node", key="node", width=14)
-        for i in range(width):
-            table.add_column(str(i), key=f"g{i}", width=CELL_WIDTH)
-        table.add_column("mean", key="mean", width=4)
-        table.add_column("spread", key="spread", width=6)
-        table.add_column("state", key="state", width=22)
-        self.map_sync = TableSync(
-            table, ["node", *(f"g{i}" for i in range(width)), "mean", "spread", "state"]
-        )
+        columns = [
+            Column("node", "node", 6, REQUIRED, "text", 32),
+            *(Column(f"g{i}", str(i), CELL_WIDTH, REQUIRED) for i in range(width)),
+            Column("mean", "mean", 4, 7),
+            Column("spread", "spread", 6, 5),
+            Column("state", "state", 8, 3, "flex", 30),
+        ]
+        self.map_sync = TableSync(table, columns)
         self._map_width = width
 
     def update_content(self, store: Store, verdict: Any) -> None:
@@ -555,6 +569,8 @@ class MappingPane(Pane):
         legend.append(" · Enter: open the node", style="dim")
         with self.app.batch_update():
             self.query_one("#map-legend", Static).update(legend)
+            avail = self.scrollable_content_region.width - 2
+            self.map_sync.fit(avail if avail > 10 else 78, rows)
             self.map_sync.sync(rows)
             body = Group(
                 Text("Parallel sizes", style="bold underline"),

@@ -23,51 +23,59 @@ from verl_top.store import GpuEntry, HostEntry, Store, mean
 from verl_top.ui.filter_bar import host_matches, matches_filter
 from verl_top.ui.panes.base import Pane
 from verl_top.ui.widgets import (
+    ACTIVITY_STOPS,
     DASH,
     DEAD_STATES,
     IDLE_THRESHOLD,
+    MEMORY_STOPS,
+    TEMP_STOPS,
+    Column,
     TableSync,
     activity_style,
+    ellipsis_cell,
     fmt_age,
     fmt_bytes_rate,
     fmt_num,
     gpu_total,
+    gradient,
     host_mem_total,
     host_state_style,
     missing,
     sparkline,
 )
+from verl_top.untrusted import clean_text
 
-GPU_COLUMNS: tuple[tuple[str, str, int], ...] = (
-    # key, label, width
-    ("host", "Host", 14),
-    ("gpu", "GPU", 3),
-    ("act", "Act(win)", 9),
-    ("spark", "History", 16),
-    ("nvml", "NVML%", 5),
-    ("sm", "SM%", 5),
-    ("tensor", "Tensor%", 7),
-    ("dram", "DRAM%", 5),
-    ("mem", "Mem GiB", 11),
-    ("power", "Power W", 9),
-    ("temp", "°C", 3),
-    ("clock", "SM MHz", 6),
-    ("throttle", "Throttle", 14),
+# Pane 1's columns: key, label, minimum width, priority (lowest dropped first on a narrow
+# terminal), kind (num: as wide as its widest number; text: cut with …; flex: takes the spare).
+GPU_COLUMNS: tuple[Column, ...] = (
+    Column("host", "Host", 6, 10, "text", 32),
+    Column("gpu", "GPU", 3, 10),
+    Column("act", "Act(win)", 8, 9),
+    Column("spark", "History", 8, 4, "flex", 60),
+    Column("nvml", "NVML%", 5, 5),
+    Column("sm", "SM%", 4, 7),
+    Column("tensor", "Tensor%", 7, 3),
+    Column("dram", "DRAM%", 5, 3),
+    Column("mem", "Mem GiB", 11, 8),
+    Column("power", "Power W", 9, 6),
+    Column("temp", "°C", 3, 5),
+    Column("clock", "SM MHz", 6, 2),
+    Column("throttle", "Throttle", 8, 4, "text", 24),
 )
-W = {key: width for key, _, width in GPU_COLUMNS}
-HOST_COLUMNS: tuple[tuple[str, str, int], ...] = (
-    ("host", "Host", 14),
-    ("state", "State", 11),
-    ("seen", "Seen", 5),
-    ("gpus", "GPUs", 4),
-    ("act", "Act%", 5),
-    ("idle", "Idle", 4),
-    ("cpu", "CPU%", 5),
-    ("iowait", "iowait", 6),
-    ("mem", "Mem GiB", 11),
-    ("rx", "Net rx", 10),
-    ("tx", "Net tx", 10),
-    ("reason", "Reason", 40),
+W = {c.key: c.width for c in GPU_COLUMNS}
+HOST_COLUMNS: tuple[Column, ...] = (
+    Column("host", "Host", 6, 10, "text", 32),
+    Column("state", "State", 5, 9, "text", 16),
+    Column("seen", "Seen", 4, 6),
+    Column("gpus", "GPUs", 4, 8),
+    Column("act", "Act%", 4, 8),
+    Column("idle", "Idle", 4, 5),
+    Column("cpu", "CPU%", 4, 7),
+    Column("iowait", "iowait", 6, 4),
+    Column("mem", "Mem GiB", 7, 6),
+    Column("rx", "Net rx", 8, 3),
+    Column("tx", "Net tx", 8, 3),
+    Column("reason", "Reason", 10, 4, "flex", 400),
 )
 # Sort orders that `o` cycles through, and the columns whose header click selects one.
 SORT_CYCLE = ("host", "activity", "memory", "power", "temp")
@@ -86,7 +94,7 @@ SORT_BY_COLUMN = {
     "clock": "clock",
     "throttle": "throttle",
 }
-SPARK_WIDTH = 16
+SPARK_WIDTH = 16  # until the first layout gives the History column its width
 
 
 @dataclass
@@ -104,13 +112,27 @@ def _gib(mib: float | None) -> float | None:
     return None if missing(mib) else mib / 1024.0  # type: ignore[operator]
 
 
+def _mem_pct(h: HostEntry, g: GpuEntry) -> float | None:
+    """Memory used in % of the GPU's total (None when either is unknown)."""
+    used = None if g.latest is None else g.latest.mem_used_mib
+    total = gpu_total(h, g, "mem_total_mib")
+    return None if missing(used) or not total else 100.0 * used / total  # type: ignore[operator]
+
+
 def _pair(a: float | None, b: float | None, fmt: str) -> str:
     if missing(a):
         return DASH
     return fmt.format(a) + ("/" + fmt.format(b) if not missing(b) else "")
 
 
-def build_gpu_row(store: Store, h: HostEntry, g: GpuEntry, palette: dict[str, str]) -> GpuRow:
+def build_gpu_row(
+    store: Store,
+    h: HostEntry,
+    g: GpuEntry,
+    palette: dict[str, str],
+    spark_width: int = SPARK_WIDTH,
+    colours: dict[tuple[int, int], str] | None = None,
+) -> GpuRow:
     """Cells of one GPU row from its latest sample and its window history."""
     s = g.latest
     live = h.state not in DEAD_STATES
@@ -118,15 +140,33 @@ def build_gpu_row(store: Store, h: HostEntry, g: GpuEntry, palette: dict[str, st
     act = mean(acts)
     idle = act is not None and act < IDLE_THRESHOLD
     grey = "dim" if live else palette.get("muted", "grey50")
-    colour = activity_style(act, palette) if live else grey
+    cache = {} if colours is None else colours
+    if live and act is not None:
+        key = (id(ACTIVITY_STOPS), int(act))
+        colour = cache.get(key) or cache.setdefault(key, activity_style(int(act), palette))
+    else:
+        colour = activity_style(act, palette) if live else grey
 
     def cell(text: str, width: int) -> str | Text:
-        # Plain right-padded strings: a Rich Text per cell costs ~10 µs, ×13 cells ×1000 GPUs.
+        # Plain right-aligned strings: a Rich Text per cell costs ~10 µs, ×13 cells ×1000 GPUs.
         padded = text.rjust(width)
-        return padded if live else Text(padded, style=grey)
+        return padded if live else Text(padded, style=grey, justify="right")
+
+    temp = None if s is None else s.temp_c
+
+    def coloured(text: str, width: int, value: float | None, stops: Any) -> str | Text:
+        # Memory and temperature carry a theme gradient (a Text only where it says something);
+        # colours are cached per whole unit: blending costs ~10 µs, ×2 ×1000 GPUs.
+        if not live or missing(value):
+            return cell(text, width)
+        key = (id(stops), int(value))  # type: ignore[arg-type]
+        style = cache.get(key)
+        if style is None:
+            style = cache[key] = gradient(int(value), stops, palette)  # type: ignore[arg-type]
+        return Text(text.rjust(width), style=style)
 
     if not live:
-        act_cell = Text(f"{h.state} {fmt_num(act)}", style=grey)
+        act_cell = Text(f"{clean_text(h.state)} {fmt_num(act)}", style=grey)
     elif act is None:
         act_cell = Text(DASH, style="dim")
     elif idle:
@@ -139,33 +179,38 @@ def build_gpu_row(store: Store, h: HostEntry, g: GpuEntry, palette: dict[str, st
         thr_cell = Text(DASH, style="dim")
     elif throttled:
         names = [n for n in clock_reason_names(reasons & THROTTLE_MASK)]
-        thr_cell = Text(
-            "⚠ " + ",".join(names), style=grey if not live else palette.get("warning", "yellow")
+        thr_cell = ellipsis_cell(
+            Text(
+                "⚠ " + ",".join(names),
+                style=grey if not live else palette.get("warning", "yellow"),
+            )
         )
     else:
         thr_cell = Text("ok", style="dim")
     cells = (
-        Text(h.name, style=grey if not live else ""),
-        g.index,
+        ellipsis_cell(Text(clean_text(h.name), style=grey if not live else "")),
+        Text(str(g.index), justify="right"),
         act_cell,
-        Text(sparkline(acts, SPARK_WIDTH), style=colour),
+        Text(sparkline(acts, spark_width), style=colour),
         cell(fmt_num(None if s is None else s.util_gpu), W["nvml"]),
         cell(fmt_num(None if s is None else s.sm_util), W["sm"]),
         cell(fmt_num(None if s is None else s.tensor_util), W["tensor"]),
         cell(fmt_num(None if s is None else s.dram_util), W["dram"]),
-        cell(
+        coloured(
             _pair(
                 _gib(None if s is None else s.mem_used_mib),
                 _gib(gpu_total(h, g, "mem_total_mib")),
                 "{:.1f}",
             ),
             W["mem"],
+            _mem_pct(h, g),
+            MEMORY_STOPS,
         ),
         cell(
             _pair(None if s is None else s.power_w, gpu_total(h, g, "power_limit_w"), "{:.0f}"),
             W["power"],
         ),
-        cell(fmt_num(None if s is None else s.temp_c), W["temp"]),
+        coloured(fmt_num(None if s is None else s.temp_c), W["temp"], temp, TEMP_STOPS),
         cell(fmt_num(None if s is None else s.sm_mhz), W["clock"]),
         thr_cell,
     )
@@ -208,8 +253,8 @@ def build_host_cells(
         total = host_mem_total(h)
         mem = _pair(hs.mem_used_bytes / 2**30, None if total is None else total / 2**30, "{:.0f}")
     return (
-        Text(h.name, style="" if live else grey),
-        Text(h.state, style=f"bold {state_style}"),
+        ellipsis_cell(Text(clean_text(h.name), style="" if live else grey)),
+        ellipsis_cell(Text(clean_text(h.state), style=f"bold {state_style}")),
         cell(fmt_age(age)),
         cell(str(len(h.gpus))),
         cell(fmt_num(mean(acts))),
@@ -219,13 +264,13 @@ def build_host_cells(
         cell(mem or DASH),
         cell(fmt_bytes_rate(None if hs is None else hs.net_rx_bps)),
         cell(fmt_bytes_rate(None if hs is None else hs.net_tx_bps)),
-        _reason_cell(store, h, live, palette),
+        ellipsis_cell(_reason_cell(store, h, live, palette)),
     )
 
 
 def _reason_cell(store: Store, h: HostEntry, live: bool, palette: dict[str, str]) -> Text:
     """The host's reason, plus how much of its input the boundary refused (issue 16)."""
-    text = Text(h.reason or "", style=palette.get("error", "red") if not live else "dim")
+    text = Text(clean_text(h.reason), style=palette.get("error", "red") if not live else "dim")
     dropped = store.dropped(h.name)
     if dropped:
         text.append(("; " if h.reason else "") + f"{dropped} refused", style="yellow")
@@ -243,7 +288,7 @@ def verl_summary(store: Store) -> Text:
     from verl_top.verl.stages import StepView, fmt_mfu
 
     if not store.steps:
-        return Text("verl: no verl log: give --verl-log PATH", style="dim")
+        return Text("no verl log: give --verl-log PATH", style="dim")
     last = store.steps[-1]
     view = StepView.from_step(last, store.config)
     step_s = view.step_time_core if view.step_time_core is not None else view.step_time
@@ -302,6 +347,8 @@ class ThroughputPane(Pane):
         self.host_sync: TableSync | None = None
         self._palette_key: tuple[str, ...] = ()
         self.on_sort_change: Callable[[], None] | None = None
+        self.spark_width = SPARK_WIDTH
+        self._colours: dict[tuple[int, int], str] = {}  # gradient colour per (scale, value)
 
     def compose(self) -> ComposeResult:
         yield self.findings
@@ -312,13 +359,15 @@ class ThroughputPane(Pane):
 
     def on_mount(self) -> None:
         hosts = self.query_one("#host-table", DataTable)
-        for key, label, width in HOST_COLUMNS:
-            hosts.add_column(label, key=key, width=width)
         gpus = self.query_one("#gpu-table", DataTable)
-        for key, label, width in GPU_COLUMNS:
-            gpus.add_column(label, key=key, width=width)
-        self.host_sync = TableSync(hosts, [c[0] for c in HOST_COLUMNS], id_columns=1)
-        self.gpu_sync = TableSync(gpus, [c[0] for c in GPU_COLUMNS], id_columns=2)
+        self.host_sync = TableSync(hosts, HOST_COLUMNS, id_columns=1)
+        self.gpu_sync = TableSync(gpus, GPU_COLUMNS, id_columns=2)
+
+    def table_width(self) -> int:
+        """Cells a table can use: the pane's width less its scrollbar (80 before layout)."""
+        # The pane's width less its scrollbar, less the table's own (it scrolls its rows).
+        width = self.scrollable_content_region.width
+        return width - 2 if width > 10 else 78
 
     # -- sorting ---------------------------------------------------------------------------
 
@@ -366,6 +415,7 @@ class ThroughputPane(Pane):
         if pkey != self._palette_key:  # theme changed: rebuild every row's colours
             self._palette_key = pkey
             self._row_cache.clear()
+            self._colours.clear()
         self.query_one("#verl-summary", Static).update(verl_summary(store))
         rows: dict[str, GpuRow] = {}
         host_rows: list[tuple[str, tuple[Any, ...]]] = []
@@ -379,6 +429,7 @@ class ThroughputPane(Pane):
                 g = h.gpus[index]
                 key = f"{h.name}/{index}"
                 stamp = (
+                    self.spark_width,
                     g.history.last_time(),
                     len(g.history),
                     h.state,
@@ -389,7 +440,7 @@ class ThroughputPane(Pane):
                 if cached is not None and cached[0] == stamp:
                     row = cached[1]
                 else:
-                    row = build_gpu_row(store, h, g, palette)
+                    row = build_gpu_row(store, h, g, palette, self.spark_width, self._colours)
                     self._row_cache[key] = (stamp, row)
                 mine.append(row)
                 if flt and not matches_filter(flt, h.name, index):
@@ -400,10 +451,34 @@ class ThroughputPane(Pane):
         for key in [k for k in self._row_cache if k not in rows and not flt]:
             del self._row_cache[key]
         self.gpu_rows = rows
+        gpu_list = [(k, rows[k].cells) for k in self._sorted_keys(order, rows)]
+        width = self.table_width()
         with self.app.batch_update():
+            self.host_sync.fit(width, host_rows)
             self.host_sync.sync(host_rows)
-            self.gpu_sync.sync((k, rows[k].cells) for k in self._sorted_keys(order, rows))
+            self.gpu_sync.fit(width, gpu_list)
+            spark = self.gpu_sync.widths().get("spark", SPARK_WIDTH)
+            if spark != self.spark_width:  # the History column got another width: redraw
+                self.spark_width = spark
+                self.force_next()
+                self.call_after_refresh(self._redraw)
+            self.gpu_sync.sync(gpu_list)
         self._update_status(rows)
+        # No GPU anywhere (and no filter hiding them): the banner says so once; the empty GPU
+        # table and its status line give their space to the host table.
+        no_gpu = not store.gpu_count()
+        self.query_one("#gpu-status", Static).display = not no_gpu
+        self.query_one("#gpu-table", DataTable).display = not no_gpu
+        self.query_one("#host-table", DataTable).set_class(no_gpu, "-alone")
+        self._focus_hosts_without_gpus()
+
+    def _focus_hosts_without_gpus(self) -> None:
+        """With no GPU row, the host table takes the focus so Enter still opens a node."""
+        gpus = self.query_one("#gpu-table", DataTable)
+        hosts = self.query_one("#host-table", DataTable)
+        if (self.app.focused is gpus or self.app.focused is None) and not gpus.row_count:
+            if hosts.row_count and self.screen is self.app.screen:
+                hosts.focus()
 
     def _sorted_keys(self, order: list[tuple[int, int, str]], rows: dict[str, GpuRow]) -> list[str]:
         if self.sort_key == "host":
@@ -419,7 +494,7 @@ class ThroughputPane(Pane):
         throttled = sum(1 for r in rows.values() if r.throttled and r.live)
         text = Text()
         text.append(self.sort_label(), style="bold")
-        text.append(" (o: next column · O: reverse · click a header · Enter: node)", style="dim")
+        text.append(" (o/O: sort · Enter: node)", style="dim")
         text.append(f" · {len(rows)} GPUs")
         if idle:
             text.append(

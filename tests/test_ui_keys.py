@@ -1,0 +1,184 @@
+"""The focus model (docs/keys.md), key by key and screen by screen.
+
+Digits, d, ?, /, q and Ctrl+C work from every screen and whatever has focus; the main table has
+focus at start; Enter opens the highlighted node (the host table when there is no GPU); Esc
+backs out one level and clears a filter. Data: the real-trace store of tests/ui_data.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from test_ui_app import dataflow_bottleneck, make_app, started
+from textual.widgets import DataTable, Input
+
+from verl_top.model import Hello, HostSample, HostState
+from verl_top.store import Store
+from verl_top.ui.app import VerlTopApp
+from verl_top.ui.filter_bar import FilterBar
+from verl_top.ui.findings_screen import FindingsScreen
+from verl_top.ui.help_screen import HelpScreen
+from verl_top.ui.node_screen import NodeScreen
+
+SIZE = (120, 40)
+Opener = Callable[[VerlTopApp, Any], Awaitable[None]]
+
+
+async def on_table(app: VerlTopApp, pilot: Any) -> None:
+    """The panes, with the GPU table focused (as at start)."""
+    await pilot.press("1")
+    await pilot.pause()
+    assert isinstance(app.focused, DataTable) and app.focused.id == "gpu-table"
+
+
+async def on_node(app: VerlTopApp, pilot: Any) -> None:
+    await on_table(app, pilot)
+    await pilot.press("enter")
+    await pilot.pause()
+    assert isinstance(app.screen, NodeScreen)
+
+
+async def on_findings(app: VerlTopApp, pilot: Any) -> None:
+    await on_table(app, pilot)
+    await pilot.press("d")
+    await pilot.pause()
+    assert isinstance(app.screen, FindingsScreen)
+
+
+async def on_help(app: VerlTopApp, pilot: Any) -> None:
+    await on_node(app, pilot)  # help over the node screen: the deepest stack
+    await pilot.press("question_mark")
+    await pilot.pause()
+    assert isinstance(app.screen, HelpScreen)
+
+
+async def after_esc_from_node(app: VerlTopApp, pilot: Any) -> None:
+    await on_node(app, pilot)
+    await pilot.press("escape")
+    await pilot.pause()
+    assert len(app.screen_stack) == 1
+
+
+SCREENS: dict[str, Opener] = {
+    "table": on_table,
+    "node": on_node,
+    "findings": on_findings,
+    "help": on_help,
+    "after-esc": after_esc_from_node,
+}
+
+
+async def test_global_keys_work_from_every_screen() -> None:
+    app = make_app(verdict=dataflow_bottleneck())
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        for name, opener in SCREENS.items():
+            for step in (5, 2, 4, 3, 1):
+                await opener(app, pilot)
+                await pilot.press(str(step))
+                await pilot.pause()
+                assert len(app.screen_stack) == 1, (name, step)
+                assert app.visible_step() == step, (name, step)
+                assert app.focused is app.main_widget(step), (name, step)
+            await opener(app, pilot)
+            await pilot.press("d")
+            await pilot.pause()
+            if name == "findings":  # d toggles the diagnosis
+                assert len(app.screen_stack) == 1
+            else:
+                assert isinstance(app.screen, FindingsScreen), name
+            await opener(app, pilot)
+            await pilot.press("question_mark")
+            await pilot.pause()
+            if name == "help":  # ? toggles the help
+                assert isinstance(app.screen, NodeScreen)
+            else:
+                assert isinstance(app.screen, HelpScreen), name
+            await pilot.press("escape")
+            await opener(app, pilot)
+            await pilot.press("slash")
+            await pilot.pause()
+            assert len(app.screen_stack) == 1 and isinstance(app.focused, FilterBar), name
+            await pilot.press("escape")
+            await pilot.pause()
+
+
+@pytest.mark.parametrize("key", ["q", "ctrl+c"])
+@pytest.mark.parametrize("where", list(SCREENS))
+async def test_quit_keys_work_from_every_screen(where: str, key: str) -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        await SCREENS[where](app, pilot)
+        await pilot.press(key)
+        await pilot.pause()
+        assert app._exit  # noqa: SLF001 - the app has been told to exit
+
+
+async def test_enter_at_start_opens_the_highlighted_gpu_without_tabbing() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        await pilot.press("down", "down", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, NodeScreen)
+        assert (app.screen.host, app.screen.selected) == ("node01", 2)
+
+
+def no_gpu_store() -> Store:
+    store = Store(wall_clock=lambda: 1000.0)
+    for host in ("cpu-a", "cpu-b"):
+        store.ingest(Hello(host=host, t=990.0, backend="none", error="no NVIDIA driver"))
+        store.ingest(HostState(host=host, t=990.0, state="no_gpu", reason="no NVIDIA driver"))
+        store.ingest(HostSample(host=host, t=999.0, cpu_pct=12.0), received=999.0)
+    return store
+
+
+async def test_enter_with_no_gpu_opens_the_host_of_the_host_table() -> None:
+    app = make_app(no_gpu_store())
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        await pilot.pause()
+        assert isinstance(app.focused, DataTable) and app.focused.id == "host-table"
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, NodeScreen) and app.screen.host == "cpu-b"
+
+
+async def test_escape_backs_out_one_level_and_clears_a_kept_filter() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        await on_help(app, pilot)  # panes > node > help
+        await pilot.press("escape")
+        await pilot.pause()
+        assert isinstance(app.screen, NodeScreen)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert len(app.screen_stack) == 1
+        await pilot.press("slash", *"node02", "enter")  # digits are typed, not pane keys
+        await pilot.pause()
+        assert app.host_filter == "node02" and app.visible_step() == 1
+        assert not isinstance(app.focused, Input)
+        assert set(app.throughput.gpu_rows) == {f"node02/{i}" for i in range(8)}
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.host_filter == ""
+        assert len(app.throughput.gpu_rows) == 24
+
+
+async def test_live_mode_hides_replay_keys_from_the_footer() -> None:
+    from verl_top.sources.replay import ReplayControl
+
+    live = make_app()
+    async with live.run_test(size=SIZE) as pilot:
+        await started(live, pilot)
+        keys = set(live.screen.active_bindings)
+        assert "q" in keys and "space" not in keys and "greater_than_sign" not in keys
+    replay = make_app(replay=ReplayControl(), mode="REPLAY")
+    async with replay.run_test(size=SIZE) as pilot:
+        await started(replay, pilot)
+        keys = set(replay.screen.active_bindings)
+        assert "space" in keys and "greater_than_sign" in keys
