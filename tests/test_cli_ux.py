@@ -27,7 +27,8 @@ def test_top_level_help_lists_every_subcommand_with_one_line() -> None:
         ("diagnos", "did you mean 'diagnose'?"),
         ("snapshto", "did you mean 'snapshot'?"),
         ("prob", "did you mean 'probe'?"),
-        ("xyzzy", "(commands: diagnose, snapshot, probe)"),
+        ("xyzzy", "(commands: diagnose, snapshot, probe, doctor, export-metrics)"),
+        ("docter", "did you mean 'doctor'?"),
     ],
 )
 def test_unknown_command_suggests_the_nearest(word: str, hint: str, capsys) -> None:

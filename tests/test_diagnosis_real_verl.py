@@ -323,7 +323,7 @@ def test_banner_never_calls_an_unreadable_log_healthy(tmp_path: Path) -> None:
     inputs = build_inputs(app_parser().parse_args(["--verl-log", str(path)]))
     verdict = asyncio.run(collect(inputs))
     text, level = banner(inputs.store, verdict)
-    assert level == "warning" and text.startswith("No data to judge")
+    assert level == "warning" and text.startswith("no data: ")  # the shared status words
     assert "healthy" not in text.lower() and "2 lines read" in text
 
 
@@ -353,7 +353,7 @@ async def test_banner_shows_a_quoted_log_line_as_plain_text(tmp_path: Path) -> N
         for _ in range(40):
             await pilot.pause(0.1)
             banner = app.query_one("#banner")
-            if "No data to judge" in str(banner.render()):
+            if "lines read" in str(banner.render()):
                 break
         shown = str(banner.render())
     assert "[bold red]not a verl line[/]" in shown and "healthy" not in shown.lower()

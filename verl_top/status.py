@@ -96,7 +96,11 @@ def _healthy_detail(headline: str) -> str:
 
 def job_status(store: Store, verdict: Any) -> JobStatus:
     """The status of the job from the store and the latest verdict (None: not evaluated yet)."""
-    if verdict is not None and getattr(verdict, "no_data", False):
+    if (
+        verdict is not None
+        and getattr(verdict, "no_data", False)
+        and getattr(store, "log_stats", None)  # a log was read: say what it gave
+    ):
         # The engine read the inputs and found nothing to judge: its headline says what was
         # read (file, lines, first unreadable line), which beats "waiting".
         head = str(getattr(verdict, "headline", "") or "")
