@@ -234,7 +234,7 @@ def test_diagnose_names_a_dead_prometheus(tmp_path) -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert out.returncode == 3  # EXIT_NO_DATA: nothing could be judged, and why is said
-    assert "No data to judge" in out.stdout
+    assert out.stdout.startswith("no data: ") and "cannot reach Prometheus" in out.stdout
     assert f"cannot reach Prometheus at http://127.0.0.92:{port}: connection refused" in out.stderr
 
 

@@ -294,7 +294,7 @@ def _run_diagnose(args: argparse.Namespace, settings: Settings | None = None) ->
         for log in verdict.inputs.get("logs", [])
         if log.get("kind") == "verl" and not log.get("steps") and not log.get("config_keys")
     ]
-    if verdict.no_data or unread or status.state == "no data":
+    if verdict.no_data or unread:
         return EXIT_NO_DATA
     return 0
 

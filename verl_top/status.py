@@ -59,6 +59,9 @@ def _strip_prefix(reason: str) -> str:
 def _no_data_text(store: Store) -> str:
     """Why there is nothing to judge, in one line."""
     hosts = list(store.hosts.values())
+    down = [src for src in getattr(store, "sources", {}).values() if src.state == "down"]
+    if not hosts and down:  # e.g. Prometheus unreachable: say so, not "waiting"
+        return f"{NO_DATA}: " + "; ".join(f"{src.host}: {src.reason}" for src in down[:2])
     if not hosts:
         return f"{NO_DATA}: waiting for the first samples"
     no_gpu = [h for h in hosts if h.state == "no_gpu"]
@@ -106,9 +109,10 @@ def job_status(store: Store, verdict: Any) -> JobStatus:
         head = str(getattr(verdict, "headline", "") or "")
         detail = head.split(":", 1)[1].strip() if head.startswith("No data") else head
         return JobStatus(NO_DATA, f"{NO_DATA}: {detail}" if detail else _no_data_text(store))
-    if not has_gpu_or_steps(store):
-        return JobStatus(NO_DATA, _no_data_text(store))
     step = None if verdict is None else getattr(verdict, "bottleneck_step", None)
+    if step is None and not has_gpu_or_steps(store):
+        # Nothing measured (config or probe findings alone may still name a step above).
+        return JobStatus(NO_DATA, _no_data_text(store))
     if step is not None:
         mine = [f for f in getattr(verdict, "findings", []) or [] if f.step == step]
         worst = max(mine, key=lambda f: float(f.severity), default=None)
