@@ -12,6 +12,7 @@ import os
 import xml.etree.ElementTree as ET
 from typing import Any
 
+import pytest
 from fuzz_data import HOSTILE, hostile_text, json_safe, wire_record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -183,6 +184,7 @@ def hostile_records(title: str) -> list[Record]:
     ]
 
 
+@pytest.mark.timeout(60 + 10 * max(5, EXAMPLES // 30))  # one app start per example
 @settings(FUZZ, max_examples=max(5, EXAMPLES // 30))
 @given(st.lists(st.sampled_from(HOSTILE), min_size=1, max_size=3).map(" ".join))
 def test_running_app_survives_hostile_text_on_every_pane(title: str) -> None:
