@@ -10,7 +10,7 @@ the last refresh reuses its row without touching the ring buffer.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,13 +20,14 @@ from textual.widgets import DataTable, Static
 
 from verl_top.model import THROTTLE_MASK, clock_reason_names
 from verl_top.store import GpuEntry, HostEntry, Store, mean
+from verl_top.store_summary import StoreSummary, SummaryCache
 from verl_top.ui.filter_bar import host_matches, matches_filter
 from verl_top.ui.panes.base import Pane
+from verl_top.ui.virtual_table import VirtualRows
 from verl_top.ui.widgets import (
     DASH,
     DEAD_STATES,
     IDLE_THRESHOLD,
-    TableSync,
     activity_style,
     fmt_age,
     fmt_bytes_rate,
@@ -279,6 +280,25 @@ def strip_stages(strip: Text, styles: dict[str, tuple[str, str]]) -> set[str]:
     return {name for name, (letter, _) in styles.items() if letter in letters}
 
 
+class LazyRows(Mapping[str, GpuRow]):
+    """The GPU rows of the table by key, each built only when read (the visible ones are)."""
+
+    def __init__(self, keys: list[str], build: Callable[[str], GpuRow]) -> None:
+        self._keys = dict.fromkeys(keys)
+        self._build = build
+
+    def __getitem__(self, key: str) -> GpuRow:
+        if key not in self._keys:
+            raise KeyError(key)
+        return self._build(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
 class ThroughputPane(Pane):
     """Pane 1: per-host and per-GPU activity, with sort and idle marks."""
 
@@ -289,9 +309,10 @@ class ThroughputPane(Pane):
         self.sort_key = "host"
         self.sort_reverse = False
         self._row_cache: dict[str, tuple[tuple[Any, ...], GpuRow]] = {}
-        self.gpu_rows: dict[str, GpuRow] = {}
-        self.gpu_sync: TableSync | None = None
-        self.host_sync: TableSync | None = None
+        self.gpu_rows: Mapping[str, GpuRow] = {}
+        self.gpu_sync: VirtualRows | None = None
+        self.host_sync: VirtualRows | None = None
+        self._summaries = SummaryCache()
         self._palette_key: tuple[str, ...] = ()
         self.on_sort_change: Callable[[], None] | None = None
 
@@ -309,8 +330,10 @@ class ThroughputPane(Pane):
         gpus = self.query_one("#gpu-table", DataTable)
         for key, label, width in GPU_COLUMNS:
             gpus.add_column(label, key=key, width=width)
-        self.host_sync = TableSync(hosts, [c[0] for c in HOST_COLUMNS], id_columns=1)
-        self.gpu_sync = TableSync(gpus, [c[0] for c in GPU_COLUMNS], id_columns=2)
+        self.host_sync = VirtualRows(hosts, [c[0] for c in HOST_COLUMNS], id_columns=1)
+        self.gpu_sync = VirtualRows(gpus, [c[0] for c in GPU_COLUMNS], id_columns=2)
+        for widget in (hosts, gpus, self):  # the tables scroll their rows, the pane the tables
+            self.watch(widget, "scroll_y", self._on_scrolled, init=False)
 
     # -- sorting ---------------------------------------------------------------------------
 
@@ -359,44 +382,76 @@ class ThroughputPane(Pane):
             self._palette_key = pkey
             self._row_cache.clear()
         self.query_one("#verl-summary", Static).update(verl_summary(store))
-        rows: dict[str, GpuRow] = {}
-        host_rows: list[tuple[str, tuple[Any, ...]]] = []
-        order: list[tuple[int, int, str]] = []
+        # Sorting and counting read the shared per-tick summary of every GPU; the row cells
+        # are built only for the rows on screen (VirtualRows), so off-screen GPUs cost little.
+        summary = self.summary(store)
+        host_keys: list[str] = []
+        keys: list[str] = []
         flt = str(getattr(self.app, "host_filter", "") or "")  # key /: host or host/GPU
-        for hi, h in enumerate(store.hosts.values()):
+        for h in store.hosts.values():
             if flt and not host_matches(flt, h.name, list(h.gpus)):
                 continue
-            mine: list[GpuRow] = []
+            host_keys.append(h.name)
             for index in sorted(h.gpus):
-                g = h.gpus[index]
-                key = f"{h.name}/{index}"
-                stamp = (
-                    g.history.last_time(),
-                    len(g.history),
-                    h.state,
-                    id(g.latest),
-                    store.limits.window_s,  # + / - change the window: Act(win) must follow
-                )
-                cached = self._row_cache.get(key)
-                if cached is not None and cached[0] == stamp:
-                    row = cached[1]
-                else:
-                    row = build_gpu_row(store, h, g, palette)
-                    self._row_cache[key] = (stamp, row)
-                mine.append(row)
                 if flt and not matches_filter(flt, h.name, index):
                     continue  # the host row still counts it; the GPU table hides it
-                rows[key] = row
-                order.append((hi, index, key))
-            host_rows.append((h.name, build_host_cells(store, h, mine, palette)))
-        for key in [k for k in self._row_cache if k not in rows and not flt]:
+                keys.append(f"{h.name}/{index}")
+        for key in [k for k in self._row_cache if k not in summary.gpus]:
             del self._row_cache[key]
-        self.gpu_rows = rows
+        self.gpu_rows = LazyRows(keys, lambda k: self._gpu_row(store, k, palette))
+
+        def host_cells(name: str) -> tuple[Any, ...]:
+            h = store.hosts[name]
+            mine = [summary.gpus[f"{name}/{i}"] for i in sorted(h.gpus)]
+            return build_host_cells(store, h, mine, palette)  # type: ignore[arg-type]
+
         with self.app.batch_update():
-            self.host_sync.sync(host_rows)
-            self.gpu_sync.sync((k, rows[k].cells) for k in self._sorted_keys(order, rows))
-        self._update_status(rows)
+            self.host_sync.sync(host_keys, lambda n: (clean_text(n),), host_cells)
+            self.gpu_sync.sync(
+                self._sorted_keys(keys, summary), self._gpu_ident, lambda k: self.gpu_rows[k].cells
+            )
+        self._update_status(len(keys), summary)
         self._focus_hosts_without_gpus()
+
+    def summary(self, store: Store) -> StoreSummary:
+        """The per-tick summary the app shares between panes (the pane's own without an app)."""
+        cache = getattr(self.app, "summaries", None)
+        if not isinstance(cache, SummaryCache):
+            cache = self._summaries
+        return cache.get(store)
+
+    def _gpu_ident(self, key: str) -> tuple[Any, ...]:
+        host, _, index = key.rpartition("/")
+        return (clean_text(host), int(index))
+
+    def _gpu_row(self, store: Store, key: str, palette: dict[str, str]) -> GpuRow:
+        """One GPU's row, rebuilt only when its history, state or window moved."""
+        host, _, index = key.rpartition("/")
+        h = store.hosts[host]
+        g = h.gpus[int(index)]
+        stamp = (
+            g.history.last_time(),
+            len(g.history),
+            h.state,
+            id(g.latest),
+            store.limits.window_s,  # + / - change the window: Act(win) must follow
+        )
+        cached = self._row_cache.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        row = build_gpu_row(store, h, g, palette)
+        self._row_cache[key] = (stamp, row)
+        return row
+
+    def _on_scrolled(self, *_: Any) -> None:
+        """Rows that scrolled into view are built now, before the next tick."""
+        for sync in (self.gpu_sync, self.host_sync):
+            if sync is not None:
+                sync.fill()
+
+    def on_resize(self) -> None:
+        """A taller pane shows more rows: build them."""
+        self.call_after_refresh(self._on_scrolled)
 
     def _focus_hosts_without_gpus(self) -> None:
         """With no GPU row, the host table takes the focus so Enter still opens a node."""
@@ -405,22 +460,28 @@ class ThroughputPane(Pane):
         if self.app.focused is gpus and not gpus.row_count and hosts.row_count:
             hosts.focus()
 
-    def _sorted_keys(self, order: list[tuple[int, int, str]], rows: dict[str, GpuRow]) -> list[str]:
+    def _sorted_keys(self, keys: list[str], summary: StoreSummary) -> list[str]:
+        gpus = summary.gpus
         if self.sort_key == "host":
-            keyed = sorted(order, reverse=self.sort_reverse)
-            return [k for _, _, k in keyed]
+            return sorted(
+                keys, key=lambda k: (gpus[k].host_pos, gpus[k].index), reverse=self.sort_reverse
+            )
         # Stable: ties keep host order; reverse puts the largest first.
         sign = -1.0 if self.sort_reverse else 1.0
-        keyed2 = sorted(order, key=lambda o: (sign * rows[o[2]].sort[self.sort_key], o[0], o[1]))
-        return [k for _, _, k in keyed2]
+        col = self.sort_key
+        return sorted(
+            keys, key=lambda k: (sign * gpus[k].sort[col], gpus[k].host_pos, gpus[k].index)
+        )
 
-    def _update_status(self, rows: dict[str, GpuRow]) -> None:
-        idle = sum(1 for r in rows.values() if r.idle)
-        throttled = sum(1 for r in rows.values() if r.throttled and r.live)
+    def _update_status(self, shown: int, summary: StoreSummary) -> None:
+        idle = sum(1 for k in self.gpu_rows if summary.gpus[k].idle)
+        throttled = sum(
+            1 for k in self.gpu_rows if summary.gpus[k].throttled and summary.gpus[k].live
+        )
         text = Text()
         text.append(self.sort_label(), style="bold")
         text.append(" (o: next column · O: reverse · click a header · Enter: node)", style="dim")
-        text.append(f" · {len(rows)} GPUs")
+        text.append(f" · {shown} GPUs")
         if idle:
             text.append(
                 f" · {idle} idle (<{IDLE_THRESHOLD:.0f}% over the window)",

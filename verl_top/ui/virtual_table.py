@@ -1,0 +1,177 @@
+"""A DataTable whose cost follows what is on screen, not how many rows it holds.
+
+``VirtualRows`` keeps one DataTable row per key (so keys, the cursor, Enter on a row, sorting
+and scrolling all stay the DataTable's own), but builds and writes the cells of the rows in the
+visible window only (plus a margin). A row that scrolls into view is built at that moment; a
+row off screen keeps whatever it showed last, which nobody can see. A new row starts as a
+placeholder holding its identifying cells, so ordering works before it is first built.
+
+Per refresh the cost is: one order compare over all keys (a re-sort only when the order moved),
+and ``build`` + a cell diff for the ~screen-height rows shown. 1024 or 4096 GPUs cost about what
+50 do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rich.text import Text
+from textual.widget import Widget
+from textual.widgets import DataTable
+
+from verl_top.ui.widgets import table_cell
+
+MARGIN = 8  # rows built above and below the visible window (a few key presses of scroll)
+REBUILD_SHARE = 0.5  # above this share of new keys the table is cleared and re-added
+
+
+class VirtualRows:
+    """Keeps ``table`` showing the given keys in the given order; cells built when visible.
+
+    ``ident(key)`` returns the identifying cells (their text must be unique per key), used as
+    the placeholder and for ordering through ``DataTable.sort``; ``build(key)`` the row's cells.
+    """
+
+    def __init__(
+        self,
+        table: DataTable,
+        columns: Sequence[str],
+        id_columns: int = 1,
+        margin: int = MARGIN,
+    ) -> None:
+        self.table = table
+        self.columns = list(columns)
+        self.id_columns = id_columns
+        self.margin = margin
+        self.order: list[str] = []
+        self.written: dict[str, tuple[Any, ...]] = {}  # key -> cells the table holds
+        self.built: set[str] = set()  # keys whose cells are real (not a placeholder)
+        self._build: Callable[[str], Sequence[Any]] | None = None
+        self._fresh: set[str] = set()  # keys built for the current data
+        self.cell_updates = 0  # for tests and benchmarks
+        self.rows_built = 0
+        self.rebuilds = 0
+
+    # -- the visible window ----------------------------------------------------------------
+
+    def window(self) -> range:
+        """Display positions of the rows on screen, plus the margin, clipped to the rows."""
+        table = self.table
+        n = len(self.order)
+        top = int(table.scroll_offset.y)
+        height = table.size.height
+        # A table taller than its scrolling parent (height: auto) is clipped by the parent.
+        parent = table.parent
+        if isinstance(parent, Widget) and parent.is_scrollable:
+            clip = parent.scrollable_content_region
+            above = clip.y - table.region.y
+            if above > 0:
+                top += above
+            height = min(height, max(0, clip.bottom - max(table.region.y, clip.y)))
+        if height <= 0:
+            height = table.app.size.height if table.is_mounted else 50
+        header = 1 if table.show_header else 0
+        first = max(0, top - header - self.margin)
+        last = min(n, top + height + self.margin)
+        return range(first, max(first, last))
+
+    def visible_keys(self) -> list[str]:
+        """Keys of the rows in the window, top to bottom."""
+        return [self.order[i] for i in self.window()]
+
+    # -- sync ------------------------------------------------------------------------------
+
+    def sync(
+        self,
+        keys: Sequence[str],
+        ident: Callable[[str], Sequence[Any]],
+        build: Callable[[str], Sequence[Any]],
+    ) -> None:
+        """Show ``keys`` in this order; (re)build the visible rows with ``build``."""
+        table = self.table
+        order = list(keys)
+        self._build = build
+        self._fresh = set()
+        wanted = set(order)
+        new = [k for k in order if k not in self.written]
+        gone = [k for k in self.written if k not in wanted]
+        if len(new) + len(gone) > REBUILD_SHARE * max(1, len(order)) and self.written:
+            self._rebuild(order, ident)
+        else:
+            for key in gone:
+                table.remove_row(key)
+                del self.written[key]
+                self.built.discard(key)
+            for key in new:
+                cells = self._placeholder(ident(key))
+                table.add_row(*map(table_cell, cells), key=key)
+                self.written[key] = cells
+            if order != self.order or new:
+                position = {self._ident(ident(k)): i for i, k in enumerate(order)}
+                table.sort(key=lambda row: position.get(self._ident(row), len(position)))
+        self.order = order
+        self.fill()
+
+    def fill(self) -> None:
+        """Build and write the rows now in the window that were not built for this data
+        (called after ``sync`` and whenever the table or its parent scrolls or resizes)."""
+        build = self._build
+        if build is None:
+            return
+        table = self.table
+        for key in self.visible_keys():
+            if key in self._fresh:
+                continue
+            self._fresh.add(key)
+            cells = tuple(build(key))
+            self.rows_built += 1
+            old = self.written.get(key)
+            if old == cells:
+                self.built.add(key)
+                continue
+            for col, new_value, old_value in zip(self.columns, cells, old or (), strict=False):
+                if new_value != old_value:
+                    table.update_cell(key, col, table_cell(new_value))
+                    self.cell_updates += 1
+            self.written[key] = cells
+            self.built.add(key)
+
+    def _placeholder(self, ids: Sequence[Any]) -> tuple[Any, ...]:
+        ids = tuple(ids)[: self.id_columns]
+        return ids + ("",) * (len(self.columns) - len(ids))
+
+    def _ident(self, cells: Sequence[Any]) -> tuple[str, ...]:
+        return tuple(str(c) for c in tuple(cells)[: self.id_columns])
+
+    def _rebuild(self, order: list[str], ident: Callable[[str], Sequence[Any]]) -> None:
+        """Most keys changed (filter typed, cluster reshaped): clear and re-add placeholders,
+        keeping the cursor on the same key when it is still there."""
+        table = self.table
+        cursor_key = None
+        if table.row_count and table.cursor_row < table.row_count:
+            cursor_key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        scroll = (table.scroll_x, table.scroll_y)
+        table.clear(columns=False)
+        self.written = {}
+        self.built = set()
+        for key in order:
+            cells = self._placeholder(ident(key))
+            table.add_row(*map(table_cell, cells), key=key)
+            self.written[key] = cells
+        self.rebuilds += 1
+        if cursor_key in self.written:
+            table.move_cursor(row=table.get_row_index(cursor_key), animate=False, scroll=False)
+        table.scroll_to(*scroll, animate=False, immediate=True)
+
+    def keys_in_order(self) -> list[str]:
+        """Row keys as the table shows them, top to bottom (read back from the table)."""
+        table = self.table
+        return [
+            table.coordinate_to_cell_key((i, 0)).row_key.value or "" for i in range(table.row_count)
+        ]
+
+
+def plain_ids(*parts: Any) -> tuple[Text, ...]:
+    """Identifying cells as plain ``Text`` (never markup)."""
+    return tuple(Text(str(p)) for p in parts)
