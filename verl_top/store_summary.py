@@ -9,6 +9,7 @@ not each walk the store again. A GPU whose ring did not move keeps its previous 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from verl_top.model import THROTTLE_MASK, GpuSample
 from verl_top.store import GpuEntry, HostEntry, Ring, Store, mean
@@ -91,18 +92,48 @@ class WindowMean:
         return self.total / self.count if self.count else None
 
 
-@dataclass(frozen=True)
-class GpuSummary:
-    """What the tables sort and count one GPU by (its row cells are built only when shown)."""
+# Pane 1's sort keys read from the latest sample (activity and throttle are the summary's own).
+SORT_FIELDS = {
+    "nvml": "util_gpu",
+    "sm": "sm_util",
+    "tensor": "tensor_util",
+    "dram": "dram_util",
+    "memory": "mem_used_mib",
+    "power": "power_w",
+    "temp": "temp_c",
+    "clock": "sm_mhz",
+}
+
+
+class GpuSummary(NamedTuple):
+    """What the tables sort and count one GPU by (its row cells are built only when shown).
+
+    A tuple, not a dataclass: 4096 of these are made per tick."""
 
     key: str  # "host/index", the row key
     host_pos: int  # position of its host in the store (host order)
     index: int
     act: float | None  # mean activity over the window
     live: bool
-    idle: bool
+    idle: bool  # live and below IDLE_THRESHOLD over the window
     throttled: bool
-    sort: dict[str, float]
+    latest: GpuSample | None
+
+    def sort_value(self, column: str) -> float:
+        """The number pane 1 sorts by for ``column``; missing values sort first."""
+        if column == "activity":
+            return _num(self.act)
+        if column == "throttle":
+            return float(self.throttled)
+        field_name = SORT_FIELDS.get(column)
+        if field_name is None or self.latest is None:
+            return NO_SORT
+        return _num(getattr(self.latest, field_name, None))
+
+    @property
+    def sort(self) -> dict[str, float]:
+        """Every sort value by column (what a built row carries)."""
+        return {c: self.sort_value(c) for c in (*SORT_FIELDS, "activity", "throttle")}
 
 
 @dataclass(frozen=True)
@@ -131,54 +162,29 @@ def _num(v: float | None) -> float:
     return NO_SORT if v is None or v != v else float(v)
 
 
-def gpu_sort_values(s: GpuSample | None, act: float | None, throttled: bool) -> dict[str, float]:
-    """The numbers pane 1 can sort by; missing ones sort first."""
-    if s is None:
-        base = dict.fromkeys(
-            ("nvml", "sm", "tensor", "dram", "memory", "power", "temp", "clock"), NO_SORT
-        )
-    else:
-        base = {
-            "nvml": _num(s.util_gpu),
-            "sm": _num(s.sm_util),
-            "tensor": _num(s.tensor_util),
-            "dram": _num(s.dram_util),
-            "memory": _num(s.mem_used_mib),
-            "power": _num(s.power_w),
-            "temp": _num(s.temp_c),
-            "clock": _num(s.sm_mhz),
-        }
-    base["activity"] = _num(act)
-    base["throttle"] = float(throttled)
-    return base
-
-
 def summarize_gpu(
     key: str, host_pos: int, h: HostEntry, g: GpuEntry, since: float, window: WindowMean
 ) -> GpuSummary:
-    """One GPU's entry: its window activity (a running mean), flags and sort values."""
+    """One GPU's entry: its window activity (a running mean) and flags."""
     act = window.update(g.history, "activity", since)
     live = h.state not in DEAD_STATES
     s = g.latest
     reasons = None if s is None else s.clock_reasons
     throttled = bool(reasons and reasons & THROTTLE_MASK)
     idle = live and act is not None and act < IDLE_THRESHOLD
-    return GpuSummary(
-        key, host_pos, g.index, act, live, idle, throttled, gpu_sort_values(s, act, throttled)
-    )
+    return GpuSummary(key, host_pos, g.index, act, live, idle, throttled, s)
 
 
 class SummaryCache:
     """Keeps the summary of the latest store version; recomputes at most once per change.
 
-    A GPU entry is reused while its ring, latest sample, host state, window start and
-    position are unchanged (a host that sent nothing this tick costs a tuple compare).
+    Each GPU's window activity is a running mean (``WindowMean``): one tick costs a few
+    operations per GPU, whatever the window length.
     """
 
     def __init__(self) -> None:
         self.summary: StoreSummary | None = None
         self._key: tuple[int, float, float] | None = None
-        self._gpu_stamps: dict[str, tuple[object, ...]] = {}
         self._windows: dict[str, WindowMean] = {}
         self.computed = 0  # how many summaries were computed (for tests)
 
@@ -193,9 +199,9 @@ class SummaryCache:
 
     def _compute(self, store: Store) -> StoreSummary:
         since = store.window_start()
-        old = self.summary.gpus if self.summary is not None else {}
         out = StoreSummary(store.version)
-        stamps: dict[str, tuple[object, ...]] = {}
+        gpus = out.gpus
+        windows = self._windows
         acts: list[float] = []
         for pos, h in enumerate(store.hosts.values()):
             live_host = h.state not in DEAD_STATES
@@ -204,17 +210,11 @@ class SummaryCache:
             for index in sorted(h.gpus):
                 g = h.gpus[index]
                 key = f"{h.name}/{index}"
-                stamp = (g.history.last_time(), len(g.history), id(g.latest), h.state, pos, since)
-                prev = old.get(key)
-                if prev is not None and self._gpu_stamps.get(key) == stamp:
-                    gs = prev
-                else:
-                    window = self._windows.get(key)
-                    if window is None:
-                        window = self._windows[key] = WindowMean()
-                    gs = summarize_gpu(key, pos, h, g, since, window)
-                stamps[key] = stamp
-                out.gpus[key] = gs
+                window = windows.get(key)
+                if window is None:
+                    window = windows[key] = WindowMean()
+                gs = summarize_gpu(key, pos, h, g, since, window)
+                gpus[key] = gs
                 if gs.act is not None:
                     host_acts.append(gs.act)
                 host_idle += gs.idle
@@ -226,7 +226,6 @@ class SummaryCache:
                         acts.append(latest)
             out.hosts[h.name] = HostSummary(h.name, len(h.gpus), mean(host_acts), host_idle)
         out.cluster_act = mean(acts)
-        self._gpu_stamps = stamps
-        if len(self._windows) > len(stamps):  # GPUs gone: drop their running sums
-            self._windows = {k: w for k, w in self._windows.items() if k in stamps}
+        if len(windows) > len(gpus):  # GPUs gone: drop their running sums
+            self._windows = {k: w for k, w in windows.items() if k in gpus}
         return out

@@ -469,15 +469,20 @@ class ThroughputPane(Pane):
         # Stable: ties keep host order; reverse puts the largest first.
         sign = -1.0 if self.sort_reverse else 1.0
         col = self.sort_key
-        return sorted(
-            keys, key=lambda k: (sign * gpus[k].sort[col], gpus[k].host_pos, gpus[k].index)
-        )
+
+        def order(k: str) -> tuple[float, int, int]:
+            gs = gpus[k]
+            return (sign * gs.sort_value(col), gs.host_pos, gs.index)
+
+        return sorted(keys, key=order)
 
     def _update_status(self, shown: int, summary: StoreSummary) -> None:
-        idle = sum(1 for k in self.gpu_rows if summary.gpus[k].idle)
-        throttled = sum(
-            1 for k in self.gpu_rows if summary.gpus[k].throttled and summary.gpus[k].live
-        )
+        if shown == len(summary.gpus):  # no filter: the summary's counts
+            idle, throttled = summary.idle, summary.throttled
+        else:
+            mine = [summary.gpus[k] for k in self.gpu_rows]
+            idle = sum(1 for g in mine if g.idle)
+            throttled = sum(1 for g in mine if g.throttled and g.live)
         text = Text()
         text.append(self.sort_label(), style="bold")
         text.append(" (o: next column · O: reverse · click a header · Enter: node)", style="dim")
