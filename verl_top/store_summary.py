@@ -79,7 +79,8 @@ class WindowMean:
     def _resum(
         self, ring: Ring, column: str, since: float, held_from: int, pushes: int
     ) -> float | None:
-        values = ring.recent_values(column, since)
+        ascending = ring.ascending()  # else the plain read: bisecting needs ascending times
+        values = ring.recent_values(column, since) if ascending else ring.values(column, since)
         self.total, self.count = float(sum(values)), len(values)
         # Counted ordinals: the held points from the window start on (times ascend here;
         # with a step back the next call sums again, so lo/hi only need to be consistent).
@@ -87,7 +88,7 @@ class WindowMean:
         while lo < pushes and ring.at(column, lo)[0] < since:
             lo += 1
         self.lo, self.hi, self.since = lo, pushes, since
-        if not ring.ascending():
+        if not ascending:
             self.lo = held_from - 1  # forces a new sum next time
         return self.total / self.count if self.count else None
 
