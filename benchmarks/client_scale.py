@@ -438,8 +438,12 @@ async def run_one(
             if transport == "wire":
                 cluster.measuring = True
             w0, c0 = time.perf_counter(), time.process_time()
-            await asyncio.sleep(duration)
+            rss_series = [(0.0, result["rss_start_mb"])]
+            while time.perf_counter() - w0 < duration:  # RSS every 5 s: flat, or growing?
+                await asyncio.sleep(min(5.0, max(0.0, duration - (time.perf_counter() - w0))))
+                rss_series.append((time.perf_counter() - w0, rss_mb()))
             w1, c1 = time.perf_counter(), time.process_time()
+            result["rss_series"] = rss_series
             timings.measuring = gc_clock.on = False
             if transport == "wire":
                 cluster.measuring = False
