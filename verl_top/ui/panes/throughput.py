@@ -4,9 +4,9 @@ A host table (state, reason, last seen, CPU, iowait, memory, network) and a GPU 
 row per GPU of every host: NVML util next to GPM SM / tensor / DRAM util (the NVML number alone
 overstates real work), memory, power, temperature, clocks, throttling and an activity sparkline
 over the window. GPUs whose mean activity over the window is below 50 % are marked idle.
-The host table is updated by diffing cells (``TableSync``). The GPU table (``VirtualRows``) keeps
-one row per GPU but builds, measures (column fitting) and writes only the rows on screen; sorting
-and counting read the shared per-refresh ``StoreSummary``. A GPU whose history did not move since
+Both tables (``VirtualRows``) keep one row per host / GPU but build, measure (column fitting)
+and write only the rows on screen; sorting and counting read the shared per-refresh
+``StoreSummary``. A GPU whose history did not move since
 the last refresh reuses its row without touching the ring buffer.
 """
 
@@ -34,7 +34,6 @@ from verl_top.ui.widgets import (
     MEMORY_STOPS,
     TEMP_STOPS,
     Column,
-    TableSync,
     activity_style,
     ellipsis_cell,
     fmt_age,
@@ -374,7 +373,7 @@ class ThroughputPane(Pane):
         self._row_cache: dict[str, tuple[tuple[Any, ...], GpuRow]] = {}
         self.gpu_rows: Mapping[str, GpuRow] = {}
         self.gpu_sync: VirtualRows | None = None
-        self.host_sync: TableSync | None = None
+        self.host_sync: VirtualRows | None = None
         self._summaries = SummaryCache()
         self._palette_key: tuple[str, ...] = ()
         self.on_sort_change: Callable[[], None] | None = None
@@ -391,10 +390,10 @@ class ThroughputPane(Pane):
     def on_mount(self) -> None:
         hosts = self.query_one("#host-table", DataTable)
         gpus = self.query_one("#gpu-table", DataTable)
-        self.host_sync = TableSync(hosts, HOST_COLUMNS, id_columns=1)
+        self.host_sync = VirtualRows(hosts, HOST_COLUMNS, id_columns=1)
         self.gpu_sync = VirtualRows(gpus, GPU_COLUMNS, id_columns=2)
-        self.gpu_sync.on_overflow = self._refit
-        for widget in (gpus, self):  # the table scrolls its rows, the pane the tables
+        self.host_sync.on_overflow = self.gpu_sync.on_overflow = self._refit
+        for widget in (hosts, gpus, self):  # the tables scroll their rows, the pane the tables
             self.watch(widget, "scroll_y", self._on_scrolled, init=False)
 
     def table_width(self) -> int:
@@ -455,28 +454,37 @@ class ThroughputPane(Pane):
         # built, measured for the column fit and written only for the rows on screen
         # (VirtualRows), so off-screen GPUs cost little.
         summary = self.summary(store)
-        host_rows: list[tuple[str, tuple[Any, ...]]] = []
+        host_keys: list[str] = []
         keys: list[str] = []
         flt = str(getattr(self.app, "host_filter", "") or "")  # key /: host or host/GPU
         for h in store.hosts.values():
             if flt and not host_matches(flt, h.name, list(h.gpus)):
                 continue
-            mine: list[GpuSummary] = []
+            host_keys.append(h.name)
             for index in sorted(h.gpus):
                 key = f"{h.name}/{index}"
-                mine.append(summary.gpus[key])
                 if flt and not matches_filter(flt, h.name, index):
                     continue  # the host row still counts it; the GPU table hides it
                 keys.append(key)
-            host_rows.append((h.name, build_host_cells(store, h, mine, palette)))
         for key in [k for k in self._row_cache if k not in summary.gpus]:
             del self._row_cache[key]
         self.gpu_rows = LazyRows(keys, lambda k: self._gpu_row(store, k, palette))
+
+        built_hosts: dict[str, tuple[Any, ...]] = {}  # fit and sync read the same rows
+
+        def host_cells(name: str) -> tuple[Any, ...]:
+            cells = built_hosts.get(name)
+            if cells is None:
+                h = store.hosts[name]
+                mine = [summary.gpus[f"{name}/{i}"] for i in sorted(h.gpus)]
+                cells = built_hosts[name] = build_host_cells(store, h, mine, palette)
+            return cells
+
         order = self._sorted_keys(keys, summary)
         width = self.table_width()
         with self.app.batch_update():
-            self.host_sync.fit(width, host_rows)
-            self.host_sync.sync(host_rows)
+            self.host_sync.fit(width, [host_cells(n) for n in self.host_sync.window_of(host_keys)])
+            self.host_sync.sync(host_keys, lambda n: (clean_text(n),), host_cells)
             shown = [self.gpu_rows[k].cells for k in self.gpu_sync.window_of(order)]
             self.gpu_sync.fit(width, shown)
             spark = self.gpu_sync.widths().get("spark", SPARK_WIDTH)
@@ -532,8 +540,9 @@ class ThroughputPane(Pane):
 
     def _on_scrolled(self, *_: Any) -> None:
         """Rows that scrolled into view are built now, before the next tick."""
-        if self.gpu_sync is not None:
-            self.gpu_sync.fill()
+        for sync in (self.gpu_sync, self.host_sync):
+            if sync is not None:
+                sync.fill()
 
     def on_resize(self) -> None:
         """A taller pane shows more rows: build them."""
