@@ -151,3 +151,25 @@ async def test_sorting_orders_every_row_not_only_the_built_ones() -> None:
         assert len(order) == 512
         values = [means[k] for k in order]
         assert values == sorted(values)
+
+
+async def test_columns_fit_the_visible_rows_and_refit_when_a_wider_number_scrolls_in() -> None:
+    # The column fit measures only the rows built (on screen): an off-screen GPU's 8-digit
+    # clock does not widen the column, until it scrolls into view; then the number is shown whole.
+    store = scale_store(hosts=64, samples=30)
+    store.ingest(GpuSample(host="gpu063", t=T0 + 31, index=7, util_gpu=90.0, sm_mhz=12345678))
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        table = app.query_one("#gpu-table", DataTable)
+        sync = app.throughput.gpu_sync
+        assert sync is not None
+        last = sync.order[-1]
+        assert last == "gpu063/7" and last not in sync.built
+        assert "clock" in sync.columns and sync.widths()["clock"] < 8
+        table.focus()
+        table.move_cursor(row=table.row_count - 1)
+        for _ in range(4):
+            await pilot.pause()
+        assert sync.widths()["clock"] >= 8
+        assert str(table.get_cell(last, "clock")).strip() == "12345678"

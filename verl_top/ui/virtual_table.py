@@ -49,6 +49,7 @@ class VirtualRows:
         self._pick: list[int] | None = None  # indices of the shown columns in a full row
         self._layout: list[tuple[str, int]] = []
         self.on_overflow: Callable[[], None] | None = None  # a scrolled-in row needs a refit
+        self._restore: tuple[str | None, tuple[float, float]] | None = None  # after a refit
         self.id_columns = id_columns
         self.margin = margin
         self.order: list[str] = []
@@ -117,6 +118,9 @@ class VirtualRows:
             self._layout = layout
             labels = {c.key: c.label for c in self.specs}
             index = {k: i for i, k in enumerate(self.all_keys)}
+            # Clearing the columns drops the rows, the cursor and the scroll: the next sync puts
+            # them back, so a refit caused by scrolling keeps the rows the user scrolled to.
+            self._restore = (self._cursor_key(), (self.table.scroll_x, self.table.scroll_y))
             self.table.clear(columns=True)
             for key, width in layout:
                 self.table.add_column(labels[key], key=key, width=width)
@@ -170,7 +174,24 @@ class VirtualRows:
                 position = {self._ident(ident(k)): i for i, k in enumerate(order)}
                 table.sort(key=lambda row: position.get(self._ident(row), len(position)))
         self.order = order
+        if self._restore is not None:
+            cursor_key, scroll = self._restore
+            self._restore = None
+            self._put_back(cursor_key, scroll)
         self.fill()
+
+    def _cursor_key(self) -> str | None:
+        table = self.table
+        if table.row_count and table.cursor_row < table.row_count:
+            return table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        return None
+
+    def _put_back(self, cursor_key: str | None, scroll: tuple[float, float]) -> None:
+        """Cursor on the same key (when still shown) and the scroll position as they were."""
+        table = self.table
+        if cursor_key in self.written:
+            table.move_cursor(row=table.get_row_index(cursor_key), animate=False, scroll=False)
+        table.scroll_to(*scroll, animate=False, immediate=True)
 
     def fill(self) -> None:
         """Build and write the rows now in the window that were not built for this data
@@ -239,9 +260,7 @@ class VirtualRows:
         """Most keys changed (filter typed, cluster reshaped): clear and re-add placeholders,
         keeping the cursor on the same key when it is still there."""
         table = self.table
-        cursor_key = None
-        if table.row_count and table.cursor_row < table.row_count:
-            cursor_key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        cursor_key = self._cursor_key()
         scroll = (table.scroll_x, table.scroll_y)
         table.clear(columns=False)
         self.written = {}
@@ -251,9 +270,7 @@ class VirtualRows:
             table.add_row(*map(table_cell, cells), key=key)
             self.written[key] = cells
         self.rebuilds += 1
-        if cursor_key in self.written:
-            table.move_cursor(row=table.get_row_index(cursor_key), animate=False, scroll=False)
-        table.scroll_to(*scroll, animate=False, immediate=True)
+        self._put_back(cursor_key, scroll)
 
     def keys_in_order(self) -> list[str]:
         """Row keys as the table shows them, top to bottom (read back from the table)."""
