@@ -1,6 +1,6 @@
 """Client cost at scale: N GPUs (N/8 hosts x 8) streaming at 1 Hz into the real app, headless.
 
-    python benchmarks/client_scale.py                          # 8, 64, 256, 1024 GPUs, 20 s each
+    python benchmarks/client_scale.py                          # 8, 64, 256, 1024, 4096 GPUs, 20 s each
     python benchmarks/client_scale.py --gpus 1024 --duration 60 --json-out scale.json
     python benchmarks/client_scale.py --transport ssh --gpus 8,64   # real sshd + real agents
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import resource
@@ -131,6 +132,8 @@ class SyntheticCluster:
         self.pending = pending
         self.decoders = {h: Decoder() for h in self.hosts}
         self.tick = 0
+        self.ingest_cpu_s = 0.0  # CPU spent decoding + storing live lines (while measuring)
+        self.measuring = False
 
     def feed_host(self, emit: Callable[[Any], None], host: str, t: float, k: int) -> int:
         """Decode and emit one host's lines of tick ``k``; returns the GPU samples emitted."""
@@ -154,6 +157,25 @@ class SyntheticCluster:
             if rec is not None:
                 emit(rec)
 
+    def wire_bytes(self) -> dict[str, float]:
+        """Bytes on the wire per GPU per sample (JSON lines as the agent writes them)."""
+        host = self.hosts[0]
+        gpu = hostb = ticks = 0
+        for k in range(len(self.tpl.ticks)):
+            for rtype, rest in self.tpl.ticks[k]:
+                size = len(line(rtype, host, 1.0e9, rest).encode()) + 1  # + newline
+                if rtype == "gpu":
+                    gpu += size
+                else:
+                    hostb += size
+            ticks += 1
+        per = ticks * GPUS_PER_HOST
+        return {
+            "gpu_line_b": gpu / per,
+            "host_share_b": hostb / per,
+            "total_b": (gpu + hostb) / per,
+        }
+
     def prefill(self, emit: Callable[[Any], None], points: int, now: float) -> None:
         """Fill every ring: ``points`` back-dated ticks (one per period) for every host."""
         for i in range(points):
@@ -175,7 +197,10 @@ class SyntheticCluster:
                 if delay > 0:
                     await asyncio.sleep(delay)
                 t = time.time()
+                c0 = time.process_time()
                 n = sum(self.feed_host(emit, h, t, self.tick) for h in hosts)
+                if self.measuring:
+                    self.ingest_cpu_s += time.process_time() - c0
                 self.pending.batches.append((t, n))
             self.tick += 1
             nxt += period
@@ -243,6 +268,7 @@ class Timings:
     refresh_ms: list[float] = field(default_factory=list)
     paint_ms: list[float] = field(default_factory=list)
     pane_ms: list[float] = field(default_factory=list)
+    pane_cpu_ms: list[float] = field(default_factory=list)
     engine_ms: list[float] = field(default_factory=list)
     latency: list[tuple[float, int]] = field(default_factory=list)  # (seconds, samples)
     measuring: bool = False
@@ -291,7 +317,33 @@ def rss_mb() -> float | None:
         return None
 
 
-async def run_one(gpus: int, duration: float, warmup: float, transport: str, prefill: bool) -> dict:
+class GcClock:
+    """Count and time of full (generation 2) garbage collections while measuring."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.seconds = 0.0
+        self.on = False
+        self._t0 = 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if info.get("generation") != 2 or not self.on:
+            return
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.count += 1
+            self.seconds += time.perf_counter() - self._t0
+
+
+async def run_one(
+    gpus: int,
+    duration: float,
+    warmup: float,
+    transport: str,
+    prefill: bool,
+    prefill_points: int = 0,
+) -> dict:
     """Run the app against ``gpus`` GPUs for ``duration`` s; returns the figures."""
     from verl_top.inputs import Inputs  # noqa: PLC0415
     from verl_top.sources.pipeline import Pipeline  # noqa: PLC0415
@@ -319,11 +371,14 @@ async def run_one(gpus: int, duration: float, warmup: float, transport: str, pre
     else:
         cluster = SyntheticCluster(hosts, 1.0, make_templates(), pending)
         cluster.hello(pipeline.emit, time.time())
+        result["wire"] = cluster.wire_bytes()
         if prefill:
             t0 = time.perf_counter()
-            cluster.prefill(pipeline.emit, store.limits.points, time.time())
+            points = prefill_points or store.limits.points
+            cluster.prefill(pipeline.emit, points, time.time())
             result["prefill_s"] = time.perf_counter() - t0
-            result["prefill_points"] = store.limits.points
+            result["prefill_points"] = points
+            result["rss_after_prefill_mb"] = rss_mb()
         store.latencies.clear()
         sources = [cluster]
     inputs = Inputs(store=store, pipeline=pipeline, sources=sources, title="bench", mode="LIVE")
@@ -357,10 +412,11 @@ async def run_one(gpus: int, duration: float, warmup: float, transport: str, pre
             original_pane = pane.refresh_pane
 
             def timed_pane(st: Any, verdict: Any) -> None:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 original_pane(st, verdict)
                 if timings.measuring:
                     timings.pane_ms.append((time.perf_counter() - t0) * 1000)
+                    timings.pane_cpu_ms.append((time.process_time() - c0) * 1000)
 
             pane.refresh_pane = timed_pane  # type: ignore[method-assign]
             start = time.perf_counter()
@@ -375,12 +431,28 @@ async def run_one(gpus: int, duration: float, warmup: float, transport: str, pre
             await asyncio.sleep(warmup)
             pending.take()
             store.latencies.clear()
-            timings.measuring = True
+            gc_clock = GcClock()
+            gc.callbacks.append(gc_clock)
+            result["rss_start_mb"] = rss_mb()
+            timings.measuring = gc_clock.on = True
+            if transport == "wire":
+                cluster.measuring = True
             w0, c0 = time.perf_counter(), time.process_time()
-            await asyncio.sleep(duration)
+            rss_series = [(0.0, result["rss_start_mb"])]
+            while time.perf_counter() - w0 < duration:  # RSS every 5 s: flat, or growing?
+                await asyncio.sleep(min(5.0, max(0.0, duration - (time.perf_counter() - w0))))
+                rss_series.append((time.perf_counter() - w0, rss_mb()))
             w1, c1 = time.perf_counter(), time.process_time()
-            timings.measuring = False
+            result["rss_series"] = rss_series
+            timings.measuring = gc_clock.on = False
+            if transport == "wire":
+                cluster.measuring = False
+                result["ingest_cpu_pct"] = 100.0 * cluster.ingest_cpu_s / (w1 - w0)
+            gc.callbacks.remove(gc_clock)
+            result["gc_full"] = gc_clock.count
+            result["gc_full_ms_per_s"] = 1000.0 * gc_clock.seconds / (w1 - w0)
             result["rss_mb"] = rss_mb()
+            result["status_line"] = _plain_status(app)
     finally:
         if ssh is not None:
             ssh.stop()
@@ -400,7 +472,7 @@ async def run_one(gpus: int, duration: float, warmup: float, transport: str, pre
     result["latency_p50_s"] = weighted_percentile(timings.latency, 50)
     result["latency_p95_s"] = weighted_percentile(timings.latency, 95)
     result["latency_max_s"] = max((v for v, _ in timings.latency), default=None)
-    for key in ("refresh_ms", "paint_ms", "pane_ms", "engine_ms"):
+    for key in ("refresh_ms", "paint_ms", "pane_ms", "pane_cpu_ms", "engine_ms"):
         vals = getattr(timings, key)
         result[f"{key}_p50"] = median(vals)
         result[f"{key}_p95"] = percentile(vals, 95)
@@ -408,6 +480,18 @@ async def run_one(gpus: int, duration: float, warmup: float, transport: str, pre
     result["refreshes"] = len(timings.refresh_ms)
     result["samples_on_screen"] = sum(n for _, n in timings.latency)
     return result
+
+
+def _plain_status(app: Any) -> dict[str, Any]:
+    """The header's status line and pane 1's GPU status line as shown (readable at scale?)."""
+    out: dict[str, Any] = {}
+    for name, selector in (("header", "#status-line"), ("gpu_status", "#gpu-status")):
+        try:
+            widget = app.query_one(selector)
+            out[name] = str(widget.render()).strip()
+        except Exception as exc:  # noqa: BLE001 - a benchmark reports, never fails on this
+            out[name] = f"unreadable: {type(exc).__name__}"
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -425,8 +509,12 @@ HEADERS = [
     "ingest p95 s",
     "refresh p50/p95 ms",
     "pane p50/p95 ms",
+    "pane CPU p50/p95 ms",
     "engine p50 ms",
     "paint p95 ms",
+    "ingest % core",
+    "full GC ms/s",
+    "RSS start→end MB",
 ]
 
 
@@ -437,12 +525,17 @@ def _pair(r: dict, key: str) -> str:
     return f"{a:.1f} / {b:.1f}"
 
 
+def _growth(r: dict) -> str:
+    a, b = r.get("rss_start_mb"), r.get("rss_mb")
+    return "—" if a is None or b is None else f"{a:.0f} → {b:.0f}"
+
+
 def report(results: list[dict]) -> str:
     """The printed table and the targets."""
     rows = []
     for r in results:
         if "error" in r:
-            rows.append([r.get("gpus"), r.get("hosts"), r.get("transport"), "error", *[None] * 8])
+            rows.append([r.get("gpus"), r.get("hosts"), r.get("transport"), "error", *[None] * 12])
             continue
         rows.append(
             [
@@ -456,14 +549,30 @@ def report(results: list[dict]) -> str:
                 r["ingest_latency_p95_s"],
                 _pair(r, "refresh_ms"),
                 _pair(r, "pane_ms"),
+                _pair(r, "pane_cpu_ms"),
                 r["engine_ms_p50"],
                 r["paint_ms_p95"],
+                r.get("ingest_cpu_pct"),
+                r.get("gc_full_ms_per_s"),
+                _growth(r),
             ]
         )
     text = table(HEADERS, rows)
     text += "\n\ntargets (product.md, 128 hosts x 8 = 1024 GPUs at 1 Hz):\n"
     for _, (words, _) in TARGETS.items():
         text += f"  {words}\n"
+    wire = next((r["wire"] for r in results if r.get("wire")), None)
+    if wire:
+        text += (
+            f"\nwire (JSON, as the agent writes it): {wire['gpu_line_b']:.0f} B per GPU sample"
+            f" + {wire['host_share_b']:.0f} B of host/heartbeat lines per GPU"
+            f" = {wire['total_b']:.0f} B per GPU per second at 1 Hz\n"
+        )
+    for r in results:
+        status = r.get("status_line")
+        if status:
+            text += f"\n{r['gpus']} GPUs, header: {status.get('header', '')}\n"
+            text += f"{r['gpus']} GPUs, pane 1: {status.get('gpu_status', '')}\n"
     for r in results:
         if "error" in r:
             text += f"  {r['gpus']} GPUs failed: {r['error']}\n"
@@ -490,7 +599,9 @@ def run_child(gpus: int, args: argparse.Namespace) -> dict:
     ]
     if args.no_prefill:
         cmd.append("--no-prefill")
-    timeout = args.duration + args.warmup + 300
+    if args.prefill_points:
+        cmd += ["--prefill-points", str(args.prefill_points)]
+    timeout = args.duration + args.warmup + 900  # 4096 GPUs: prefill takes minutes
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     try:
         data = json.loads(Path(out).read_text() or "{}")
@@ -507,18 +618,31 @@ def run_child(gpus: int, args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """Command line entry."""
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    p.add_argument("--gpus", default="8,64,256,1024", help="GPU counts (hosts = GPUs / 8)")
+    p.add_argument("--gpus", default="8,64,256,1024,4096", help="GPU counts (hosts = GPUs / 8)")
     p.add_argument("--duration", type=float, default=20.0, help="measured seconds per size")
     p.add_argument("--warmup", type=float, default=3.0, help="seconds before measuring")
     p.add_argument("--transport", default="wire", choices=("wire", "ssh"))
     p.add_argument("--no-prefill", action="store_true", help="start with empty rings")
+    p.add_argument(
+        "--prefill-points",
+        type=int,
+        default=0,
+        help="samples pushed per GPU before measuring (default: the ring capacity; 3600 = an hour)",
+    )
     p.add_argument("--one", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--json-out", default=None, metavar="FILE")
     args = p.parse_args(argv)
 
     if args.one:  # child: one size, raw JSON only
         res = asyncio.run(
-            run_one(args.one, args.duration, args.warmup, args.transport, not args.no_prefill)
+            run_one(
+                args.one,
+                args.duration,
+                args.warmup,
+                args.transport,
+                not args.no_prefill,
+                args.prefill_points,
+            )
         )
         Path(args.json_out).write_text(json.dumps(res))
         return 0

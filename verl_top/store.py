@@ -257,6 +257,17 @@ class Ring:
         idx = list(self._indices(since))
         return [self.times[i] for i in idx], [self.labels[i] for i in idx]
 
+    @property
+    def pushes(self) -> int:
+        """Points ever pushed: the ordinal the next point gets (held: the last ``len``)."""
+        return self._pushes
+
+    def at(self, column: str, ordinal: int) -> tuple[float, float]:
+        """Time and ``column`` value of the point with this ordinal (it must still be held),
+        for readers that keep running aggregates instead of re-reading the window."""
+        i = ordinal % self.capacity
+        return self.times[i], self.cols[column][i]
+
     def last_time(self) -> float | None:
         """Time of the newest point, or None when empty."""
         if not self._count:

@@ -21,6 +21,7 @@ from textual.widgets import DataTable, Footer, Input, TabbedContent, TabPane
 
 from verl_top.inputs import Inputs
 from verl_top.store import Store
+from verl_top.store_summary import SummaryCache
 from verl_top.ui.filter_bar import FilterBar
 from verl_top.ui.findings_screen import FindingsScreen
 from verl_top.ui.header import VerlTopHeader, has_data
@@ -30,6 +31,11 @@ from verl_top.ui.snapshot_action import SnapshotExporter
 from verl_top.ui.widgets import severity_class, step_findings
 
 MIN_STALE_S = 5.0
+# Live, the diagnosis runs every DIAGNOSIS_PERIOD_S whatever the cluster size (its rules read
+# 30-300 s windows with hysteresis, so a verdict a few seconds old says the same); only an
+# evaluation slower than that period's share (a pathological cluster) stretches it further.
+DIAGNOSIS_PERIOD_S = 5.0
+DIAGNOSIS_MAX_SHARE = 0.25  # at most this share of one core on the diagnosis
 # History windows that + and - step through (seconds).
 WINDOW_STEPS = (30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
 # Footer groups: one label for a pair of keys ("> < Speed").
@@ -113,6 +119,7 @@ class VerlTopApp(App):
         self.verdict: Any = None
         self._eval_version = -1
         self._engine_next = 0.0  # monotonic time before which the engine is not run again
+        self.summaries = SummaryCache()  # one per-tick summary of the store, shared by the panes
         self._marked_step: int | None = -1
         self._replay_t0: float | None = None
         self._notes_seen = 0
@@ -249,9 +256,7 @@ class VerlTopApp(App):
                         markup=False,
                     )
             cost = time.monotonic() - started
-            # A slow evaluation (a very large cluster) runs at most every 4x its own cost, so
-            # the tables keep their refresh rate; the verdict moves slowly anyway (hysteresis).
-            self._engine_next = time.monotonic() + 4 * cost
+            self._engine_next = started + self._diagnosis_period(cost)
         replay = self.inputs.replay
         if replay is not None and self._replay_t0 is None and replay.position:
             self._replay_t0 = replay.position
@@ -266,6 +271,12 @@ class VerlTopApp(App):
                 self.pane(self.visible_step()).refresh_pane(store, self.verdict)
         self._show_notes()
         self.refresh_count += 1
+
+    def _diagnosis_period(self, cost: float) -> float:
+        """Seconds between evaluations: fixed live (not tied to the number of hosts), every
+        refresh in replays and tests (deterministic), stretched only past the share cap."""
+        base = DIAGNOSIS_PERIOD_S if self.live and self.inputs.mode == "LIVE" else 0.0
+        return max(base, cost / DIAGNOSIS_MAX_SHARE)
 
     def _engine_due(self, store: Store) -> bool:
         return (

@@ -17,6 +17,7 @@ from rich.text import Text
 from textual.color import Color
 from textual.widgets import DataTable, Static
 
+from verl_top.store_summary import DEAD_STATES, IDLE_THRESHOLD
 from verl_top.untrusted import clean_text, is_clean
 
 if TYPE_CHECKING:
@@ -32,9 +33,9 @@ STEP_NAMES = {
     5: "Config & scheduling",
 }
 REBUILD_SHARE = 0.3  # above this share of changed cells a table is rebuilt, not diffed
-IDLE_THRESHOLD = 50.0  # % mean activity over the window below which a GPU counts as idle
-# Host states in which nothing new arrives: their rows are greyed and left out of live counts.
-DEAD_STATES = ("down", "stale", "auth_failed", "hostkey_changed", "no_python")
+# IDLE_THRESHOLD (% mean activity over the window below which a GPU counts as idle) and
+# DEAD_STATES (host states in which nothing new arrives: greyed, left out of live counts) are
+# the store summary's, so the counts it shares and the rows drawn here agree.
 
 
 def as_text(value: Any) -> Any:

@@ -4,13 +4,15 @@ A host table (state, reason, last seen, CPU, iowait, memory, network) and a GPU 
 row per GPU of every host: NVML util next to GPM SM / tensor / DRAM util (the NVML number alone
 overstates real work), memory, power, temperature, clocks, throttling and an activity sparkline
 over the window. GPUs whose mean activity over the window is below 50 % are marked idle.
-Both tables are updated by diffing cells (``TableSync``); a GPU whose history did not move since
+Both tables (``VirtualRows``) keep one row per host / GPU but build, measure (column fitting)
+and write only the rows on screen; sorting and counting read the shared per-refresh
+``StoreSummary``. A GPU whose history did not move since
 the last refresh reuses its row without touching the ring buffer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,8 +22,10 @@ from textual.widgets import DataTable, Static
 
 from verl_top.model import THROTTLE_MASK, clock_reason_names
 from verl_top.store import GpuEntry, HostEntry, Store, mean
+from verl_top.store_summary import GpuSummary, StoreSummary, SummaryCache
 from verl_top.ui.filter_bar import host_matches, matches_filter
 from verl_top.ui.panes.base import Pane
+from verl_top.ui.virtual_table import VirtualRows
 from verl_top.ui.widgets import (
     ACTIVITY_STOPS,
     DASH,
@@ -30,7 +34,6 @@ from verl_top.ui.widgets import (
     MEMORY_STOPS,
     TEMP_STOPS,
     Column,
-    TableSync,
     activity_style,
     ellipsis_cell,
     fmt_age,
@@ -233,16 +236,23 @@ def build_gpu_row(
     return GpuRow(cells, sort, idle and live, throttled, live)
 
 
+def _row_act(r: GpuRow | GpuSummary) -> float | None:
+    if isinstance(r, GpuRow):
+        act = r.sort["activity"]
+        return act if act >= 0 else None
+    return r.act
+
+
 def build_host_cells(
-    store: Store, h: HostEntry, gpu_rows: list[GpuRow], palette: dict[str, str]
+    store: Store, h: HostEntry, gpu_rows: Sequence[GpuRow | GpuSummary], palette: dict[str, str]
 ) -> tuple[Any, ...]:
-    """Cells of one host row."""
+    """Cells of one host row (its GPUs as built rows or as the store summary's entries)."""
     live = h.state not in DEAD_STATES
     grey = palette.get("muted", "grey50")
     state_style = host_state_style(h.state, palette)
     age = None if h.last_received is None else store.wall_clock() - h.last_received
     hs = h.latest
-    acts = [r.sort["activity"] for r in gpu_rows if r.sort["activity"] >= 0]
+    acts = [a for a in map(_row_act, gpu_rows) if a is not None]
     idle = sum(1 for r in gpu_rows if r.idle)
 
     def cell(text: str) -> Text:
@@ -332,6 +342,25 @@ def strip_stages(strip: Text, styles: dict[str, tuple[str, str]]) -> set[str]:
     return {name for name, (letter, _) in styles.items() if letter in letters}
 
 
+class LazyRows(Mapping[str, GpuRow]):
+    """The GPU rows of the table by key, each built only when read (the visible ones are)."""
+
+    def __init__(self, keys: list[str], build: Callable[[str], GpuRow]) -> None:
+        self._keys = dict.fromkeys(keys)
+        self._build = build
+
+    def __getitem__(self, key: str) -> GpuRow:
+        if key not in self._keys:
+            raise KeyError(key)
+        return self._build(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
 class ThroughputPane(Pane):
     """Pane 1: per-host and per-GPU activity, with sort and idle marks."""
 
@@ -342,9 +371,10 @@ class ThroughputPane(Pane):
         self.sort_key = "host"
         self.sort_reverse = False
         self._row_cache: dict[str, tuple[tuple[Any, ...], GpuRow]] = {}
-        self.gpu_rows: dict[str, GpuRow] = {}
-        self.gpu_sync: TableSync | None = None
-        self.host_sync: TableSync | None = None
+        self.gpu_rows: Mapping[str, GpuRow] = {}
+        self.gpu_sync: VirtualRows | None = None
+        self.host_sync: VirtualRows | None = None
+        self._summaries = SummaryCache()
         self._palette_key: tuple[str, ...] = ()
         self.on_sort_change: Callable[[], None] | None = None
         self.spark_width = SPARK_WIDTH
@@ -360,8 +390,11 @@ class ThroughputPane(Pane):
     def on_mount(self) -> None:
         hosts = self.query_one("#host-table", DataTable)
         gpus = self.query_one("#gpu-table", DataTable)
-        self.host_sync = TableSync(hosts, HOST_COLUMNS, id_columns=1)
-        self.gpu_sync = TableSync(gpus, GPU_COLUMNS, id_columns=2)
+        self.host_sync = VirtualRows(hosts, HOST_COLUMNS, id_columns=1)
+        self.gpu_sync = VirtualRows(gpus, GPU_COLUMNS, id_columns=2)
+        self.host_sync.on_overflow = self.gpu_sync.on_overflow = self._refit
+        for widget in (hosts, gpus, self):  # the tables scroll their rows, the pane the tables
+            self.watch(widget, "scroll_y", self._on_scrolled, init=False)
 
     def table_width(self) -> int:
         """Cells a table can use: the pane's width less its scrollbar (80 before layout)."""
@@ -417,53 +450,49 @@ class ThroughputPane(Pane):
             self._row_cache.clear()
             self._colours.clear()
         self.query_one("#verl-summary", Static).update(verl_summary(store))
-        rows: dict[str, GpuRow] = {}
-        host_rows: list[tuple[str, tuple[Any, ...]]] = []
-        order: list[tuple[int, int, str]] = []
+        # Sorting and counting read the shared per-tick summary of every GPU; the row cells are
+        # built, measured for the column fit and written only for the rows on screen
+        # (VirtualRows), so off-screen GPUs cost little.
+        summary = self.summary(store)
+        host_keys: list[str] = []
+        keys: list[str] = []
         flt = str(getattr(self.app, "host_filter", "") or "")  # key /: host or host/GPU
-        for hi, h in enumerate(store.hosts.values()):
+        for h in store.hosts.values():
             if flt and not host_matches(flt, h.name, list(h.gpus)):
                 continue
-            mine: list[GpuRow] = []
+            host_keys.append(h.name)
             for index in sorted(h.gpus):
-                g = h.gpus[index]
                 key = f"{h.name}/{index}"
-                stamp = (
-                    self.spark_width,
-                    g.history.last_time(),
-                    len(g.history),
-                    h.state,
-                    id(g.latest),
-                    store.limits.window_s,  # + / - change the window: Act(win) must follow
-                )
-                cached = self._row_cache.get(key)
-                if cached is not None and cached[0] == stamp:
-                    row = cached[1]
-                else:
-                    row = build_gpu_row(store, h, g, palette, self.spark_width, self._colours)
-                    self._row_cache[key] = (stamp, row)
-                mine.append(row)
                 if flt and not matches_filter(flt, h.name, index):
                     continue  # the host row still counts it; the GPU table hides it
-                rows[key] = row
-                order.append((hi, index, key))
-            host_rows.append((h.name, build_host_cells(store, h, mine, palette)))
-        for key in [k for k in self._row_cache if k not in rows and not flt]:
+                keys.append(key)
+        for key in [k for k in self._row_cache if k not in summary.gpus]:
             del self._row_cache[key]
-        self.gpu_rows = rows
-        gpu_list = [(k, rows[k].cells) for k in self._sorted_keys(order, rows)]
+        self.gpu_rows = LazyRows(keys, lambda k: self._gpu_row(store, k, palette))
+
+        built_hosts: dict[str, tuple[Any, ...]] = {}  # fit and sync read the same rows
+
+        def host_cells(name: str) -> tuple[Any, ...]:
+            cells = built_hosts.get(name)
+            if cells is None:
+                h = store.hosts[name]
+                mine = [summary.gpus[f"{name}/{i}"] for i in sorted(h.gpus)]
+                cells = built_hosts[name] = build_host_cells(store, h, mine, palette)
+            return cells
+
+        order = self._sorted_keys(keys, summary)
         width = self.table_width()
         with self.app.batch_update():
-            self.host_sync.fit(width, host_rows)
-            self.host_sync.sync(host_rows)
-            self.gpu_sync.fit(width, gpu_list)
+            self.host_sync.fit(width, [host_cells(n) for n in self.host_sync.window_of(host_keys)])
+            self.host_sync.sync(host_keys, lambda n: (clean_text(n),), host_cells)
+            shown = [self.gpu_rows[k].cells for k in self.gpu_sync.window_of(order)]
+            self.gpu_sync.fit(width, shown)
             spark = self.gpu_sync.widths().get("spark", SPARK_WIDTH)
             if spark != self.spark_width:  # the History column got another width: redraw
                 self.spark_width = spark
-                self.force_next()
-                self.call_after_refresh(self._redraw)
-            self.gpu_sync.sync(gpu_list)
-        self._update_status(rows)
+                self._refit()
+            self.gpu_sync.sync(order, self._gpu_ident, lambda k: self.gpu_rows[k].cells)
+        self._update_status(len(keys), summary)
         # No GPU anywhere (and no filter hiding them): the banner says so once; the empty GPU
         # table and its status line give their space to the host table.
         no_gpu = not store.gpu_count()
@@ -471,6 +500,53 @@ class ThroughputPane(Pane):
         self.query_one("#gpu-table", DataTable).display = not no_gpu
         self.query_one("#host-table", DataTable).set_class(no_gpu, "-alone")
         self._focus_hosts_without_gpus()
+
+    def summary(self, store: Store) -> StoreSummary:
+        """The per-tick summary the app shares between panes (the pane's own without an app)."""
+        cache = getattr(self.app, "summaries", None)
+        if not isinstance(cache, SummaryCache):
+            cache = self._summaries
+        return cache.get(store)
+
+    def _gpu_ident(self, key: str) -> tuple[Any, ...]:
+        host, _, index = key.rpartition("/")
+        return (clean_text(host), index)
+
+    def _gpu_row(self, store: Store, key: str, palette: dict[str, str]) -> GpuRow:
+        """One GPU's row, rebuilt only when its history, state, window or width moved."""
+        host, _, index = key.rpartition("/")
+        h = store.hosts[host]
+        g = h.gpus[int(index)]
+        stamp = (
+            self.spark_width,
+            g.history.last_time(),
+            len(g.history),
+            h.state,
+            id(g.latest),
+            store.limits.window_s,  # + / - change the window: Act(win) must follow
+        )
+        cached = self._row_cache.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        row = build_gpu_row(store, h, g, palette, self.spark_width, self._colours)
+        self._row_cache[key] = (stamp, row)
+        return row
+
+    def _refit(self) -> None:
+        """The column widths must follow (a wider number scrolled in, the History width
+        moved): redraw once after this refresh."""
+        self.force_next()
+        self.call_after_refresh(self._redraw)
+
+    def _on_scrolled(self, *_: Any) -> None:
+        """Rows that scrolled into view are built now, before the next tick."""
+        for sync in (self.gpu_sync, self.host_sync):
+            if sync is not None:
+                sync.fill()
+
+    def on_resize(self) -> None:
+        """A taller pane shows more rows: build them."""
+        self.call_after_refresh(self._on_scrolled)
 
     def _focus_hosts_without_gpus(self) -> None:
         """With no GPU row, the host table takes the focus so Enter still opens a node."""
@@ -480,22 +556,33 @@ class ThroughputPane(Pane):
             if hosts.row_count and self.screen is self.app.screen:
                 hosts.focus()
 
-    def _sorted_keys(self, order: list[tuple[int, int, str]], rows: dict[str, GpuRow]) -> list[str]:
+    def _sorted_keys(self, keys: list[str], summary: StoreSummary) -> list[str]:
+        gpus = summary.gpus
         if self.sort_key == "host":
-            keyed = sorted(order, reverse=self.sort_reverse)
-            return [k for _, _, k in keyed]
+            return sorted(
+                keys, key=lambda k: (gpus[k].host_pos, gpus[k].index), reverse=self.sort_reverse
+            )
         # Stable: ties keep host order; reverse puts the largest first.
         sign = -1.0 if self.sort_reverse else 1.0
-        keyed2 = sorted(order, key=lambda o: (sign * rows[o[2]].sort[self.sort_key], o[0], o[1]))
-        return [k for _, _, k in keyed2]
+        col = self.sort_key
 
-    def _update_status(self, rows: dict[str, GpuRow]) -> None:
-        idle = sum(1 for r in rows.values() if r.idle)
-        throttled = sum(1 for r in rows.values() if r.throttled and r.live)
+        def order(k: str) -> tuple[float, int, int]:
+            gs = gpus[k]
+            return (sign * gs.sort_value(col), gs.host_pos, gs.index)
+
+        return sorted(keys, key=order)
+
+    def _update_status(self, shown: int, summary: StoreSummary) -> None:
+        if shown == len(summary.gpus):  # no filter: the summary's counts
+            idle, throttled = summary.idle, summary.throttled
+        else:
+            mine = [summary.gpus[k] for k in self.gpu_rows]
+            idle = sum(1 for g in mine if g.idle)
+            throttled = sum(1 for g in mine if g.throttled and g.live)
         text = Text()
         text.append(self.sort_label(), style="bold")
         text.append(" (o/O: sort · Enter: node)", style="dim")
-        text.append(f" · {len(rows)} GPUs")
+        text.append(f" · {shown} GPUs")
         if idle:
             text.append(
                 f" · {idle} idle (<{IDLE_THRESHOLD:.0f}% over the window)",

@@ -1,0 +1,175 @@
+"""Client cost that follows the screen, not the cluster (issue 21): the per-tick store summary,
+its running window means, and pane 1 building only the rows on screen."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+from textual.widgets import DataTable
+from ui_data import T0, build_store, scale_store
+
+from verl_top.inputs import Inputs
+from verl_top.model import GpuSample
+from verl_top.sources.pipeline import Pipeline
+from verl_top.store import Ring, Store, mean
+from verl_top.store_summary import SummaryCache, WindowMean
+from verl_top.ui.app import VerlTopApp
+from verl_top.ui.node_screen import NodeScreen
+
+SIZE = (160, 40)
+
+
+def make_app(store: Store) -> VerlTopApp:
+    inputs = Inputs(store=store, pipeline=Pipeline(store, parsers={}), mode="LIVE", title="t")
+    return VerlTopApp(inputs, engine=None, live=False)
+
+
+async def started(app: VerlTopApp, pilot: Any) -> None:
+    await pilot.pause()
+    app.refresh_now()
+    await pilot.pause()
+
+
+# -- WindowMean: the running window mean equals a full re-read -----------------------------
+
+
+def test_window_mean_matches_a_full_read_through_wraps_gaps_and_window_changes() -> None:
+    rng = random.Random(7)
+    ring = Ring(("activity",), 50)
+    wm = WindowMean()
+    t = 0.0
+    windows = [20.0] * 60 + [45.0] * 30 + [80.0] * 30 + [10.0] * 40  # grows past the ring
+    for step, window in enumerate(windows):
+        for _ in range(rng.choice((0, 1, 1, 2, 3))):  # ticks with nothing, one or a burst
+            t += rng.choice((0.5, 1.0, 1.0, 2.0))
+            v = None if rng.random() < 0.1 else rng.uniform(0, 100)  # NaN = missing
+            ring.push(t, {"activity": v})
+        since = t - window
+        got = wm.update(ring, "activity", since)
+        want = mean(ring.recent_values("activity", since))
+        if want is None:
+            assert got is None, step
+        else:
+            assert got is not None and math.isclose(got, want, abs_tol=1e-9), (step, got, want)
+
+
+def test_window_mean_follows_a_ring_whose_time_steps_back() -> None:
+    ring = Ring(("activity",), 20)
+    wm = WindowMean()
+    for i in range(10):
+        ring.push(float(i), {"activity": float(i)})
+    assert wm.update(ring, "activity", 5.0) == mean([5.0, 6.0, 7.0, 8.0, 9.0])
+    ring.push(3.0, {"activity": 100.0})  # a clock stepped back: the plain read decides
+    want = mean(ring.values("activity", 5.0))
+    assert wm.update(ring, "activity", 5.0) == want
+
+
+# -- SummaryCache: once per store change, shared ------------------------------------------
+
+
+def test_summary_is_computed_once_per_store_change_and_agrees_with_the_store() -> None:
+    store = build_store()
+    cache = SummaryCache()
+    first = cache.get(store)
+    assert cache.get(store) is first and cache.computed == 1
+    for g in store.iter_gpus():
+        want = store.gpu_mean(g, "activity")
+        got = first.gpus[f"{g.host}/{g.index}"].act
+        assert got is not None and want is not None and math.isclose(got, want)
+    # The fixture's idle GPUs: node02/6-7 at 0 % and the stalled node03 (8 GPUs, ~24 %).
+    assert first.idle == 10 and first.hosts["node02"].idle == 2
+    store.ingest(GpuSample(host="node01", t=T0 + 61, index=0, util_gpu=50.0))
+    assert cache.get(store) is not first and cache.computed == 2
+
+
+async def test_the_app_and_pane_1_share_one_summary_per_tick() -> None:
+    app = make_app(build_store())
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        before = app.summaries.computed
+        app.store.ingest(GpuSample(host="node01", t=T0 + 61, index=0, util_gpu=50.0))
+        app.refresh_now()
+        assert app.summaries.computed == before + 1
+
+
+# -- VirtualRows: only what is on screen is built -------------------------------------------
+
+
+async def test_pane1_builds_only_the_visible_rows_of_a_large_cluster() -> None:
+    store = scale_store(hosts=64, samples=30)  # 512 GPUs
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        table = app.query_one("#gpu-table", DataTable)
+        sync = app.throughput.gpu_sync
+        assert sync is not None
+        assert table.row_count == 512  # every GPU has its row (scrolling, keys, Enter)
+        # ... but cells were built for the window on screen plus a margin only.
+        assert 0 < len(sync.built) < 100
+        last = sync.order[-1]
+        assert last not in sync.built
+        assert str(table.get_cell(last, "act")) == ""  # a placeholder until it is shown
+        built = sync.rows_built
+        store.ingest(GpuSample(host="gpu000", t=T0 + 200, index=0, util_gpu=50.0))
+        app.refresh_now()
+        assert sync.rows_built - built < 100  # a tick rebuilds the window, not 512 rows
+
+
+async def test_rows_scrolled_into_view_are_built_and_enter_opens_their_node() -> None:
+    store = scale_store(hosts=64, samples=30)
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        table = app.query_one("#gpu-table", DataTable)
+        sync = app.throughput.gpu_sync
+        assert sync is not None
+        table.focus()
+        table.move_cursor(row=table.row_count - 1)  # the table scrolls to keep it in view
+        await pilot.pause()
+        await pilot.pause()
+        last = sync.order[-1]
+        assert last in sync.built
+        assert str(table.get_cell(last, "act")).strip() != ""
+        assert str(table.get_cell(last, "host")) == last.split("/")[0]
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, NodeScreen)
+        assert app.screen.host == last.split("/")[0]
+
+
+async def test_sorting_orders_every_row_not_only_the_built_ones() -> None:
+    store = scale_store(hosts=64, samples=30)
+    app = make_app(store)
+    means = {f"{g.host}/{g.index}": store.gpu_mean(g, "activity") for g in store.iter_gpus()}
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        await pilot.press("o")  # activity, lowest first
+        await pilot.pause()
+        order = app.throughput.ordered_row_keys()
+        assert len(order) == 512
+        values = [means[k] for k in order]
+        assert values == sorted(values)
+
+
+async def test_columns_fit_the_visible_rows_and_refit_when_a_wider_number_scrolls_in() -> None:
+    # The column fit measures only the rows built (on screen): an off-screen GPU's 8-digit
+    # clock does not widen the column, until it scrolls into view; then the number is shown whole.
+    store = scale_store(hosts=64, samples=30)
+    store.ingest(GpuSample(host="gpu063", t=T0 + 31, index=7, util_gpu=90.0, sm_mhz=12345678))
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        table = app.query_one("#gpu-table", DataTable)
+        sync = app.throughput.gpu_sync
+        assert sync is not None
+        last = sync.order[-1]
+        assert last == "gpu063/7" and last not in sync.built
+        assert "clock" in sync.columns and sync.widths()["clock"] < 8
+        table.focus()
+        table.move_cursor(row=table.row_count - 1)
+        for _ in range(4):
+            await pilot.pause()
+        assert sync.widths()["clock"] >= 8
+        assert str(table.get_cell(last, "clock")).strip() == "12345678"
