@@ -33,13 +33,14 @@ SUBCOMMANDS = ("diagnose", "snapshot", "probe", "doctor", "export-metrics")
 # judge (no GPU sample, verl step or config read) or a --verl-log gave neither step nor config.
 EXIT_NO_DATA = 3
 # One line each for `verl-top --help` (every subcommand is listed there).
-SUBCOMMAND_HELP = {
+SUBCOMMAND_HELP: dict[str, str] = {
     "diagnose": "collect for a while, then print the five-step diagnosis (text or --json)",
     "snapshot": "collect, then write a bundle: snapshot.json, report.md, screen.svg, recording",
     "probe": "probe nccl: measure NCCL bus bandwidth on this machine or --hosts, on purpose",
     "doctor": "check each host step by step (resolve, TCP, host key, auth, agent, NVML)",
     "export-metrics": "run headless and serve the verdicts as Prometheus metrics (--listen)",
 }
+_NAME_W = max(len(name) for name in SUBCOMMAND_HELP)  # the help's command column
 # Help for the probe's options that nccl/probe.py leaves without one (every option has help).
 PROBE_OPTION_HELP = {
     "master_port": "inter: TCP port of the rendezvous on the first host",
@@ -77,7 +78,7 @@ def app_parser() -> argparse.ArgumentParser:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.description = (
         f"{parser.description}\n\ncommands:\n"
-        + "\n".join(f"  {name:<10} {line}" for name, line in SUBCOMMAND_HELP.items())
+        + "\n".join(f"  {name:<{_NAME_W}} {line}" for name, line in SUBCOMMAND_HELP.items())
         + "\n\nWithout a command: the live monitor (options below). "
         "`verl-top COMMAND --help`: a command's options."
     )
