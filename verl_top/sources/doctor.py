@@ -32,7 +32,7 @@ from verl_top.sources.ssh import (
     connect_host,
     make_client,
 )
-from verl_top.untrusted import clean_line
+from verl_top.untrusted import clean_text
 
 STEPS = ("config", "resolve", "tcp", "host key", "auth", "python3", "agent", "nvml", "sample")
 MIN_PYTHON = (3, 8)
@@ -172,7 +172,7 @@ class Doctor:
         r.passed("resolve", f"{hc.hostname} -> {', '.join(addrs)}")
         t0 = time.monotonic()
         try:
-            banner = clean_line(await _banner(hc.hostname, hc.port, _timeout(route)))
+            banner = clean_text(await _banner(hc.hostname, hc.port, _timeout(route)))
         except ConnectionRefusedError:
             r.failed(
                 "tcp",
@@ -246,7 +246,7 @@ class Doctor:
         q = shlex.quote(python)
         probe = f"command -v {q} && {q} -c 'import sys; print(sys.version.split()[0])'"
         res = await conn.run(probe, check=False, timeout=self.wait_s)
-        out = [clean_line(x) for x in str(res.stdout or "").splitlines() if x.strip()]
+        out = [clean_text(x) for x in str(res.stdout or "").splitlines() if x.strip()]
         if res.exit_status != 0 or len(out) < 2:
             r.failed(
                 "python3",
@@ -297,7 +297,7 @@ class Doctor:
         status = done.exit_status if done is not None else None
         stderr = str(done.stderr or "") if done is not None else ""
         took = time.monotonic() - t0
-        err = " | ".join(clean_line(x) for x in stderr.splitlines()[-4:])
+        err = " | ".join(clean_text(x) for x in stderr.splitlines()[-4:])
         if hello is None:
             r.failed(
                 "agent",
@@ -307,20 +307,20 @@ class Doctor:
             raise _Stop
         r.passed(
             "agent",
-            f"started (pid {hello.pid}, Python {clean_line(hello.python)}, "
-            f"backend {clean_line(hello.backend)})",
+            f"started (pid {hello.pid}, Python {clean_text(hello.python)}, "
+            f"backend {clean_text(hello.backend)})",
         )
         if not hello.gpus:
-            why = clean_line(hello.error) or "no GPU found"
+            why = clean_text(hello.error) or "no GPU found"
             r.failed(
                 "nvml",
-                f"backend {clean_line(hello.backend)}: {why}",
+                f"backend {clean_text(hello.backend)}: {why}",
                 "check `nvidia-smi` on the node (driver loaded? GPUs visible to this user?); "
                 "without GPUs verl-top still shows CPU and memory",
             )
             raise _Stop
-        driver = f", driver {clean_line(hello.driver)}" if hello.driver else ""
-        r.passed("nvml", f"{len(hello.gpus)} GPUs via {clean_line(hello.backend)}{driver}")
+        driver = f", driver {clean_text(hello.driver)}" if hello.driver else ""
+        r.passed("nvml", f"{len(hello.gpus)} GPUs via {clean_text(hello.backend)}{driver}")
         if gpus == 0:
             r.failed(
                 "sample",
