@@ -200,9 +200,38 @@ def warm_gpm(backend: Any) -> None:
             backend._gpm_sample(i, h, {})
 
 
-def measure_agent_tick(argv: list[str], rate: float, n: int, variant: str = "") -> Row:
-    """The in-process tick + encoding cost, with its parts (GPU, host, procs, encoding)."""
+def fan_out(backend: Any, k: int) -> bool:
+    """Make an NVML backend read each of its GPUs ``k`` times per tick, as if the node had ``k``
+    times the GPUs (every copy with its own buffers, field dict and GPM samples). With one GPU
+    lent, this separates what a tick pays once (waking the interpreter, the binding and the
+    driver after a second asleep) from what each further GPU adds. A lower bound for distinct
+    GPUs: their driver state sits in different memory. False when the backend is not NVML."""
+    if k <= 1 or not isinstance(backend, na.NvmlBackend):
+        return False
+    n = len(backend.handles)
+    for name in ("handles", "gpus", "_limits", "_totals"):
+        setattr(backend, name, list(getattr(backend, name)) * k)
+    backend._fields = [{"index": i, "lost": False, "label": ""} for i in range(n * k)]
+    backend._gpm = list(backend._gpm) + [
+        backend._gpm_init(backend.handles[i % n]) if backend._gpm[i % n] is not None else None
+        for i in range(n, n * k)
+    ]
+    if backend._direct is not None:
+        backend._direct = na._DirectNvml.make(backend.nv, n * k)
+    return True
+
+
+def measure_agent_tick(
+    argv: list[str], rate: float, n: int, variant: str = "", fan: int = 1
+) -> Row:
+    """The in-process tick + encoding cost, with its parts (GPU, host, procs, encoding);
+    ``fan`` > 1 reads each GPU that many times per tick (see ``fan_out``)."""
     agent = na.Agent(na.parse_args(argv))
+    if fan > 1 and not fan_out(agent.backend, fan):
+        agent.close()
+        row = Row(AGENT_ROW + f" [{variant}]", rate)
+        row.note = "not available (needs the NVML backend)"
+        return row
     row = Row(AGENT_ROW + (f" [{variant}]" if variant else ""), rate, gpus=len(agent.backend.gpus))
     parts: dict[str, list[float]] = {"gpu": [], "host": [], "procs": [], "encode": []}
     _timed(agent.backend, "sample", parts["gpu"])
@@ -408,6 +437,57 @@ class AgentProcess:
         return row
 
 
+# The least any 1 Hz Python process can cost: wake from a timed wait, write one line, wait again.
+WAKE_LOOP = """
+import os, sys, time
+line = b"x" * int(sys.argv[2]) + b"\\n"
+interval = float(sys.argv[1])
+nxt = time.monotonic()
+while True:
+    nxt += interval
+    time.sleep(max(0.0, nxt - time.monotonic()))
+    os.write(1, line)
+"""
+
+
+def measure_wake_floor(rate: float, n: int, line_bytes: int = 700) -> Row:
+    """A Python process that only sleeps to the next tick and writes a line of the agent's size:
+    its CPU per tick (schedstat, as for the agent process) is the floor under any 1 Hz agent
+    on this machine, whatever it samples."""
+    row = Row("python wake + write only (floor)", rate)
+    fd, name = tempfile.mkstemp(prefix="verl-top-wake-", suffix=".txt")
+    path = Path(name)
+    with os.fdopen(fd, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WAKE_LOOP, f"{1.0 / rate:g}", str(line_bytes)],
+            stdout=out,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def lines() -> int:
+        return path.read_bytes().count(b"\n")
+
+    try:
+        deadline = time.monotonic() + 10 + 2 / rate
+        while lines() < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        cpu0, l0 = task_cpu_s(proc.pid), lines()
+        deadline = time.monotonic() + 10 + (n + 1) / rate
+        while lines() < l0 + n and time.monotonic() < deadline:
+            time.sleep(0.02)
+        cpu1, l1 = task_cpu_s(proc.pid), lines()
+    finally:
+        proc.kill()
+        proc.wait()
+        path.unlink(missing_ok=True)
+    if cpu0 is not None and cpu1 is not None and l1 > l0:
+        row.cpu_ms_steady = (cpu1 - cpu0) * 1000 / (l1 - l0)
+        row.note = f"{l1 - l0} ticks; /proc schedstat between its first and last tick"
+    else:
+        row.note = "not available (could not read /proc schedstat)"
+    return row
+
+
 # ---------------------------------------------------------------------------------------------
 # Comparators
 
@@ -474,8 +554,8 @@ def measure_in_process(
     row = Row(tool, rate)
     try:
         call, gpus = setup()
-    except ImportError:
-        row.note = "not installed"
+    except ImportError as exc:
+        row.note = f"not installed ({exc})"
         return row
     except Exception as exc:  # no GPU, NVML missing: the library raises its own errors
         row.note = f"not available ({type(exc).__name__}: {exc})"
@@ -571,6 +651,7 @@ def run_rate(
     # The subprocess ran alongside the in-process loop; it is reaped before any spawned
     # comparator, so nothing else is counted in its rusage.
     rows.append(proc.finish(timeout=n / rate + 30))
+    rows.append(measure_wake_floor(rate, n))
     if only_agent:
         return rows
     rows.append(measure_smi(rate, n))
@@ -680,13 +761,51 @@ def targets(rows: list[Row]) -> list[dict[str, Any]]:
             "measured": proc.rss_mb,
         },
     ]
+    out += marginal_targets(one, agent)
     for name, key in (("nvidia-smi", "ratio_vs_nvidia_smi"), ("nvitop", "ratio_vs_nvitop")):
         comp = next((r for r in one if r.tool.startswith(name)), None)
         rv = ratio(comp, agent)[0] if comp is not None else None
         out.append(
             {"target": f"CPU ratio vs {name}", "limit": f">= {TARGETS[key]:g}x", "measured": rv}
         )
+        # The same against the whole agent process (its wake-ups, writing, control channel):
+        # what the node really pays, next to what a spawned nvidia-smi really costs.
+        pc, cc = proc.cpu_median(), None if comp is None else comp.cpu_median()
+        out.append(
+            {
+                "target": f"CPU ratio vs {name}, whole agent process",
+                "limit": f">= {TARGETS[key]:g}x",
+                "measured": cc / pc if pc and cc else None,
+            }
+        )
     return out
+
+
+def marginal_targets(one: list[Row], agent: Row) -> list[dict[str, Any]]:
+    """With ``--fan-out K``: what each further GPU adds to a tick, and the 8-GPU tick from it."""
+    fans = {}
+    for r in one:
+        if r.tool.startswith(AGENT_ROW + " [gpu x") and r.parts.get("gpu_ms_mean") is not None:
+            fans[int(r.tool.rsplit("x", 1)[1].rstrip("]"))] = r.parts["gpu_ms_mean"]
+    if 1 not in fans or len(fans) < 2:
+        return []
+    k = max(fans)
+    per_gpu = (fans[k] - fans[1]) / (k - 1)
+    base = agent.cpu_median()
+    return [
+        {
+            # A lower bound: the driver answers a second read of the same GPU within a tick
+            # from what it just fetched (benchmarks/nvml_cold.py), a distinct GPU it would not.
+            "target": f"GPU part per added read of the same GPU (1x vs {k}x; lower bound)",
+            "limit": "-",
+            "measured": per_gpu,
+        },
+        {
+            "target": "agent tick CPU ms, 8 reads of the one GPU (lower bound for 8 GPUs)",
+            "limit": "-",
+            "measured": None if base is None else base + 7 * per_gpu,
+        },
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -812,6 +931,14 @@ def main(argv: list[str] | None = None) -> int:
         help="also time the tick with other agent options at the lowest rate, e.g. "
         "'gpm30=--gpm-every 30' (repeatable)",
     )
+    p.add_argument(
+        "--fan-out",
+        type=int,
+        default=0,
+        metavar="K",
+        help="NVML only: also time the tick reading each GPU 1 and K times per tick, to separate "
+        "what a tick pays once from what each further GPU adds",
+    )
     args = p.parse_args(argv)
 
     trace = args.trace or default_trace()
@@ -839,6 +966,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"variant {name}: {extra} at {low:g} Hz ...", flush=True)
         base = agent_argv(backend, args.gpus, trace, low, host_sampler=args.host_sampler)
         rows.append(measure_agent_tick(base + extra.split(), low, n, variant=name))
+    if args.fan_out > 1:
+        n = args.samples or max(3, int(round(args.duration * low)))
+        base = agent_argv(backend, args.gpus, trace, low, host_sampler=args.host_sampler)
+        for k in (1, args.fan_out):
+            print(f"GPU fan-out x{k} at {low:g} Hz ...", flush=True)
+            rows.append(measure_agent_tick(base, low, n, variant=f"gpu x{k}", fan=k))
     print()
     print(report(rows))
     tgt = targets(rows)

@@ -93,3 +93,47 @@ async def test_local_follow_source(tmp_path: Path) -> None:
     (rec,) = got
     assert isinstance(rec, model.LogLines)
     assert rec.lines == ["step:1 - x:1"] and rec.kind == "verl" and rec.host == "me"
+
+
+def test_host_reads_follow_their_strides() -> None:
+    """The per-tick cost: /proc/stat every 2nd tick, memory, network, disk and load every 5th
+    (rates over those ticks); values repeated in between, never missing."""
+    s = na.HostSampler("proc", slow_every=5, cpu_every=2)
+    reads = {"stat": 0, "netdev": 0, "diskstats": 0, "meminfo": 0, "loadavg": 0}
+    for name in reads:
+        pf = getattr(s, "_" + name)
+        real = pf.read
+
+        def counted(real=real, name=name) -> str:
+            reads[name] += 1
+            return real()
+
+        pf.read = counted  # type: ignore[method-assign]
+    samples = [dict(s.sample(time.time())) for _ in range(10)]
+    s.close()
+    assert reads["stat"] == 5  # ticks 1, 3, 5, 7, 9
+    assert reads["netdev"] == reads["diskstats"] == reads["meminfo"] == reads["loadavg"] == 2
+    for f in samples:
+        assert f["cpu_pct"] is not None and len(f["cpu_per_core"]) == os.cpu_count()
+        assert f["net_rx_bps"] is not None and f["mem_used_bytes"] is not None
+        assert f["agent_rss_bytes"] is not None and f["agent_cpu_pct"] is not None
+    assert samples[2]["cpu_per_core"] == samples[3]["cpu_per_core"]  # repeated until re-read
+    assert samples[1]["net_rx_bps"] == samples[4]["net_rx_bps"]
+    assert samples[1]["mem_used_bytes"] == samples[4]["mem_used_bytes"]
+
+
+def test_every_read_each_tick_with_strides_of_one() -> None:
+    s = na.HostSampler("proc", slow_every=1, cpu_every=1)
+    n = {"stat": 0, "meminfo": 0}
+    for name in n:
+        pf = getattr(s, "_" + name)
+
+        def counted(real=pf.read, name=name) -> str:
+            n[name] += 1
+            return real()
+
+        pf.read = counted  # type: ignore[method-assign]
+    for _ in range(4):
+        s.sample(time.time())
+    s.close()
+    assert n == {"stat": 4, "meminfo": 4}

@@ -488,9 +488,10 @@ def test_fast_path_same_record_as_getters_and_buffers_made_once(
         a.tick()
     # Every call of 10 ticks reused the same few pointer objects: nothing made per tick.
     assert fake.calls[("util", 0)] == 10
-    # Per GPU: util, memory, SM clock, reasons, field array on every tick; temperature and memory
-    # clock on the slow stride (ticks 0 and 5).
-    assert sorted(direct.pointers.values()) == [2] * 4 + [10] * 10
+    # Per GPU: util, SM clock, reasons, field array on every tick; memory every 2nd tick (0, 2,
+    # .., 8); temperature and memory clock on the slow stride (ticks 0 and 5).
+    assert sorted(direct.pointers.values()) == [2] * 4 + [5] * 2 + [10] * 8
+    assert fake.calls[("mem_direct", 0)] == 5
     a.close()
 
 
@@ -592,3 +593,15 @@ def test_no_driver_and_no_pynvml_says_the_library_is_missing(monkeypatch) -> Non
         return  # a machine with the NVIDIA driver
     a = na.Agent(na.parse_args(["--backend", "pynvml", "--host", "n1"]))
     assert a.backend.name == "none" and "NVML library not found" in a.backend.error
+
+
+@pytest.mark.parametrize("every", [1, 2, 3])
+def test_memory_stride_repeats_the_last_reading(fake: FakeNvml, every: int) -> None:
+    """GPU memory is read every --mem-every ticks (the getter path here) and the last reading is
+    repeated between: each tick still has a value, and the read count follows the stride."""
+    a = agent("--mem-every", str(every))
+    before = fake.calls[("mem_v2", 0)]  # the total, read once at start-up
+    ticks = [gpu_lines(a.tick())[0] for _ in range(6)]
+    a.close()
+    assert fake.calls[("mem_v2", 0)] - before == len(range(0, 6, every))
+    assert all(t["mem_used_mib"] == 1000.0 for t in ticks)

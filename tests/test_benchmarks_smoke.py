@@ -54,6 +54,27 @@ def test_agent_cost_replay(tmp_path: Path) -> None:
     assert tick["gpus"] == 8 and tick["samples"] == 4 and tick["cpu_ms_mean"] > 0
     assert proc["gpus"] == 8 and proc["rss_mb"] > 0 and proc["bytes_per_sample"] > 1000
     assert "nvidia-smi --query-gpu (spawn)" in rows  # a row even where there is no nvidia-smi
+    floor = rows["python wake + write only (floor)"]  # the least any 10 Hz Python loop costs
+    assert 0 < floor["cpu_ms_mean"] < tick["cpu_ms_mean"]
+
+
+def test_nvml_cold_says_when_there_is_no_gpu(tmp_path: Path) -> None:
+    """The NVML floor benchmark needs a GPU; without one it says why and exits 2."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pynvml")
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "nvml_cold.py"), "--reps", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    if os.path.exists("/dev/nvidiactl") and spec is not None:
+        assert proc.returncode == 0, proc.stderr[-2000:]  # a GPU machine: it measures
+        assert "further distinct GPU" in proc.stdout
+    else:
+        assert proc.returncode == 2 and "no NVML here" in proc.stdout
 
 
 def test_parsers(tmp_path: Path) -> None:

@@ -41,6 +41,11 @@ GPM_MIN_GAP_S = 0.1  # NVML: GPM samples closer than 100 ms give no valid metric
 # a tick ~0.2 ms), so GPM has its own stride; between samples the last window's values repeat.
 GPM_EVERY = 10
 SLOW_EVERY = 5  # ticks between reads of values that change slowly (temperature, memory clock)
+# GPU memory and host CPU every 2nd tick: at 1 Hz on an H200 VM the memory read alone costs
+# ~0.06 ms and /proc/stat ~0.14 ms (the driver and the VM answer a call made once a second
+# cold; benchmarks/nvml_cold.py), and 2 s is what btop and htop refresh at by default.
+MEM_EVERY = 2
+CPU_EVERY = 2
 NVML_FI_POWER_AVERAGE = 185  # nvml.h NVML_FI_DEV_POWER_AVERAGE: what nvmlDeviceGetPowerUsage gives
 
 # NVML return codes (nvml.h); compared with NVMLError.value so any pynvml version works.
@@ -202,11 +207,37 @@ def _whole_disks():
 # Host sampler
 
 
+def _cpu_busy(cpu, pcpu):
+    """(machine busy %, iowait %, per-core busy %) between two ``HostSampler._cpu`` readings."""
+    if len(pcpu) != len(cpu):  # a CPU went on- or offline: skip one interval
+        return None, None, []
+    whole = iowait = None
+    per_core = []
+    for i, (tot, idle, io) in enumerate(cpu):
+        dtot = tot - pcpu[i][0]
+        busy = io_pct = 0.0
+        if dtot > 0:
+            busy = 100.0 * (1.0 - (idle - pcpu[i][1]) / dtot)
+            io_pct = 100.0 * (io - pcpu[i][2]) / dtot
+        busy = round(min(100.0, max(0.0, busy)), 1)
+        if i == 0:
+            whole = busy
+            iowait = round(max(0.0, io_pct), 1)
+        else:
+            per_core.append(busy)
+    return whole, iowait, per_core
+
+
 class HostSampler:
     """CPU, load, memory, network, disk and the agent's own cost: psutil or /proc."""
 
-    def __init__(self, mode="auto"):
+    def __init__(self, mode="auto", slow_every=SLOW_EVERY, cpu_every=CPU_EVERY):
         self.psutil = None
+        self.cpu_every = max(1, int(cpu_every))
+        # Only CPU is read every tick; memory, network, disk, load and the agent's RSS every
+        # ``slow_every`` ticks: on a VM each /proc read costs ~0.1 ms once the agent wakes from
+        # its one-second sleep, more than the parsing, and these values are shown, not diagnosed.
+        self.slow_every = max(1, int(slow_every))
         # auto prefers /proc where it exists: measured on an H200 node, psutil's per-core and
         # per-NIC calls cost ~1 ms a tick against ~0.3 ms for reading /proc ourselves.
         if mode == "auto" and os.path.exists("/proc/stat"):
@@ -229,15 +260,18 @@ class HostSampler:
         self._disks = _whole_disks()
         self._disks_at = time.monotonic()
         self._proc_self = self.psutil.Process() if self.psutil is not None else None
-        self._prev = None  # (mono, cpu_times per core, net, disk, agent cpu)
+        self._prev = None  # (mono, cpu_times per core, agent cpu)
         self._n = 0
-        self._slow = None  # (load averages, agent RSS): read on a stride
+        self._slow = None  # the strided field pairs, repeated between their reads
+        self._head = None  # the CPU field pairs, likewise
+        self._slow_prev = None  # (mono, net, disk) of the last strided read
         self.cpu_count = os.cpu_count()
         self.cpu_lines = (
             self.cpu_count or 1
         ) + 1  # "cpu" then one line per core: the rest is skipped
         self.mem_total = self._mem()[1]
         self.sample(time.time())  # prime the deltas so the first tick has rates
+        self._n = 0  # ...and reads the strided values again, now with rates
 
     # raw readers ------------------------------------------------------------------------------
     def _cpu(self):
@@ -358,52 +392,48 @@ class HostSampler:
 
     # sample -----------------------------------------------------------------------------------
     def sample(self, now):
-        """Field pairs of a host record (rates over the time since the previous call)."""
+        """Field pairs of a host record (rates over the time since the previous read)."""
         mono = time.monotonic()
+        self._n += 1
+        if self._head is None or self._n % self.cpu_every == 1 % self.cpu_every:
+            self._head = self._cpu_fields(mono)
+        if self._slow is None or self._n % self.slow_every == 1 % self.slow_every:
+            self._slow = self._slow_fields(mono)
+        head, agent_pct = self._head
+        fields, rss = self._slow
+        return head + fields + (("agent_cpu_pct", agent_pct), ("agent_rss_bytes", rss))
+
+    def _cpu_fields(self, mono):
+        """(field pairs, agent CPU %): machine, iowait and per-core busy % since the last read."""
         cpu = self._cpu()
-        net = self._net()
-        disk = self._disk(mono)
         acpu = self.agent_cpu_s()
         prev = self._prev
-        self._prev = (mono, cpu, net, disk, acpu)
-        used, total = self._mem()
-        # The kernel updates load averages every 5 s, and the agent's RSS moves slowly: both are
-        # read on every 5th sample and repeated between (fewer /proc reads per tick).
-        self._n += 1
-        if self._n % SLOW_EVERY == 1 or self._slow is None:
-            self._slow = (self._load(), self.agent_rss())
-        load, rss = self._slow
+        self._prev = (mono, cpu, acpu)
         cpu_pct = iowait = agent_pct = None
         per_core = []
+        if prev is not None and mono > prev[0]:
+            cpu_pct, iowait, per_core = _cpu_busy(cpu, prev[1])
+            agent_pct = round(100.0 * (acpu - prev[2]) / (mono - prev[0]), 2)
+        return (("cpu_pct", cpu_pct), ("cpu_per_core", per_core), ("iowait_pct", iowait)), agent_pct
+
+    def _slow_fields(self, mono):
+        """(field pairs, agent RSS): memory, network and disk (rates since the last strided read),
+        load averages, and the agent's resident size."""
+        net = self._net()
+        disk = self._disk(mono)
+        used, total = self._mem()
+        load = self._load()
+        prev = self._slow_prev
+        self._slow_prev = (mono, net, disk)
         net_rx = net_tx = d_rd = d_wr = None
-        if prev is not None:
+        if prev is not None and mono > prev[0]:
             dt = mono - prev[0]
-            if dt > 0:
-                pcpu = prev[1]
-                if len(pcpu) == len(cpu):
-                    for i, (tot, idle, io) in enumerate(cpu):
-                        dtot = tot - pcpu[i][0]
-                        busy = 0.0
-                        io_pct = 0.0
-                        if dtot > 0:
-                            busy = 100.0 * (1.0 - (idle - pcpu[i][1]) / dtot)
-                            io_pct = 100.0 * (io - pcpu[i][2]) / dtot
-                        busy = round(min(100.0, max(0.0, busy)), 1)
-                        if i == 0:
-                            cpu_pct = busy
-                            iowait = round(max(0.0, io_pct), 1)
-                        else:
-                            per_core.append(busy)
-                net_rx = round(max(0, net[0] - prev[2][0]) / dt, 1)
-                net_tx = round(max(0, net[1] - prev[2][1]) / dt, 1)
-                if disk is not None and prev[3] is not None:
-                    d_rd = round(max(0, disk[0] - prev[3][0]) / dt, 1)
-                    d_wr = round(max(0, disk[1] - prev[3][1]) / dt, 1)
-                agent_pct = round(100.0 * (acpu - prev[4]) / dt, 2)
+            net_rx = round(max(0, net[0] - prev[1][0]) / dt, 1)
+            net_tx = round(max(0, net[1] - prev[1][1]) / dt, 1)
+            if disk is not None and prev[2] is not None:
+                d_rd = round(max(0, disk[0] - prev[2][0]) / dt, 1)
+                d_wr = round(max(0, disk[1] - prev[2][1]) / dt, 1)
         return (
-            ("cpu_pct", cpu_pct),
-            ("cpu_per_core", per_core),
-            ("iowait_pct", iowait),
             ("load1", _r2(load[0])),
             ("load5", _r2(load[1])),
             ("load15", _r2(load[2])),
@@ -413,9 +443,7 @@ class HostSampler:
             ("net_tx_bps", net_tx),
             ("disk_read_bps", d_rd),
             ("disk_write_bps", d_wr),
-            ("agent_cpu_pct", agent_pct),
-            ("agent_rss_bytes", rss),
-        )
+        ), self.agent_rss()
 
     def close(self):
         for pf in (
@@ -727,16 +755,18 @@ class _DirectNvml:
         except Exception:  # an old library without one of the entry points: pynvml's getters
             return None
 
-    def read(self, i, h, f, slow, rc, un):
-        """Fill ``f`` (GPU i's reused field dict); ``rc(i, key, code)`` handles return codes and
-        ``un`` holds the (gpu, key) pairs known to be unsupported."""
+    def read(self, i, h, f, slow, mem_due, rc, un):
+        """Fill ``f`` (GPU i's reused field dict); ``slow``/``mem_due``: the strided values are
+        due; ``rc(i, key, code)`` handles return codes and ``un`` holds the (gpu, key) pairs
+        known to be unsupported."""
         util, mem, sm, memclk, temp, reasons, power, fv, p = self.bufs[i]
         if (i, "util") not in un and rc(i, "util", self.util_fn(h, p[0])):
             f["util_gpu"] = util.gpu
             f["util_mem"] = util.memory
-        if (i, "mem") not in un and rc(i, "mem", self.mem_fn(h, p[1])):
-            f["mem_used_mib"] = round(mem.used / MIB, 1)
-            f["mem_total_mib"] = round(mem.total / MIB, 1)
+        if (mem_due or "mem_used_mib" not in f) and (i, "mem") not in un:
+            if rc(i, "mem", self.mem_fn(h, p[1])):
+                f["mem_used_mib"] = round(mem.used / MIB, 1)
+                f["mem_total_mib"] = round(mem.total / MIB, 1)
         self._power(i, h, f, fv, power, p[6], rc, un)
         if (i, "sm_clk") not in un and rc(i, "sm_clk", self.clock_fn(h, 1, p[2])):
             f["sm_mhz"] = sm.value  # NVML_CLOCK_SM
@@ -1012,11 +1042,12 @@ class NvmlBackend:
     name = "pynvml"
     blocking = False
 
-    def __init__(self, nvml=None, gpm_every=GPM_EVERY, slow_every=SLOW_EVERY):
+    def __init__(self, nvml=None, gpm_every=GPM_EVERY, slow_every=SLOW_EVERY, mem_every=MEM_EVERY):
         self.gpm_every = max(1, int(gpm_every))
         self.slow_every = max(1, int(slow_every))
+        self.mem_every = max(1, int(mem_every))
         self._ticks = 0
-        self._slow_due = self._gpm_due = True
+        self._slow_due = self._gpm_due = self._mem_due = True
         if nvml is None:
             try:
                 import pynvml as nvml  # noqa: PLC0415 - optional
@@ -1203,7 +1234,7 @@ class NvmlBackend:
         """One GPU's field pairs: fast values every tick, slow ones and GPM on their strides."""
         f = self._fields[i]  # a dict reused tick after tick: only the values change
         if self._direct is not None:
-            self._direct.read(i, h, f, self._slow_due, self._q_rc, self._unsupported)
+            self._direct.read(i, h, f, self._slow_due, self._mem_due, self._q_rc, self._unsupported)
         else:
             self._read_api(i, h, f)
         if f.get("mem_used_mib") is not None:
@@ -1231,10 +1262,11 @@ class NvmlBackend:
         if u is not None:
             f["util_gpu"] = u.gpu
             f["util_mem"] = u.memory
-        mem = q(i, "mem", self._memory, h)
-        if mem is not None:
-            f["mem_used_mib"] = round(mem[0] / MIB, 1)
-            f["mem_total_mib"] = round(mem[1] / MIB, 1)
+        if self._mem_due or "mem_used_mib" not in f:
+            mem = q(i, "mem", self._memory, h)
+            if mem is not None:
+                f["mem_used_mib"] = round(mem[0] / MIB, 1)
+                f["mem_total_mib"] = round(mem[1] / MIB, 1)
         p = q(i, "power", nv.nvmlDeviceGetPowerUsage, h)
         if p is not None:
             f["power_w"] = round(p / 1000.0, 1)
@@ -1250,6 +1282,7 @@ class NvmlBackend:
         n = self._ticks
         self._ticks = n + 1
         self._slow_due = n % self.slow_every == 0
+        self._mem_due = n % self.mem_every == 0
         self._gpm_due = n % self.gpm_every == 0
         for i, h in enumerate(self.handles):
             if i in self._lost:
@@ -1700,7 +1733,11 @@ def make_backend(opts):
     if choice in ("auto", "pynvml"):
         nvml_reason = ""
         binding = getattr(opts, "nvml", "auto")
-        strides = (getattr(opts, "gpm_every", GPM_EVERY), getattr(opts, "slow_every", SLOW_EVERY))
+        strides = (
+            getattr(opts, "gpm_every", GPM_EVERY),
+            getattr(opts, "slow_every", SLOW_EVERY),
+            getattr(opts, "mem_every", MEM_EVERY),
+        )
         if binding in ("auto", "ctypes"):
             try:
                 return NvmlBackend(CtypesNvml(), *strides)
@@ -2367,7 +2404,11 @@ class Agent:
         self.procs_enabled = not opts.no_procs
         self.procs_every = max(1, int(opts.procs_every))
         self.backend = make_backend(opts)
-        self.host_sampler = HostSampler(opts.host_sampler)
+        self.host_sampler = HostSampler(
+            opts.host_sampler,
+            getattr(opts, "slow_every", SLOW_EVERY),
+            getattr(opts, "cpu_every", CPU_EVERY),
+        )
         self.inspector = ProcInspector()
         self.followers = {}  # path -> Follower
         for spec in opts.follow or ():
@@ -2551,8 +2592,13 @@ def parse_args(argv=None):
         "resident), or the pynvml module; auto: ctypes, else pynvml",
     )
     p.add_argument(
-        "--slow-every", type=int, default=SLOW_EVERY, help="temperature, memory clock every N ticks"
+        "--slow-every",
+        type=int,
+        default=SLOW_EVERY,
+        help="temperature, memory clock, host memory/network/disk/load every N ticks",
     )
+    p.add_argument("--mem-every", type=int, default=MEM_EVERY, help="GPU memory every N ticks")
+    p.add_argument("--cpu-every", type=int, default=CPU_EVERY, help="host CPU every N ticks")
     p.add_argument("--host-sampler", default="auto", choices=("auto", "psutil", "proc"))
     p.add_argument("--no-topology", action="store_true", help="do not send the topo record")
     p.add_argument("--sys-root", default=SYS_ROOT, help=argparse.SUPPRESS)  # tests: a fake /sys
@@ -2604,16 +2650,54 @@ def _trim_heap():
         pass
 
 
-def _read_stdin(q):
-    """Control channel reader (daemon thread): JSON lines, then an EOF marker."""
-    try:
-        for line in sys.stdin:
-            line = line.strip()
-            if line:
-                q.put(line)
-    except (OSError, ValueError):
-        pass
-    q.put(None)
+class _Control:
+    """The control channel: a daemon thread reads stdin's JSON lines into a list and wakes the
+    main loop through a pipe, which the loop waits on with ``select`` until its next tick. (A
+    ``queue.Queue`` wait builds a lock and a condition per call: measured at 1 Hz, ~0.05 ms a
+    tick more than this.) ``None`` in the list marks stdin's end."""
+
+    def __init__(self, enabled):
+        import collections  # noqa: PLC0415 - only the process needs these
+        import select  # noqa: PLC0415
+
+        self.select = select.select
+        self.lines = collections.deque()
+        self.wake_r = self.wake_w = None
+        if enabled:
+            import threading  # noqa: PLC0415
+
+            self.wake_r, self.wake_w = os.pipe()
+            os.set_blocking(self.wake_w, False)  # a full pipe already wakes the loop
+            threading.Thread(target=self._read, name="control", daemon=True).start()
+
+    def _read(self):
+        try:
+            for line in sys.stdin:
+                line = line.strip()
+                if line:
+                    self._put(line)
+        except (OSError, ValueError):
+            pass
+        self._put(None)
+
+    def _put(self, line):
+        self.lines.append(line)
+        try:
+            os.write(self.wake_w, b"\0")
+        except OSError:
+            pass
+
+    def wait(self, timeout):
+        """Sleep up to ``timeout`` s or until a control line arrives; the lines that did."""
+        if self.wake_r is None:
+            time.sleep(timeout)
+            return ()
+        if not self.lines and self.select([self.wake_r], [], [], timeout)[0]:
+            os.read(self.wake_r, 4096)
+        out = []
+        while self.lines:
+            out.append(self.lines.popleft())
+        return out
 
 
 def set_process_name(name="verl-top-agent"):
@@ -2634,12 +2718,7 @@ def main(argv=None):
     opts = parse_args(argv)
     agent = Agent(opts)
     writer = _Writer()
-    import queue  # noqa: PLC0415
-    import threading  # noqa: PLC0415
-
-    q = queue.Queue()
-    if not (opts.ignore_stdin or opts.once):
-        threading.Thread(target=_read_stdin, args=(q,), name="control", daemon=True).start()
+    control = _Control(not (opts.ignore_stdin or opts.once))
     try:
         if not writer.write([agent.hello()]):
             return 1
@@ -2665,18 +2744,15 @@ def main(argv=None):
                 next_tick += agent.interval
                 if next_tick < mono:  # fell behind (slow spawn, suspend): do not burst
                     next_tick = mono + agent.interval
-            try:
-                line = q.get(timeout=max(0.0, next_tick - time.monotonic()))
-            except queue.Empty:
-                continue
-            if line is None:
-                return 0  # stdin closed: the client is gone
-            try:
-                error = agent.command(json.loads(line))
-            except ValueError:
-                error = "control line is not JSON"
-            if error:
-                sys.stderr.write("verl-top-agent: %s\n" % error)
+            for line in control.wait(max(0.0, next_tick - time.monotonic())):
+                if line is None:
+                    return 0  # stdin closed: the client is gone
+                try:
+                    error = agent.command(json.loads(line))
+                except ValueError:
+                    error = "control line is not JSON"
+                if error:
+                    sys.stderr.write("verl-top-agent: %s\n" % error)
     except KeyboardInterrupt:
         return 130
     finally:
