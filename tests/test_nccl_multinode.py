@@ -414,3 +414,121 @@ def test_inventory_is_found_by_the_nodes_own_hostname() -> None:
         .data["expected_basis"]
         .startswith("NIC inventory: MOC-R4PCC04U37 1x400 Gb/s")
     )
+
+
+IB_OK = FIX / "real_2node_16xH100_ib_ndr_all_reduce_healthy.txt"
+IB_LOW = FIX / "real_2node_16xH100_ib_ndr_ring_srun_low.txt"
+NDR8 = 8 * 47.0  # 8 x NDR 400 Gb/s per node, as both threads state; 47 GB/s per NIC (#290)
+
+
+def test_ib_ndr_run_is_read_and_judged_healthy() -> None:
+    """NVIDIA/nccl-tests#309: 2 x 8 H100, 8 x CX-7 IB 400 Gb/s, NCCL_DEBUG=VERSION; the xpmem
+    warnings inside the header do not break it; NCCL_IB_DISABLE=0 is not Socket."""
+    res = parse_nccl_tests(IB_OK.read_text())
+    assert res.collective == "all_reduce"  # from all_reduce_perf_mpi on the mpirun line
+    assert res.gpus_per_host == {"bm-h100-01": 8, "bm-h100-02": 8}
+    assert [d.device for d in res.devices] == list(range(8)) * 2
+    sizes = [r.size_bytes for r in res.rows]
+    assert (sizes[0], sizes[-1], len(sizes)) == (8, 16 * GIB, 32)
+    probe = res.to_probe("vm", 1.0)
+    assert probe.transport == ""  # no INFO line says which transport NCCL used
+    assert probe.settings["NCCL_IB_DISABLE"] == "0"
+    assert probe.settings["NCCL_IB_HCA"].count("mlx5_") == 8
+    assert (probe.busbw_max_gbs, probe.peak_size_bytes) == (469.21, 16 * GIB)
+    assert res.avg_busbw == 139.56 and res.nccl_version.startswith("2.26.2")
+    findings, checks = _step2(_store(IB_OK))
+    assert "nccl.busbw_low" not in findings and "nccl.transport_socket" not in findings
+    assert checks["nccl.transport_socket"].status == "no_data"
+    busbw = checks["nccl.busbw_low"]
+    assert busbw.status == "passed"
+    assert "469 GB/s at 16 GiB = 125 % of 376 GB/s" in busbw.detail and "assumed" in busbw.detail
+    th = dataclasses.replace(Thresholds(), **expect_busbw_overrides([str(NDR8)]))
+    findings, checks = _step2(_store(IB_OK), th)
+    assert "nccl.busbw_low" not in findings
+    assert "set by --expect-busbw" in checks["nccl.busbw_low"].detail
+
+
+def test_ib_ndr_ring_run_behind_srun_labels_is_judged_low() -> None:
+    """NVIDIA/nccl-tests#290: every line prefixed by `srun --label` (" 0: "), the paste starts at
+    "# Using devices"; NCCL_ALGO=RING over 8 NDR NICs per node peaks at 89.9 GB/s = 24 %."""
+    res = parse_nccl_tests(IB_LOW.read_text())
+    assert res.gpus_per_host == {"node005": 8, "node007": 8} and res.nranks == 16
+    sizes = [r.size_bytes for r in res.rows]
+    assert (sizes[0], sizes[-1], len(sizes)) == (8 << 20, 8 * GIB, 11)
+    assert res.complete and res.avg_busbw == 85.5294
+    probe = res.to_probe("vm", 1.0)
+    assert probe.settings["NCCL_ALGO"] == "RING" and probe.transport == ""
+    assert probe.settings["NCCL_IB_HCA"].count("mlx5_") == 8
+    findings, checks = _step2(_store(IB_LOW))  # the --nccl-log path: the stream parser
+    assert checks["nccl.transport_socket"].status == "no_data"
+    low = findings["nccl.busbw_low"]
+    assert (low.data["busbw_gbs"], low.data["size_bytes"]) == (89.9, 4 * GIB)
+    assert low.data["expected_gbs"] == pytest.approx(NDR8) and low.data["assumed"] is True
+    assert low.data["ratio"] == pytest.approx(89.9 / NDR8) and low.severity <= 0.5
+    assert "24 %" in low.title and "node005: 8 GPUs, node007: 8 GPUs" in low.evidence[0]
+    verdict = Engine().evaluate(_store(IB_LOW))
+    assert (verdict.bottleneck_step, verdict.bottleneck_rule) == (2, "nccl.busbw_low")
+    # The user's number (8 x NDR, from the thread) replaces the assumption: a fact, full weight.
+    th = dataclasses.replace(Thresholds(), **expect_busbw_overrides([str(NDR8)]))
+    low = _step2(_store(IB_LOW), th)[0]["nccl.busbw_low"]
+    assert low.data["assumed"] is False and low.severity > 0.5
+    assert "set by --expect-busbw" in low.data["expected_basis"]
+
+
+# Real lines from github.com/skypilot-org/skypilot, examples/gcp_gpu_direct_tcpx/README.md at
+# commit 088eebc2dd2ef6cdac96f7b72e8f800bc9b1f9f2 (2 x 8 H200 on GKE a3-ultragpu-8g): Ray's
+# "(head, rank=0, pid=3808)" in front of OpenMPI's "[1,0]<stdout>:" on every line. Kept: the
+# header, ranks 0, 7, 8, 15, the column header, the last 4 rows and the footer.
+_SKY = "(head, rank=0, pid=3808) [1,0]<stdout>:"
+SKYPILOT_LINES = [
+    "(head, rank=0, pid=3808) All nodes: 10.100.9.12:8,10.100.10.12:8",
+    "(worker1, rank=1, pid=2769, ip=10.100.10.12) Worker nodes",
+    f"{_SKY}# nThread 1 nGpus 1 minBytes 1024 maxBytes 8589934592 step: 2(factor) warmup iters:"
+    " 5 iters: 100 agg iters: 1 validation: 1 graph: 0",
+    f"{_SKY}#",
+    f"{_SKY}# Using devices",
+    f"{_SKY}#  Rank  0 Group  0 Pid   7774 on nc-d87e1263-head device  0 [0000:8f:00] NVIDIA H200",
+    f"{_SKY}#  Rank  7 Group  0 Pid   7792 on nc-d87e1263-head device  7 [0000:cc:00] NVIDIA H200",
+    f"{_SKY}#  Rank  8 Group  0 Pid   4926 on nc-d87e1263-worker1 device  0 [0000:8f:00] NVIDIA "
+    "H200",
+    f"{_SKY}#  Rank 15 Group  0 Pid   4940 on nc-d87e1263-worker1 device  7 [0000:cc:00] NVIDIA "
+    "H200",
+    f"{_SKY}#",
+    f"{_SKY}#                                                              out-of-place         "
+    "              in-place",
+    f"{_SKY}#       size         count      type   redop    root     time   algbw   busbw #wrong "
+    "    time   algbw   busbw #wrong",
+    f"{_SKY}#        (B)    (elements)                               (us)  (GB/s)  (GB/s)      "
+    "      (us)  (GB/s)  (GB/s)",
+    f"{_SKY}  1073741824      16777216     float    none      -1   3123.9  343.72  322.23      0"
+    "   3079.7  348.65  326.86      0",
+    f"{_SKY}  2147483648      33554432     float    none      -1   6229.6  344.72  323.18      0"
+    "   6107.6  351.61  329.63      0",
+    f"{_SKY}  4294967296      67108864     float    none      -1    12416  345.92  324.30      0"
+    "    12133  354.00  331.87      0",
+    f"{_SKY}  8589934592     134217728     float    none      -1    24724  347.44  325.72      0"
+    "    24214  354.75  332.58      0",
+    f"{_SKY}# Out of bounds values : 0 OK",
+    f"{_SKY}# Avg bus bandwidth    : 122.073",
+    f"{_SKY}#",
+]
+
+
+def test_launcher_prefixes_are_read_through() -> None:
+    """Ray + OpenMPI --tag-output prefixes (real SkyPilot lines) and srun labels up to 2 digits;
+    NCCL's own "host:pid:tid" lines and data rows are left as they are."""
+    from verl_top.nccl.parse import strip_launcher_prefix
+
+    res = parse_nccl_tests("\n".join(SKYPILOT_LINES), collective="all_gather")
+    assert res.hosts == ["nc-d87e1263-head", "nc-d87e1263-worker1"]
+    assert [r.size_bytes for r in res.rows] == [GIB, 2 * GIB, 4 * GIB, 8 * GIB]
+    assert (res.busbw_max_large, res.busbw_max_size) == (332.58, 8 * GIB)
+    assert res.collective == "all_gather" and res.complete
+    records = NcclStreamParser("vm", "x").feed(SKYPILOT_LINES, 1.0)
+    probes = [p for p in records if isinstance(p, ProbeResult)]
+    assert len(probes) == 1 and probes[0].busbw_max_gbs == 332.58 and probes[0].nranks == 4
+    assert strip_launcher_prefix("12: #  Rank 12 Group") == "#  Rank 12 Group"
+    info = "node005:367195:367195 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB"
+    assert strip_launcher_prefix(info) == info
+    row = "  8589934592     134217728     float    none      -1    24724  347.44"
+    assert strip_launcher_prefix(row) == row.strip()

@@ -70,6 +70,17 @@ _NCCL_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+\S*)")
 _AVG_BUSBW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(\S*)")
 _INT = re.compile(r"^-?\d+$")
+# What launchers put in front of every output line: Ray / SkyPilot "(head, rank=0, pid=3808) ",
+# OpenMPI --tag-output "[1,0]<stdout>:", Slurm srun --label " 0: " (the last only before a
+# blank, so "host:pid:tid" INFO lines and data rows are left alone).
+_LAUNCHER_PREFIX = re.compile(
+    r"^\s*(?:\([^()]*\bpid=\d+[^()]*\)\s*)?(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:(?=\s))?"
+)
+
+
+def strip_launcher_prefix(line: str) -> str:
+    """``line`` without a launcher's per-line prefix, stripped of surrounding blanks."""
+    return _LAUNCHER_PREFIX.sub("", line, count=1).strip()
 
 
 @dataclass
@@ -245,8 +256,7 @@ def parse_nccl_tests(text: str, collective: str | None = None) -> NcclTestsResul
     nthread_gpus: int | None = None
     named = ""
     for raw in text.splitlines():
-        line = strip_ansi(raw).rstrip()
-        stripped = line.strip()
+        stripped = strip_launcher_prefix(strip_ansi(raw))
         if not stripped:
             continue
         if stripped.startswith("#"):
@@ -614,7 +624,11 @@ def parse_nccl_log(text: str) -> tuple[NcclLogState, list[LogEvent]]:
 # Stream parser used by the pipeline
 # ---------------------------------------------------------------------------------------------
 
-_RUN_START = re.compile(r"^#\s*(nccl-tests version|Collective test starting|nThread\s+\d+)")
+# A run's first line; "# Using devices" starts one when the lines before it were cut (a run pasted
+# from its device list on, as in NVIDIA/nccl-tests#290).
+_RUN_START = re.compile(
+    r"^#\s*(nccl-tests version|Collective test starting|nThread\s+\d+|Using devices)"
+)
 _MAX_RUN_LINES = 20_000  # a nccl-tests run is < 100 table lines; the rest is INFO chatter
 
 
@@ -675,10 +689,10 @@ class NcclStreamParser:
         return ev
 
     def _tests_line(self, line: str, t: float) -> ProbeResult | None:
-        stripped = line.strip()
+        stripped = strip_launcher_prefix(line)
         if _RUN_START.match(stripped):
             # "# nccl-tests version" then "# Collective test starting" then "# nThread": one run.
-            if self._run is None or any(r.strip().startswith("#  Rank") for r in self._run):
+            if self._run is None or any(_DEVICE.match(strip_launcher_prefix(r)) for r in self._run):
                 self._run = []
             self._run.append(line)
             return None
