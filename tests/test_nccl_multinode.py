@@ -438,7 +438,9 @@ def test_ib_ndr_run_is_read_and_judged_healthy() -> None:
     assert res.avg_busbw == 139.56 and res.nccl_version.startswith("2.26.2")
     findings, checks = _step2(_store(IB_OK))
     assert "nccl.busbw_low" not in findings and "nccl.transport_socket" not in findings
-    assert checks["nccl.transport_socket"].status == "no_data"
+    sock = checks["nccl.transport_socket"]
+    assert sock.status == "no_data"
+    assert "2-node nccl-tests output has no NCCL INFO line" in sock.detail  # not "pass --nccl-log"
     busbw = checks["nccl.busbw_low"]
     assert busbw.status == "passed"
     assert "469 GB/s at 16 GiB = 125 % of 376 GB/s" in busbw.detail and "assumed" in busbw.detail

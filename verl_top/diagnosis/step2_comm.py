@@ -143,6 +143,15 @@ def nccl_transport_socket(view: View, th: Thresholds) -> RuleResult:
     infos = [i for i in view.store.nccl.values() if i.transport]
     probes = [p for p in view.store.probes if p.transport and len(p.hosts) > 1]
     if not infos and not probes:
+        blind = [p for p in view.store.probes if len(p.hosts) > 1]
+        if blind:
+            # --nccl-log was given, but the run printed no line naming the transport.
+            return no_data(
+                STEP,
+                "nccl.transport_socket",
+                f"the {len(blind[-1].hosts)}-node {blind[-1].tool} output has no NCCL INFO line "
+                "naming the transport: rerun it with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET",
+            )
         return no_data(STEP, "nccl.transport_socket", NEED_NCCL)
     socket = _socket_sources(view)
     nnodes, src = _nnodes(view)
