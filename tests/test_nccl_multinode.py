@@ -534,3 +534,65 @@ def test_launcher_prefixes_are_read_through() -> None:
     assert strip_launcher_prefix(info) == info
     row = "  8589934592     134217728     float    none      -1    24724  347.44"
     assert strip_launcher_prefix(row) == row.strip()
+
+
+# Lines quoted from the issue text of https://github.com/NVIDIA/nccl-tests/issues/182 (gim4moon,
+# 2023-11-30; 2 VMs with 2 A100-PCIE-40GB and one HDR IB HCA each): the command, the whole
+# header, then the last rows and both footers (the middle rows are left out). AddyLaddy (NVIDIA)
+# answered: "That output doesn't look correct. Did you compile the nccl-tests with `MPI=1` ?"
+# Each process ran its own 2-GPU test: two headers, "Rank 0" on both hosts, busbw == algbw
+# (2 ranks), two footers.
+NO_MPI_182 = """\
+root@testgpu1:/nccl-tests# mpirun -x NCCL_DEBUG=WARN -x NCCL_IB_HCA=mlx5_0 -x NCCL_NET_GDR_LEVEL=5 \
+-x NCCL_SHM_DISABLE=1 -x NCCL_IB_MERGE_VFS=0 -x NCCL_IB_DISABLE=0 -np 2 --allow-run-as-root \
+-H testgpu1,testgpu2 ./build/all_reduce_perf -b 8 -e 256M -f 2 -g 2
+# nThread 1 nGpus 2 minBytes 8 maxBytes 268435456 step: 2(factor) warmup iters: 5 iters: 20 agg \
+iters: 1 validation: 1 graph: 0
+#
+# Using devices
+# nThread 1 nGpus 2 minBytes 8 maxBytes 268435456 step: 2(factor) warmup iters: 5 iters: 20 agg \
+iters: 1 validation: 1 graph: 0
+#
+# Using devices
+#  Rank  0 Group  0 Pid   3591 on   testgpu1 device  0 [0x03] NVIDIA A100-PCIE-40GB
+#  Rank  1 Group  0 Pid   3591 on   testgpu1 device  1 [0x03] NVIDIA A100-PCIE-40GB
+#  Rank  0 Group  0 Pid   2451 on   testgpu2 device  0 [0x03] NVIDIA A100-PCIE-40GB
+#  Rank  1 Group  0 Pid   2451 on   testgpu2 device  1 [0x03] NVIDIA A100-PCIE-40GB
+NCCL version 2.19.3+cuda12.3
+NCCL version 2.19.3+cuda12.3
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+#
+#
+   134217728      33554432     float     sum      -1    27691    4.85    4.85      0    27634    4.86    4.86      0
+   134217728      33554432     float     sum      -1    29708    4.52    4.52      0    29694    4.52    4.52      0
+   268435456      67108864     float     sum      -1    55225    4.86    4.86      0    55242    4.86    4.86      0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 1.80135
+#
+
+   268435456      67108864     float     sum      -1    59067    4.54    4.54      0    59082    4.54    4.54      0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 1.65866
+#
+"""
+
+
+def test_separate_runs_per_process_are_not_judged_as_one_multi_node_run() -> None:
+    """nccl-tests without MPI=1 under mpirun: "Rank 0" on two hosts. Before, verl-top judged it
+    as 2 nodes x 2 GPUs at 10 % of an assumed 47 GB/s; it is two single-node runs."""
+    res = parse_nccl_tests(NO_MPI_182)
+    assert [(d.rank, d.host) for d in res.devices] == [
+        (0, "testgpu1"), (1, "testgpu1"), (0, "testgpu2"), (1, "testgpu2"),
+    ]  # fmt: skip
+    probe = res.to_probe("vm", 1.0)
+    assert not probe.ok
+    assert "rank 0 is listed twice (testgpu1, testgpu2)" in probe.error
+    assert "MPI=1" in probe.error
+    findings, checks = _step2(_store(Path("no_mpi.log"), NO_MPI_182))
+    assert "nccl.busbw_low" not in findings and "nccl.transport_socket" not in findings
+    for rule in ("nccl.busbw_low", "nccl.transport_socket"):
+        assert checks[rule].status == "no_data"
+        assert "rank 0 is listed twice" in checks[rule].detail

@@ -143,13 +143,15 @@ def nccl_transport_socket(view: View, th: Thresholds) -> RuleResult:
     infos = [i for i in view.store.nccl.values() if i.transport]
     probes = [p for p in view.store.probes if p.transport and len(p.hosts) > 1]
     if not infos and not probes:
-        blind = [p for p in view.store.probes if len(p.hosts) > 1]
-        if blind:
+        given = [p for p in view.store.probes if len(p.hosts) > 1]
+        if given and not given[-1].ok and given[-1].error:
+            return no_data(STEP, "nccl.transport_socket", f"{given[-1].tool}: {given[-1].error}")
+        if given:
             # --nccl-log was given, but the run printed no line naming the transport.
             return no_data(
                 STEP,
                 "nccl.transport_socket",
-                f"the {len(blind[-1].hosts)}-node {blind[-1].tool} output has no NCCL INFO line "
+                f"the {len(given[-1].hosts)}-node {given[-1].tool} output has no NCCL INFO line "
                 "naming the transport: rerun it with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET",
             )
         return no_data(STEP, "nccl.transport_socket", NEED_NCCL)
@@ -236,6 +238,9 @@ def nccl_busbw_low(view: View, th: Thresholds) -> RuleResult:
     """Peak busbw at the largest sizes below busbw_ratio of what the probe's links should carry."""
     probes = [p for p in view.store.probes if p.ok and p.rows and p.nranks > 1]
     if not probes:
+        failed = [p for p in view.store.probes if not p.ok and p.error]
+        if failed:  # say why the run that was given cannot be judged
+            return no_data(STEP, "nccl.busbw_low", f"{failed[-1].tool}: {failed[-1].error}")
         return no_data(
             STEP,
             "nccl.busbw_low",

@@ -307,8 +307,29 @@ def parse_nccl_tests(text: str, collective: str | None = None) -> NcclTestsResul
         res.nccl_version = log.version
     res.collective = _collective_name(named) or (collective or "")
     res.nranks = len(res.devices) or (nthread_gpus or 0)
+    if repeated := _repeated_rank(res.devices):
+        res.errors.append(repeated)
     _fill_peak(res)
     return res
+
+
+def _repeated_rank(devices: list[NcclTestsDevice]) -> str:
+    """Why the rank list is not one run when a rank number comes twice, else "".
+
+    nccl-tests built without MPI=1 and started by mpirun runs one independent test per process:
+    each prints its own header, so "Rank 0" shows up once per host (NVIDIA/nccl-tests#182,
+    #294) and the rows are single-node numbers, not a multi-node result.
+    """
+    first: dict[int, str] = {}
+    for dev in devices:
+        if dev.rank in first:
+            return (
+                f"rank {dev.rank} is listed twice ({first[dev.rank]}, {dev.host}): each process "
+                "ran its own test, not one multi-node run (nccl-tests built without MPI=1 "
+                "under mpirun does this)"
+            )
+        first[dev.rank] = dev.host
+    return ""
 
 
 def _collective_name(name: str) -> str:
