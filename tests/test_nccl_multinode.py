@@ -596,3 +596,15 @@ def test_separate_runs_per_process_are_not_judged_as_one_multi_node_run() -> Non
     for rule in ("nccl.busbw_low", "nccl.transport_socket"):
         assert checks[rule].status == "no_data"
         assert "rank 0 is listed twice" in checks[rule].detail
+
+
+def test_a_failed_runs_reason_is_one_bounded_line() -> None:
+    """A failed probe's error (a remote traceback) shows as its first line, at most 200 chars."""
+    store = Store()
+    err = "Traceback: rank 1 died " + "x" * 500 + "\n  File probe.py, line 9\nRuntimeError"
+    store.ingest(ProbeResult(host="a", t=1.0, tool="torch", hosts=["a", "b"], ok=False, error=err))
+    _, checks = _step2(store)
+    for rule in ("nccl.busbw_low", "nccl.transport_socket"):
+        detail = checks[rule].detail
+        assert detail.startswith("torch: Traceback: rank 1 died")
+        assert len(detail) == len("torch: ") + 200 and "\n" not in detail

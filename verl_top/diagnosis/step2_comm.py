@@ -138,6 +138,12 @@ def _rdma_inventory(view: View) -> list[str]:
     return out
 
 
+def _why_failed(p: ProbeResult) -> str:
+    """A failed run's reason for a no-data detail: its first line, bounded."""
+    first = p.error.strip().splitlines()[0] if p.error.strip() else "failed"
+    return f"{p.tool or 'probe'}: {first[:200]}"
+
+
 def nccl_transport_socket(view: View, th: Thresholds) -> RuleResult:
     """Multi-node job or probe whose NCCL traffic uses the Socket transport (RDMA off)."""
     infos = [i for i in view.store.nccl.values() if i.transport]
@@ -145,7 +151,7 @@ def nccl_transport_socket(view: View, th: Thresholds) -> RuleResult:
     if not infos and not probes:
         given = [p for p in view.store.probes if len(p.hosts) > 1]
         if given and not given[-1].ok and given[-1].error:
-            return no_data(STEP, "nccl.transport_socket", f"{given[-1].tool}: {given[-1].error}")
+            return no_data(STEP, "nccl.transport_socket", _why_failed(given[-1]))
         if given:
             # --nccl-log was given, but the run printed no line naming the transport.
             return no_data(
@@ -240,7 +246,7 @@ def nccl_busbw_low(view: View, th: Thresholds) -> RuleResult:
     if not probes:
         failed = [p for p in view.store.probes if not p.ok and p.error]
         if failed:  # say why the run that was given cannot be judged
-            return no_data(STEP, "nccl.busbw_low", f"{failed[-1].tool}: {failed[-1].error}")
+            return no_data(STEP, "nccl.busbw_low", _why_failed(failed[-1]))
         return no_data(
             STEP,
             "nccl.busbw_low",
