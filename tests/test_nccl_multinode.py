@@ -608,3 +608,45 @@ def test_a_failed_runs_reason_is_one_bounded_line() -> None:
         detail = checks[rule].detail
         assert detail.startswith("torch: Traceback: rank 1 died")
         assert len(detail) == len("torch: ") + 200 and "\n" not in detail
+
+
+AZURE = FIX / "real_2node_16xA100_azure_ndmv4_ib_all_reduce.txt"
+
+
+def test_output_pasted_from_the_column_header_takes_hosts_from_nccls_rank_lines() -> None:
+    """Azure NDm A100 v4 (2 x 8 A100, 8 x HDR IB): no "# Rank" lines; NCCL's Init COMPLETE
+    (ranks 8-15) and Destroy COMPLETE (0-15) lines name every rank's host."""
+    res = parse_nccl_tests(AZURE.read_text())
+    assert res.devices == [] and res.log is not None and res.log.nranks == 16
+    assert res.gpus_per_host == {
+        "nccl-allreduce-job1-mpiworker-0": 8,
+        "nccl-allreduce-job1-mpiworker-1": 8,
+    }
+    probe = res.to_probe("vm", 1.0)
+    assert probe.nranks == 16 and probe.scope == "inter" and probe.transport == ""
+    assert len(probe.rows) == 31 and (probe.busbw_max_gbs, probe.peak_size_bytes) == (
+        189.28,
+        8 * GIB,
+    )
+    # Only the Init COMPLETE lines (ranks 8-15 of 16): hosts stay unknown rather than "1 node".
+    init_only = AZURE.read_text().split("Destroy COMPLETE")[0].rsplit("\n", 1)[0]
+    part = parse_nccl_tests(init_only)
+    assert part.hosts == [] and part.to_probe("vm", 1.0).nranks == 0
+
+
+def test_azure_ib_run_needs_a_number_and_is_healthy_against_the_vms_nics() -> None:
+    """No GPU name, no NIC line: no guess; with the VM's 8 x HDR (8 x 23 GB/s) it is 103 %."""
+    findings, checks = _step2(_store(AZURE))  # the --nccl-log path: the stream parser
+    assert not findings
+    assert checks["nccl.busbw_low"].status == "no_data"
+    assert "--expect-busbw" in checks["nccl.busbw_low"].detail
+    assert (
+        "2-node nccl-tests output has no NCCL INFO line" in checks["nccl.transport_socket"].detail
+    )
+    th = dataclasses.replace(Thresholds(), **expect_busbw_overrides(["184"]))
+    findings, checks = _step2(_store(AZURE), th)
+    assert "nccl.busbw_low" not in findings
+    assert checks["nccl.busbw_low"].status == "passed"
+    assert "189 GB/s at 8 GiB = 103 % of 184 GB/s (set by --expect-busbw)" in (
+        checks["nccl.busbw_low"].detail
+    )

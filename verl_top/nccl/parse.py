@@ -116,20 +116,28 @@ class NcclTestsResult:
     complete: bool = False  # the footer was seen
     log: NcclLogState | None = None  # NCCL INFO lines interleaved in the output
 
+    def rank_hosts(self) -> list[tuple[int, str]]:
+        """(rank, host) in rank order: the header's device lines, else NCCL's own rank lines
+        (``Init COMPLETE`` / ``Destroy COMPLETE``) when they name every rank, as in output pasted
+        from the column header on."""
+        if self.devices:
+            return [(d.rank, d.host) for d in self.devices]
+        log = self.log
+        if log is None or not log.nranks or sorted(log.rank_gpus) != list(range(log.nranks)):
+            return []  # some ranks unnamed: a partial list would miscount the GPUs per node
+        return [(r, log.rank_gpus[r][0]) for r in sorted(log.rank_gpus)]
+
     @property
     def hosts(self) -> list[str]:
         """Distinct hosts of the ranks, in rank order."""
-        seen: dict[str, None] = {}
-        for dev in self.devices:
-            seen.setdefault(dev.host, None)
-        return list(seen)
+        return list(dict.fromkeys(host for _, host in self.rank_hosts()))
 
     @property
     def gpus_per_host(self) -> dict[str, int]:
         """Ranks (one GPU each) per host, hosts in rank order."""
         out: dict[str, int] = {}
-        for dev in self.devices:
-            out[dev.host] = out.get(dev.host, 0) + 1
+        for _, host in self.rank_hosts():
+            out[host] = out.get(host, 0) + 1
         return out
 
     @property
@@ -152,7 +160,7 @@ class NcclTestsResult:
             collective=self.collective or "all_reduce",
             scope="inter" if len(hosts) > 1 else "intra",
             hosts=hosts,
-            nranks=self.nranks,
+            nranks=self.nranks or len(self.rank_hosts()),
             rows=list(self.rows),
             busbw_max_gbs=self.busbw_max_large,
             transport=transport,
@@ -367,7 +375,7 @@ _IB_DEV = re.compile(r"\[\d+\]([\w.:-]+?):\d+/(IB|RoCE)\b")
 _USING_NETWORK = re.compile(r"Using network (.+?)\s*$")
 _GDR_HCA = re.compile(r"GPU Direct RDMA Enabled for HCA")
 _COMM_SUMMARY = re.compile(r"\bcomm 0x[0-9a-f]+ rank \d+ nRanks (\d+) nNodes (\d+)")
-_INIT_COMPLETE = re.compile(r"\bnranks (\d+)\b.*- Init COMPLETE")
+_INIT_COMPLETE = re.compile(r"\bnranks (\d+)\b.*- (?:Init|Destroy) COMPLETE")
 # "<host>:<pid>:<tid> [<dev>] NCCL INFO ... rank R nranks N cudaDev D ... - Init COMPLETE"
 _INIT_RANK = re.compile(
     r"(?:^|[\s\]])(?P<host>[^:\s\]]+):\d+:\d+ \[\d+\] NCCL INFO .*?\brank (?P<rank>\d+) "
@@ -479,6 +487,8 @@ class NcclLogState:
             self.nnodes = max(self.nnodes or 0, int(m.group(2)))
         if "Init COMPLETE" in line:
             self.init_complete += 1
+        if "Init COMPLETE" in line or "Destroy COMPLETE" in line:
+            # Both print "<host>:<pid>:<tid> [d] NCCL INFO comm .. rank R nranks N cudaDev D".
             if m := _INIT_COMPLETE.search(line):
                 self.nranks = max(self.nranks or 0, int(m.group(1)))
             if (m := _INIT_RANK.search(line)) and len(self.rank_gpus) < _MAX_RANKS:
@@ -711,6 +721,9 @@ class NcclStreamParser:
 
     def _tests_line(self, line: str, t: float) -> ProbeResult | None:
         stripped = strip_launcher_prefix(line)
+        if self._run is None and stripped.startswith("#") and _layout_from_header(stripped):
+            # Output pasted from the column header on (no "# nThread", no device list).
+            self._run = []
         if _RUN_START.match(stripped):
             # "# nccl-tests version" then "# Collective test starting" then "# nThread": one run.
             if self._run is None or any(_DEVICE.match(strip_launcher_prefix(r)) for r in self._run):
