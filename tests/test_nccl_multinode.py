@@ -650,3 +650,45 @@ def test_azure_ib_run_needs_a_number_and_is_healthy_against_the_vms_nics() -> No
     assert "189 GB/s at 8 GiB = 103 % of 184 GB/s (set by --expect-busbw)" in (
         checks["nccl.busbw_low"].detail
     )
+
+
+IB_GDR = FIX / "real_2node_2xA100_ib_hdr_gdr_cross_socket_low.txt"
+IB_NOGDR = FIX / "real_2node_2xA100_ib_hdr_no_gdr_low.txt"
+HDR = 200 / 8 * 0.94  # verl-top's HDR NIC figure (EXPECTED_JUDGEMENTS.md wrote ~23)
+
+
+def test_ib_run_with_info_lines_gdrdma_is_judged_low() -> None:
+    """NVIDIA/nccl-tests#293: 2 x 1 A100 PCIe, one HDR HCA each across the CPU socket; NCCL INFO
+    says NET/IB mlx5_0/IB and channels via NET/IBext_v8/0/GDRDMA; 6.44 GB/s at 1 GiB."""
+    res = parse_nccl_tests(IB_GDR.read_text())
+    assert res.gpus_per_host == {"test1": 1, "test2": 1} and res.collective == "all_reduce"
+    assert len(res.rows) == 28 and res.rows[-1].size_bytes == GIB
+    assert res.log is not None and res.log.nic_list() == ["mlx5_0/IB"]
+    probe = res.to_probe("vm", 1.0)
+    assert probe.transport == "IB+GDRDMA" and probe.nics == 1
+    assert probe.settings["NCCL_NET_GDR_LEVEL"] == "SYS"
+    findings, checks = _step2(_store(IB_GDR))
+    assert checks["nccl.transport_socket"].status == "passed"
+    assert "IB+GDRDMA" in checks["nccl.transport_socket"].detail
+    low = findings["nccl.busbw_low"]
+    assert (low.data["busbw_gbs"], low.data["size_bytes"]) == (6.44, GIB)
+    assert low.data["expected_gbs"] == pytest.approx(HDR) and low.data["assumed"] is False
+    assert low.data["ratio"] == pytest.approx(6.44 / HDR) and low.severity > 0.5
+    assert low.data["expected_basis"].startswith("1 NIC(s) per node (NCCL log")
+    assert "transport: IB+GDRDMA" in low.evidence
+    verdict = Engine().evaluate(_store(IB_GDR))
+    assert (verdict.bottleneck_step, verdict.bottleneck_rule) == (2, "nccl.busbw_low")
+
+
+def test_ib_run_without_gdrdma_is_low_and_says_so() -> None:
+    """The same nodes after the BIOS change: channels via NET/IBext_v8/0 (no /GDRDMA), peak at
+    >= 1 GiB 8.79 GB/s (the 9.00 at 256 MiB is below 1 GiB and not used)."""
+    probe = parse_nccl_tests(IB_NOGDR.read_text()).to_probe("vm", 1.0)
+    assert probe.transport == "IB" and probe.nics == 1
+    assert probe.settings["NCCL_NET_GDR_LEVEL"] == "PXB"  # NCCL's echo beats the "-x ...=2"
+    findings, checks = _step2(_store(IB_NOGDR))
+    assert checks["nccl.transport_socket"].status == "passed"
+    low = findings["nccl.busbw_low"]
+    assert (low.data["busbw_gbs"], low.data["size_bytes"]) == (8.79, GIB)
+    assert low.data["ratio"] == pytest.approx(8.79 / HDR) and low.data["assumed"] is False
+    assert any("IB without GPUDirect RDMA" in e for e in low.evidence)
