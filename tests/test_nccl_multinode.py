@@ -692,3 +692,39 @@ def test_ib_run_without_gdrdma_is_low_and_says_so() -> None:
     assert (low.data["busbw_gbs"], low.data["size_bytes"]) == (8.79, GIB)
     assert low.data["ratio"] == pytest.approx(8.79 / HDR) and low.data["assumed"] is False
     assert any("IB without GPUDirect RDMA" in e for e in low.evidence)
+
+
+RDMA_PLUGIN = FIX / "real_2node_16xH100_ib_ndr_rdma_plugin_ring_low_PARTIAL.txt"
+
+
+def test_ib_through_hpcx_rdma_plugin_is_ib_and_judged_low() -> None:
+    """NVIDIA/nccl-tests#319 (partial): channels "via NET/NCCL RDMA Plugin v8/0/GDRDMA", the
+    plugin's "P2P plugin v8 IBext_v8" and NET/IB's 8 HCAs: IB+GDRDMA, 44.41 GB/s = 12 % of 8 x
+    NDR. Before, the transport was reported as an unknown plugin named "NCCL RDMA Plugin v8"."""
+    res = parse_nccl_tests(RDMA_PLUGIN.read_text())
+    assert res.gpus_per_host == {"lccn09": 8, "lccn19": 8} and len(res.rows) == 32
+    assert res.log is not None and res.log.p2p_layer == "IBext_v8"
+    assert len(res.log.nic_list()) == 8 and all(n.endswith("/IB") for n in res.log.nic_list())
+    probe = res.to_probe("vm", 1.0)
+    assert probe.transport == "IB+GDRDMA" and probe.nics == 8
+    assert probe.settings["NCCL_ALGO"] == "RING"
+    assert probe.settings["NCCL_IB_QPS_PER_CONNECTION"] == "64"
+    findings, checks = _step2(_store(RDMA_PLUGIN))
+    assert "IB+GDRDMA" in checks["nccl.transport_socket"].detail
+    low = findings["nccl.busbw_low"]
+    assert (low.data["busbw_gbs"], low.data["size_bytes"]) == (44.41, GIB)  # not 60.0 at 16 MiB
+    assert low.data["expected_gbs"] == pytest.approx(NDR8) and low.data["assumed"] is False
+    assert low.data["ratio"] == pytest.approx(44.41 / NDR8) and low.severity > 0.5
+    assert low.data["expected_basis"].startswith("8 NIC(s) per node (NCCL log")
+
+
+def test_rdma_plugin_over_ucx_is_not_called_ib() -> None:
+    """The same plugin name over its UCX layer is not NCCL's IB verbs transport: it stays the
+    plugin, reported verbatim (lines built from the #319 format, layer changed to UCX)."""
+    from verl_top.nccl.parse import parse_nccl_log
+
+    via = "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/NCCL RDMA Plugin v8/0/GDRDMA"
+    ucx, _ = parse_nccl_log("h:1:2 [0] NCCL INFO P2P plugin v8 UCX\n" + via)
+    assert ucx.network() == "NCCL RDMA Plugin v8"
+    ib, _ = parse_nccl_log("h:1:2 [0] NCCL INFO P2P plugin IBext_v8\n" + via)
+    assert ib.network() == "IB+GDRDMA"

@@ -373,6 +373,10 @@ _VIA_NET = re.compile(r"via NET/([^/\s][^/]*?)/(\d+)(?:\(\d+\))?((?:/GDRDMA|/Sha
 _IB_USING = re.compile(r"NET/(IB\w*) : Using (.*?)(?:;|$)")
 _IB_DEV = re.compile(r"\[\d+\]([\w.:-]+?):\d+/(IB|RoCE)\b")
 _USING_NETWORK = re.compile(r"Using network (.+?)\s*$")
+# HPC-X's nccl-rdma-sharp-plugins registers as "NCCL RDMA Plugin vN" (channels read
+# "via NET/NCCL RDMA Plugin v8/0/GDRDMA") and says which layer it wraps: "P2P plugin v8 IBext_v8".
+_P2P_LAYER = re.compile(r"NCCL INFO P2P plugin (?:v\d+ )?(\S+)")
+_RDMA_PLUGIN = "NCCL RDMA Plugin"
 _GDR_HCA = re.compile(r"GPU Direct RDMA Enabled for HCA")
 _COMM_SUMMARY = re.compile(r"\bcomm 0x[0-9a-f]+ rank \d+ nRanks (\d+) nNodes (\d+)")
 _INIT_COMPLETE = re.compile(r"\bnranks (\d+)\b.*- (?:Init|Destroy) COMPLETE")
@@ -456,6 +460,7 @@ class NcclLogState:
     nnodes: int | None = None
     init_complete: int = 0
     using_network: str = ""  # "Using network X"
+    p2p_layer: str = ""  # "P2P plugin v8 IBext_v8": the layer HPC-X's RDMA plugin wraps
     net_via: dict[str, bool] = field(default_factory=dict)  # net name -> any /GDRDMA channel
     link_layers: set[str] = field(default_factory=set)  # IB / RoCE from "NET/IB : Using"
     ib_devices: list[str] = field(default_factory=list)
@@ -496,6 +501,8 @@ class NcclLogState:
                 self.rank_gpus[int(m.group("rank"))] = (host, int(m.group("dev")))
         if m := _USING_NETWORK.search(line):
             self.using_network = m.group(1)
+        if m := _P2P_LAYER.search(line):
+            self.p2p_layer = clean_text(m.group(1), 64)
         if "NET/IB : No device found" in line:
             self.no_ib_device = True
         if m := _IB_USING.search(line):
@@ -529,6 +536,7 @@ class NcclLogState:
         out.nic_layers = {**other.nic_layers, **self.nic_layers}
         out.rank_gpus = {**other.rank_gpus, **self.rank_gpus}
         out.using_network = self.using_network or other.using_network
+        out.p2p_layer = self.p2p_layer or other.p2p_layer
         out.nnodes = self.nnodes or other.nnodes
         for flag in ("p2p", "mnnvl", "nvls", "shm", "gdr_hca", "no_ib_device", "seen"):
             setattr(out, flag, getattr(self, flag) or getattr(other, flag))
@@ -554,21 +562,30 @@ class NcclLogState:
         elif "via SHM/" in line:
             self.shm = True
 
+    def _ib_net(self, name: str) -> bool:
+        """Whether a NET/<name> is NCCL's IB verbs transport: "IB", "IBext_v8", or HPC-X's RDMA
+        plugin over its IB layer (its "P2P plugin ... IBext" line, else NCCL's NET/IB list)."""
+        if name.startswith("IB"):
+            return True
+        if name.startswith(_RDMA_PLUGIN):
+            return self.p2p_layer.startswith("IB") or (not self.p2p_layer and bool(self.ib_devices))
+        return False
+
     def network(self) -> str:
         """The inter-node transport (rules 1-4 of §2.3), "" when no network line was seen."""
         roce = "RoCE" in self.link_layers and "IB" not in self.link_layers
         fabric = "RoCE" if roce else "IB"
-        ib_gdr = [gdr for name, gdr in self.net_via.items() if name.startswith("IB")]
+        ib_gdr = [gdr for name, gdr in self.net_via.items() if self._ib_net(name)]
         if any(ib_gdr):
             return f"{fabric}+GDRDMA"
         if ib_gdr:
             return fabric
         if "Socket" in self.net_via or self.using_network == "Socket":
             return "Socket"
-        others = [name for name in self.net_via if not name.startswith("IB")]
+        others = [name for name in self.net_via if not self._ib_net(name)]
         if others:
             return others[0]
-        if self.using_network.startswith("IB"):
+        if self._ib_net(self.using_network):
             return fabric
         if not self.using_network and self.rdma_disabled():
             # No channel lines (NCCL_DEBUG below INFO), but RDMA was switched off: NCCL can
