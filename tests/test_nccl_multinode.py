@@ -676,6 +676,8 @@ def test_ib_run_with_info_lines_gdrdma_is_judged_low() -> None:
     assert low.data["ratio"] == pytest.approx(6.44 / HDR) and low.severity > 0.5
     assert low.data["expected_basis"].startswith("1 NIC(s) per node (NCCL log")
     assert "transport: IB+GDRDMA" in low.evidence
+    # Small links keep a decimal: not "6 GB/s is 27 % of the 24 GB/s".
+    assert low.title == "NCCL all_reduce busbw 6.4 GB/s is 27 % of the 23.5 GB/s expected"
     verdict = Engine().evaluate(_store(IB_GDR))
     assert (verdict.bottleneck_step, verdict.bottleneck_rule) == (2, "nccl.busbw_low")
 

@@ -138,6 +138,12 @@ def _rdma_inventory(view: View) -> list[str]:
     return out
 
 
+def _gbs(x: float) -> str:
+    """GB/s for a sentence: whole numbers from 100 up, one decimal below (a 1-NIC HDR link's
+    6.44 of 23.5 must not read as "6 of 24")."""
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}"
+
+
 def _why_failed(p: ProbeResult) -> str:
     """A failed run's reason for a no-data detail: its first line, bounded."""
     first = p.error.strip().splitlines()[0] if p.error.strip() else "failed"
@@ -268,8 +274,8 @@ def nccl_busbw_low(view: View, th: Thresholds) -> RuleResult:
         return passed(
             STEP,
             "nccl.busbw_low",
-            f"busbw {worst.got:.0f} GB/s at {human_size(worst.size)} = {fmt_pct(ratio)} of "
-            f"{worst.expected:.0f} GB/s ({worst.basis})",
+            f"busbw {_gbs(worst.got)} GB/s at {human_size(worst.size)} = {fmt_pct(ratio)} of "
+            f"{_gbs(worst.expected)} GB/s ({worst.basis})",
         )
     sev = scale(ratio, th.busbw_ratio, 0.1, 0.5, 0.9)
     if worst.assumed:
@@ -283,11 +289,11 @@ def nccl_busbw_low(view: View, th: Thresholds) -> RuleResult:
         STEP,
         "nccl.busbw_low",
         sev,
-        f"NCCL {p.collective} busbw {worst.got:.0f} GB/s is {fmt_pct(ratio)} of the "
-        f"{worst.expected:.0f} GB/s expected" + (" (assumed)" if worst.assumed else ""),
+        f"NCCL {p.collective} busbw {_gbs(worst.got)} GB/s is {fmt_pct(ratio)} of the "
+        f"{_gbs(worst.expected)} GB/s expected" + (" (assumed)" if worst.assumed else ""),
         [
             f"peak busbw over {worst.sizes_text}: {worst.got:.1f} GB/s at {human_size(worst.size)} ({p.tool}, {where})",
-            f"expected {worst.expected:.0f} GB/s: {worst.basis}",
+            f"expected {_gbs(worst.expected)} GB/s: {worst.basis}",
             f"transport: {p.transport or 'unknown'}" + _gdr_note(p.transport),
             *_unused_nics(view, p),
         ],
