@@ -414,3 +414,319 @@ def test_inventory_is_found_by_the_nodes_own_hostname() -> None:
         .data["expected_basis"]
         .startswith("NIC inventory: MOC-R4PCC04U37 1x400 Gb/s")
     )
+
+
+IB_OK = FIX / "real_2node_16xH100_ib_ndr_all_reduce_healthy.txt"
+IB_LOW = FIX / "real_2node_16xH100_ib_ndr_ring_srun_low.txt"
+NDR8 = 8 * 47.0  # 8 x NDR 400 Gb/s per node, as both threads state; 47 GB/s per NIC (#290)
+
+
+def test_ib_ndr_run_is_read_and_judged_healthy() -> None:
+    """NVIDIA/nccl-tests#309: 2 x 8 H100, 8 x CX-7 IB 400 Gb/s, NCCL_DEBUG=VERSION; the xpmem
+    warnings inside the header do not break it; NCCL_IB_DISABLE=0 is not Socket."""
+    res = parse_nccl_tests(IB_OK.read_text())
+    assert res.collective == "all_reduce"  # from all_reduce_perf_mpi on the mpirun line
+    assert res.gpus_per_host == {"bm-h100-01": 8, "bm-h100-02": 8}
+    assert [d.device for d in res.devices] == list(range(8)) * 2
+    sizes = [r.size_bytes for r in res.rows]
+    assert (sizes[0], sizes[-1], len(sizes)) == (8, 16 * GIB, 32)
+    probe = res.to_probe("vm", 1.0)
+    assert probe.transport == ""  # no INFO line says which transport NCCL used
+    assert probe.settings["NCCL_IB_DISABLE"] == "0"
+    assert probe.settings["NCCL_IB_HCA"].count("mlx5_") == 8
+    assert (probe.busbw_max_gbs, probe.peak_size_bytes) == (469.21, 16 * GIB)
+    assert res.avg_busbw == 139.56 and res.nccl_version.startswith("2.26.2")
+    findings, checks = _step2(_store(IB_OK))
+    assert "nccl.busbw_low" not in findings and "nccl.transport_socket" not in findings
+    sock = checks["nccl.transport_socket"]
+    assert sock.status == "no_data"
+    assert "2-node nccl-tests output has no NCCL INFO line" in sock.detail  # not "pass --nccl-log"
+    busbw = checks["nccl.busbw_low"]
+    assert busbw.status == "passed"
+    assert "469 GB/s at 16 GiB = 125 % of 376 GB/s" in busbw.detail and "assumed" in busbw.detail
+    th = dataclasses.replace(Thresholds(), **expect_busbw_overrides([str(NDR8)]))
+    findings, checks = _step2(_store(IB_OK), th)
+    assert "nccl.busbw_low" not in findings
+    assert "set by --expect-busbw" in checks["nccl.busbw_low"].detail
+
+
+def test_ib_ndr_ring_run_behind_srun_labels_is_judged_low() -> None:
+    """NVIDIA/nccl-tests#290: every line prefixed by `srun --label` (" 0: "), the paste starts at
+    "# Using devices"; NCCL_ALGO=RING over 8 NDR NICs per node peaks at 89.9 GB/s = 24 %."""
+    res = parse_nccl_tests(IB_LOW.read_text())
+    assert res.gpus_per_host == {"node005": 8, "node007": 8} and res.nranks == 16
+    sizes = [r.size_bytes for r in res.rows]
+    assert (sizes[0], sizes[-1], len(sizes)) == (8 << 20, 8 * GIB, 11)
+    assert res.complete and res.avg_busbw == 85.5294
+    probe = res.to_probe("vm", 1.0)
+    assert probe.settings["NCCL_ALGO"] == "RING" and probe.transport == ""
+    assert probe.settings["NCCL_IB_HCA"].count("mlx5_") == 8
+    findings, checks = _step2(_store(IB_LOW))  # the --nccl-log path: the stream parser
+    assert checks["nccl.transport_socket"].status == "no_data"
+    low = findings["nccl.busbw_low"]
+    assert (low.data["busbw_gbs"], low.data["size_bytes"]) == (89.9, 4 * GIB)
+    assert low.data["expected_gbs"] == pytest.approx(NDR8) and low.data["assumed"] is True
+    assert low.data["ratio"] == pytest.approx(89.9 / NDR8) and low.severity <= 0.5
+    assert "24 %" in low.title and "node005: 8 GPUs, node007: 8 GPUs" in low.evidence[0]
+    verdict = Engine().evaluate(_store(IB_LOW))
+    assert (verdict.bottleneck_step, verdict.bottleneck_rule) == (2, "nccl.busbw_low")
+    # The user's number (8 x NDR, from the thread) replaces the assumption: a fact, full weight.
+    th = dataclasses.replace(Thresholds(), **expect_busbw_overrides([str(NDR8)]))
+    low = _step2(_store(IB_LOW), th)[0]["nccl.busbw_low"]
+    assert low.data["assumed"] is False and low.severity > 0.5
+    assert "set by --expect-busbw" in low.data["expected_basis"]
+
+
+# Real lines from github.com/skypilot-org/skypilot, examples/gcp_gpu_direct_tcpx/README.md at
+# commit 088eebc2dd2ef6cdac96f7b72e8f800bc9b1f9f2 (2 x 8 H200 on GKE a3-ultragpu-8g): Ray's
+# "(head, rank=0, pid=3808)" in front of OpenMPI's "[1,0]<stdout>:" on every line. Kept: the
+# header, ranks 0, 7, 8, 15, the column header, the last 4 rows and the footer.
+_SKY = "(head, rank=0, pid=3808) [1,0]<stdout>:"
+SKYPILOT_LINES = [
+    "(head, rank=0, pid=3808) All nodes: 10.100.9.12:8,10.100.10.12:8",
+    "(worker1, rank=1, pid=2769, ip=10.100.10.12) Worker nodes",
+    f"{_SKY}# nThread 1 nGpus 1 minBytes 1024 maxBytes 8589934592 step: 2(factor) warmup iters:"
+    " 5 iters: 100 agg iters: 1 validation: 1 graph: 0",
+    f"{_SKY}#",
+    f"{_SKY}# Using devices",
+    f"{_SKY}#  Rank  0 Group  0 Pid   7774 on nc-d87e1263-head device  0 [0000:8f:00] NVIDIA H200",
+    f"{_SKY}#  Rank  7 Group  0 Pid   7792 on nc-d87e1263-head device  7 [0000:cc:00] NVIDIA H200",
+    f"{_SKY}#  Rank  8 Group  0 Pid   4926 on nc-d87e1263-worker1 device  0 [0000:8f:00] NVIDIA "
+    "H200",
+    f"{_SKY}#  Rank 15 Group  0 Pid   4940 on nc-d87e1263-worker1 device  7 [0000:cc:00] NVIDIA "
+    "H200",
+    f"{_SKY}#",
+    f"{_SKY}#                                                              out-of-place         "
+    "              in-place",
+    f"{_SKY}#       size         count      type   redop    root     time   algbw   busbw #wrong "
+    "    time   algbw   busbw #wrong",
+    f"{_SKY}#        (B)    (elements)                               (us)  (GB/s)  (GB/s)      "
+    "      (us)  (GB/s)  (GB/s)",
+    f"{_SKY}  1073741824      16777216     float    none      -1   3123.9  343.72  322.23      0"
+    "   3079.7  348.65  326.86      0",
+    f"{_SKY}  2147483648      33554432     float    none      -1   6229.6  344.72  323.18      0"
+    "   6107.6  351.61  329.63      0",
+    f"{_SKY}  4294967296      67108864     float    none      -1    12416  345.92  324.30      0"
+    "    12133  354.00  331.87      0",
+    f"{_SKY}  8589934592     134217728     float    none      -1    24724  347.44  325.72      0"
+    "    24214  354.75  332.58      0",
+    f"{_SKY}# Out of bounds values : 0 OK",
+    f"{_SKY}# Avg bus bandwidth    : 122.073",
+    f"{_SKY}#",
+]
+
+
+def test_launcher_prefixes_are_read_through() -> None:
+    """Ray + OpenMPI --tag-output prefixes (real SkyPilot lines) and srun labels up to 2 digits;
+    NCCL's own "host:pid:tid" lines and data rows are left as they are."""
+    from verl_top.nccl.parse import strip_launcher_prefix
+
+    res = parse_nccl_tests("\n".join(SKYPILOT_LINES), collective="all_gather")
+    assert res.hosts == ["nc-d87e1263-head", "nc-d87e1263-worker1"]
+    assert [r.size_bytes for r in res.rows] == [GIB, 2 * GIB, 4 * GIB, 8 * GIB]
+    assert (res.busbw_max_large, res.busbw_max_size) == (332.58, 8 * GIB)
+    assert res.collective == "all_gather" and res.complete
+    records = NcclStreamParser("vm", "x").feed(SKYPILOT_LINES, 1.0)
+    probes = [p for p in records if isinstance(p, ProbeResult)]
+    assert len(probes) == 1 and probes[0].busbw_max_gbs == 332.58 and probes[0].nranks == 4
+    assert strip_launcher_prefix("12: #  Rank 12 Group") == "#  Rank 12 Group"
+    info = "node005:367195:367195 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB"
+    assert strip_launcher_prefix(info) == info
+    row = "  8589934592     134217728     float    none      -1    24724  347.44"
+    assert strip_launcher_prefix(row) == row.strip()
+
+
+# Lines quoted from the issue text of https://github.com/NVIDIA/nccl-tests/issues/182 (gim4moon,
+# 2023-11-30; 2 VMs with 2 A100-PCIE-40GB and one HDR IB HCA each): the command, the whole
+# header, then the last rows and both footers (the middle rows are left out). AddyLaddy (NVIDIA)
+# answered: "That output doesn't look correct. Did you compile the nccl-tests with `MPI=1` ?"
+# Each process ran its own 2-GPU test: two headers, "Rank 0" on both hosts, busbw == algbw
+# (2 ranks), two footers.
+NO_MPI_182 = """\
+root@testgpu1:/nccl-tests# mpirun -x NCCL_DEBUG=WARN -x NCCL_IB_HCA=mlx5_0 -x NCCL_NET_GDR_LEVEL=5 \
+-x NCCL_SHM_DISABLE=1 -x NCCL_IB_MERGE_VFS=0 -x NCCL_IB_DISABLE=0 -np 2 --allow-run-as-root \
+-H testgpu1,testgpu2 ./build/all_reduce_perf -b 8 -e 256M -f 2 -g 2
+# nThread 1 nGpus 2 minBytes 8 maxBytes 268435456 step: 2(factor) warmup iters: 5 iters: 20 agg \
+iters: 1 validation: 1 graph: 0
+#
+# Using devices
+# nThread 1 nGpus 2 minBytes 8 maxBytes 268435456 step: 2(factor) warmup iters: 5 iters: 20 agg \
+iters: 1 validation: 1 graph: 0
+#
+# Using devices
+#  Rank  0 Group  0 Pid   3591 on   testgpu1 device  0 [0x03] NVIDIA A100-PCIE-40GB
+#  Rank  1 Group  0 Pid   3591 on   testgpu1 device  1 [0x03] NVIDIA A100-PCIE-40GB
+#  Rank  0 Group  0 Pid   2451 on   testgpu2 device  0 [0x03] NVIDIA A100-PCIE-40GB
+#  Rank  1 Group  0 Pid   2451 on   testgpu2 device  1 [0x03] NVIDIA A100-PCIE-40GB
+NCCL version 2.19.3+cuda12.3
+NCCL version 2.19.3+cuda12.3
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+#
+#
+   134217728      33554432     float     sum      -1    27691    4.85    4.85      0    27634    4.86    4.86      0
+   134217728      33554432     float     sum      -1    29708    4.52    4.52      0    29694    4.52    4.52      0
+   268435456      67108864     float     sum      -1    55225    4.86    4.86      0    55242    4.86    4.86      0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 1.80135
+#
+
+   268435456      67108864     float     sum      -1    59067    4.54    4.54      0    59082    4.54    4.54      0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 1.65866
+#
+"""
+
+
+def test_separate_runs_per_process_are_not_judged_as_one_multi_node_run() -> None:
+    """nccl-tests without MPI=1 under mpirun: "Rank 0" on two hosts. Before, verl-top judged it
+    as 2 nodes x 2 GPUs at 10 % of an assumed 47 GB/s; it is two single-node runs."""
+    res = parse_nccl_tests(NO_MPI_182)
+    assert [(d.rank, d.host) for d in res.devices] == [
+        (0, "testgpu1"), (1, "testgpu1"), (0, "testgpu2"), (1, "testgpu2"),
+    ]  # fmt: skip
+    probe = res.to_probe("vm", 1.0)
+    assert not probe.ok
+    assert "rank 0 is listed twice (testgpu1, testgpu2)" in probe.error
+    assert "MPI=1" in probe.error
+    findings, checks = _step2(_store(Path("no_mpi.log"), NO_MPI_182))
+    assert "nccl.busbw_low" not in findings and "nccl.transport_socket" not in findings
+    for rule in ("nccl.busbw_low", "nccl.transport_socket"):
+        assert checks[rule].status == "no_data"
+        assert "rank 0 is listed twice" in checks[rule].detail
+
+
+def test_a_failed_runs_reason_is_one_bounded_line() -> None:
+    """A failed probe's error (a remote traceback) shows as its first line, at most 200 chars."""
+    store = Store()
+    err = "Traceback: rank 1 died " + "x" * 500 + "\n  File probe.py, line 9\nRuntimeError"
+    store.ingest(ProbeResult(host="a", t=1.0, tool="torch", hosts=["a", "b"], ok=False, error=err))
+    _, checks = _step2(store)
+    for rule in ("nccl.busbw_low", "nccl.transport_socket"):
+        detail = checks[rule].detail
+        assert detail.startswith("torch: Traceback: rank 1 died")
+        assert len(detail) == len("torch: ") + 200 and "\n" not in detail
+
+
+AZURE = FIX / "real_2node_16xA100_azure_ndmv4_ib_all_reduce.txt"
+
+
+def test_output_pasted_from_the_column_header_takes_hosts_from_nccls_rank_lines() -> None:
+    """Azure NDm A100 v4 (2 x 8 A100, 8 x HDR IB): no "# Rank" lines; NCCL's Init COMPLETE
+    (ranks 8-15) and Destroy COMPLETE (0-15) lines name every rank's host."""
+    res = parse_nccl_tests(AZURE.read_text())
+    assert res.devices == [] and res.log is not None and res.log.nranks == 16
+    assert res.gpus_per_host == {
+        "nccl-allreduce-job1-mpiworker-0": 8,
+        "nccl-allreduce-job1-mpiworker-1": 8,
+    }
+    probe = res.to_probe("vm", 1.0)
+    assert probe.nranks == 16 and probe.scope == "inter" and probe.transport == ""
+    assert len(probe.rows) == 31 and (probe.busbw_max_gbs, probe.peak_size_bytes) == (
+        189.28,
+        8 * GIB,
+    )
+    # Only the Init COMPLETE lines (ranks 8-15 of 16): hosts stay unknown rather than "1 node".
+    init_only = AZURE.read_text().split("Destroy COMPLETE")[0].rsplit("\n", 1)[0]
+    part = parse_nccl_tests(init_only)
+    assert part.hosts == [] and part.to_probe("vm", 1.0).nranks == 0
+
+
+def test_azure_ib_run_needs_a_number_and_is_healthy_against_the_vms_nics() -> None:
+    """No GPU name, no NIC line: no guess; with the VM's 8 x HDR (8 x 23 GB/s) it is 103 %."""
+    findings, checks = _step2(_store(AZURE))  # the --nccl-log path: the stream parser
+    assert not findings
+    assert checks["nccl.busbw_low"].status == "no_data"
+    assert "--expect-busbw" in checks["nccl.busbw_low"].detail
+    assert (
+        "2-node nccl-tests output has no NCCL INFO line" in checks["nccl.transport_socket"].detail
+    )
+    th = dataclasses.replace(Thresholds(), **expect_busbw_overrides(["184"]))
+    findings, checks = _step2(_store(AZURE), th)
+    assert "nccl.busbw_low" not in findings
+    assert checks["nccl.busbw_low"].status == "passed"
+    assert "189 GB/s at 8 GiB = 103 % of 184 GB/s (set by --expect-busbw)" in (
+        checks["nccl.busbw_low"].detail
+    )
+
+
+IB_GDR = FIX / "real_2node_2xA100_ib_hdr_gdr_cross_socket_low.txt"
+IB_NOGDR = FIX / "real_2node_2xA100_ib_hdr_no_gdr_low.txt"
+HDR = 200 / 8 * 0.94  # verl-top's HDR NIC figure (EXPECTED_JUDGEMENTS.md wrote ~23)
+
+
+def test_ib_run_with_info_lines_gdrdma_is_judged_low() -> None:
+    """NVIDIA/nccl-tests#293: 2 x 1 A100 PCIe, one HDR HCA each across the CPU socket; NCCL INFO
+    says NET/IB mlx5_0/IB and channels via NET/IBext_v8/0/GDRDMA; 6.44 GB/s at 1 GiB."""
+    res = parse_nccl_tests(IB_GDR.read_text())
+    assert res.gpus_per_host == {"test1": 1, "test2": 1} and res.collective == "all_reduce"
+    assert len(res.rows) == 28 and res.rows[-1].size_bytes == GIB
+    assert res.log is not None and res.log.nic_list() == ["mlx5_0/IB"]
+    probe = res.to_probe("vm", 1.0)
+    assert probe.transport == "IB+GDRDMA" and probe.nics == 1
+    assert probe.settings["NCCL_NET_GDR_LEVEL"] == "SYS"
+    findings, checks = _step2(_store(IB_GDR))
+    assert checks["nccl.transport_socket"].status == "passed"
+    assert "IB+GDRDMA" in checks["nccl.transport_socket"].detail
+    low = findings["nccl.busbw_low"]
+    assert (low.data["busbw_gbs"], low.data["size_bytes"]) == (6.44, GIB)
+    assert low.data["expected_gbs"] == pytest.approx(HDR) and low.data["assumed"] is False
+    assert low.data["ratio"] == pytest.approx(6.44 / HDR) and low.severity > 0.5
+    assert low.data["expected_basis"].startswith("1 NIC(s) per node (NCCL log")
+    assert "transport: IB+GDRDMA" in low.evidence
+    # Small links keep a decimal: not "6 GB/s is 27 % of the 24 GB/s".
+    assert low.title == "NCCL all_reduce busbw 6.4 GB/s is 27 % of the 23.5 GB/s expected"
+    verdict = Engine().evaluate(_store(IB_GDR))
+    assert (verdict.bottleneck_step, verdict.bottleneck_rule) == (2, "nccl.busbw_low")
+
+
+def test_ib_run_without_gdrdma_is_low_and_says_so() -> None:
+    """The same nodes after the BIOS change: channels via NET/IBext_v8/0 (no /GDRDMA), peak at
+    >= 1 GiB 8.79 GB/s (the 9.00 at 256 MiB is below 1 GiB and not used)."""
+    probe = parse_nccl_tests(IB_NOGDR.read_text()).to_probe("vm", 1.0)
+    assert probe.transport == "IB" and probe.nics == 1
+    assert probe.settings["NCCL_NET_GDR_LEVEL"] == "PXB"  # NCCL's echo beats the "-x ...=2"
+    findings, checks = _step2(_store(IB_NOGDR))
+    assert checks["nccl.transport_socket"].status == "passed"
+    low = findings["nccl.busbw_low"]
+    assert (low.data["busbw_gbs"], low.data["size_bytes"]) == (8.79, GIB)
+    assert low.data["ratio"] == pytest.approx(8.79 / HDR) and low.data["assumed"] is False
+    assert any("IB without GPUDirect RDMA" in e for e in low.evidence)
+
+
+RDMA_PLUGIN = FIX / "real_2node_16xH100_ib_ndr_rdma_plugin_ring_low_PARTIAL.txt"
+
+
+def test_ib_through_hpcx_rdma_plugin_is_ib_and_judged_low() -> None:
+    """NVIDIA/nccl-tests#319 (partial): channels "via NET/NCCL RDMA Plugin v8/0/GDRDMA", the
+    plugin's "P2P plugin v8 IBext_v8" and NET/IB's 8 HCAs: IB+GDRDMA, 44.41 GB/s = 12 % of 8 x
+    NDR. Before, the transport was reported as an unknown plugin named "NCCL RDMA Plugin v8"."""
+    res = parse_nccl_tests(RDMA_PLUGIN.read_text())
+    assert res.gpus_per_host == {"lccn09": 8, "lccn19": 8} and len(res.rows) == 32
+    assert res.log is not None and res.log.p2p_layer == "IBext_v8"
+    assert len(res.log.nic_list()) == 8 and all(n.endswith("/IB") for n in res.log.nic_list())
+    probe = res.to_probe("vm", 1.0)
+    assert probe.transport == "IB+GDRDMA" and probe.nics == 8
+    assert probe.settings["NCCL_ALGO"] == "RING"
+    assert probe.settings["NCCL_IB_QPS_PER_CONNECTION"] == "64"
+    findings, checks = _step2(_store(RDMA_PLUGIN))
+    assert "IB+GDRDMA" in checks["nccl.transport_socket"].detail
+    low = findings["nccl.busbw_low"]
+    assert (low.data["busbw_gbs"], low.data["size_bytes"]) == (44.41, GIB)  # not 60.0 at 16 MiB
+    assert low.data["expected_gbs"] == pytest.approx(NDR8) and low.data["assumed"] is False
+    assert low.data["ratio"] == pytest.approx(44.41 / NDR8) and low.severity > 0.5
+    assert low.data["expected_basis"].startswith("8 NIC(s) per node (NCCL log")
+
+
+def test_rdma_plugin_over_ucx_is_not_called_ib() -> None:
+    """The same plugin name over its UCX layer is not NCCL's IB verbs transport: it stays the
+    plugin, reported verbatim (lines built from the #319 format, layer changed to UCX)."""
+    from verl_top.nccl.parse import parse_nccl_log
+
+    via = "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/NCCL RDMA Plugin v8/0/GDRDMA"
+    ucx, _ = parse_nccl_log("h:1:2 [0] NCCL INFO P2P plugin v8 UCX\n" + via)
+    assert ucx.network() == "NCCL RDMA Plugin v8"
+    ib, _ = parse_nccl_log("h:1:2 [0] NCCL INFO P2P plugin IBext_v8\n" + via)
+    assert ib.network() == "IB+GDRDMA"

@@ -138,11 +138,34 @@ def _rdma_inventory(view: View) -> list[str]:
     return out
 
 
+def _gbs(x: float) -> str:
+    """GB/s for a sentence: whole numbers from 100 up, one decimal below (a 1-NIC HDR link's
+    6.44 of 23.5 must not read as "6 of 24")."""
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}"
+
+
+def _why_failed(p: ProbeResult) -> str:
+    """A failed run's reason for a no-data detail: its first line, bounded."""
+    first = p.error.strip().splitlines()[0] if p.error.strip() else "failed"
+    return f"{p.tool or 'probe'}: {first[:200]}"
+
+
 def nccl_transport_socket(view: View, th: Thresholds) -> RuleResult:
     """Multi-node job or probe whose NCCL traffic uses the Socket transport (RDMA off)."""
     infos = [i for i in view.store.nccl.values() if i.transport]
     probes = [p for p in view.store.probes if p.transport and len(p.hosts) > 1]
     if not infos and not probes:
+        given = [p for p in view.store.probes if len(p.hosts) > 1]
+        if given and not given[-1].ok and given[-1].error:
+            return no_data(STEP, "nccl.transport_socket", _why_failed(given[-1]))
+        if given:
+            # --nccl-log was given, but the run printed no line naming the transport.
+            return no_data(
+                STEP,
+                "nccl.transport_socket",
+                f"the {len(given[-1].hosts)}-node {given[-1].tool} output has no NCCL INFO line "
+                "naming the transport: rerun it with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET",
+            )
         return no_data(STEP, "nccl.transport_socket", NEED_NCCL)
     socket = _socket_sources(view)
     nnodes, src = _nnodes(view)
@@ -227,6 +250,9 @@ def nccl_busbw_low(view: View, th: Thresholds) -> RuleResult:
     """Peak busbw at the largest sizes below busbw_ratio of what the probe's links should carry."""
     probes = [p for p in view.store.probes if p.ok and p.rows and p.nranks > 1]
     if not probes:
+        failed = [p for p in view.store.probes if not p.ok and p.error]
+        if failed:  # say why the run that was given cannot be judged
+            return no_data(STEP, "nccl.busbw_low", _why_failed(failed[-1]))
         return no_data(
             STEP,
             "nccl.busbw_low",
@@ -248,8 +274,8 @@ def nccl_busbw_low(view: View, th: Thresholds) -> RuleResult:
         return passed(
             STEP,
             "nccl.busbw_low",
-            f"busbw {worst.got:.0f} GB/s at {human_size(worst.size)} = {fmt_pct(ratio)} of "
-            f"{worst.expected:.0f} GB/s ({worst.basis})",
+            f"busbw {_gbs(worst.got)} GB/s at {human_size(worst.size)} = {fmt_pct(ratio)} of "
+            f"{_gbs(worst.expected)} GB/s ({worst.basis})",
         )
     sev = scale(ratio, th.busbw_ratio, 0.1, 0.5, 0.9)
     if worst.assumed:
@@ -263,11 +289,11 @@ def nccl_busbw_low(view: View, th: Thresholds) -> RuleResult:
         STEP,
         "nccl.busbw_low",
         sev,
-        f"NCCL {p.collective} busbw {worst.got:.0f} GB/s is {fmt_pct(ratio)} of the "
-        f"{worst.expected:.0f} GB/s expected" + (" (assumed)" if worst.assumed else ""),
+        f"NCCL {p.collective} busbw {_gbs(worst.got)} GB/s is {fmt_pct(ratio)} of the "
+        f"{_gbs(worst.expected)} GB/s expected" + (" (assumed)" if worst.assumed else ""),
         [
             f"peak busbw over {worst.sizes_text}: {worst.got:.1f} GB/s at {human_size(worst.size)} ({p.tool}, {where})",
-            f"expected {worst.expected:.0f} GB/s: {worst.basis}",
+            f"expected {_gbs(worst.expected)} GB/s: {worst.basis}",
             f"transport: {p.transport or 'unknown'}" + _gdr_note(p.transport),
             *_unused_nics(view, p),
         ],

@@ -70,6 +70,17 @@ _NCCL_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+\S*)")
 _AVG_BUSBW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(\S*)")
 _INT = re.compile(r"^-?\d+$")
+# What launchers put in front of every output line: Ray / SkyPilot "(head, rank=0, pid=3808) ",
+# OpenMPI --tag-output "[1,0]<stdout>:", Slurm srun --label " 0: " (the last only before a
+# blank, so "host:pid:tid" INFO lines and data rows are left alone).
+_LAUNCHER_PREFIX = re.compile(
+    r"^\s*(?:\([^()]*\bpid=\d+[^()]*\)\s*)?(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:(?=\s))?"
+)
+
+
+def strip_launcher_prefix(line: str) -> str:
+    """``line`` without a launcher's per-line prefix, stripped of surrounding blanks."""
+    return _LAUNCHER_PREFIX.sub("", line, count=1).strip()
 
 
 @dataclass
@@ -105,20 +116,28 @@ class NcclTestsResult:
     complete: bool = False  # the footer was seen
     log: NcclLogState | None = None  # NCCL INFO lines interleaved in the output
 
+    def rank_hosts(self) -> list[tuple[int, str]]:
+        """(rank, host) in rank order: the header's device lines, else NCCL's own rank lines
+        (``Init COMPLETE`` / ``Destroy COMPLETE``) when they name every rank, as in output pasted
+        from the column header on."""
+        if self.devices:
+            return [(d.rank, d.host) for d in self.devices]
+        log = self.log
+        if log is None or not log.nranks or sorted(log.rank_gpus) != list(range(log.nranks)):
+            return []  # some ranks unnamed: a partial list would miscount the GPUs per node
+        return [(r, log.rank_gpus[r][0]) for r in sorted(log.rank_gpus)]
+
     @property
     def hosts(self) -> list[str]:
         """Distinct hosts of the ranks, in rank order."""
-        seen: dict[str, None] = {}
-        for dev in self.devices:
-            seen.setdefault(dev.host, None)
-        return list(seen)
+        return list(dict.fromkeys(host for _, host in self.rank_hosts()))
 
     @property
     def gpus_per_host(self) -> dict[str, int]:
         """Ranks (one GPU each) per host, hosts in rank order."""
         out: dict[str, int] = {}
-        for dev in self.devices:
-            out[dev.host] = out.get(dev.host, 0) + 1
+        for _, host in self.rank_hosts():
+            out[host] = out.get(host, 0) + 1
         return out
 
     @property
@@ -141,7 +160,7 @@ class NcclTestsResult:
             collective=self.collective or "all_reduce",
             scope="inter" if len(hosts) > 1 else "intra",
             hosts=hosts,
-            nranks=self.nranks,
+            nranks=self.nranks or len(self.rank_hosts()),
             rows=list(self.rows),
             busbw_max_gbs=self.busbw_max_large,
             transport=transport,
@@ -245,8 +264,7 @@ def parse_nccl_tests(text: str, collective: str | None = None) -> NcclTestsResul
     nthread_gpus: int | None = None
     named = ""
     for raw in text.splitlines():
-        line = strip_ansi(raw).rstrip()
-        stripped = line.strip()
+        stripped = strip_launcher_prefix(strip_ansi(raw))
         if not stripped:
             continue
         if stripped.startswith("#"):
@@ -297,8 +315,29 @@ def parse_nccl_tests(text: str, collective: str | None = None) -> NcclTestsResul
         res.nccl_version = log.version
     res.collective = _collective_name(named) or (collective or "")
     res.nranks = len(res.devices) or (nthread_gpus or 0)
+    if repeated := _repeated_rank(res.devices):
+        res.errors.append(repeated)
     _fill_peak(res)
     return res
+
+
+def _repeated_rank(devices: list[NcclTestsDevice]) -> str:
+    """Why the rank list is not one run when a rank number comes twice, else "".
+
+    nccl-tests built without MPI=1 and started by mpirun runs one independent test per process:
+    each prints its own header, so "Rank 0" shows up once per host (NVIDIA/nccl-tests#182,
+    #294) and the rows are single-node numbers, not a multi-node result.
+    """
+    first: dict[int, str] = {}
+    for dev in devices:
+        if dev.rank in first:
+            return (
+                f"rank {dev.rank} is listed twice ({first[dev.rank]}, {dev.host}): each process "
+                "ran its own test, not one multi-node run (nccl-tests built without MPI=1 "
+                "under mpirun does this)"
+            )
+        first[dev.rank] = dev.host
+    return ""
 
 
 def _collective_name(name: str) -> str:
@@ -334,9 +373,13 @@ _VIA_NET = re.compile(r"via NET/([^/\s][^/]*?)/(\d+)(?:\(\d+\))?((?:/GDRDMA|/Sha
 _IB_USING = re.compile(r"NET/(IB\w*) : Using (.*?)(?:;|$)")
 _IB_DEV = re.compile(r"\[\d+\]([\w.:-]+?):\d+/(IB|RoCE)\b")
 _USING_NETWORK = re.compile(r"Using network (.+?)\s*$")
+# HPC-X's nccl-rdma-sharp-plugins registers as "NCCL RDMA Plugin vN" (channels read
+# "via NET/NCCL RDMA Plugin v8/0/GDRDMA") and says which layer it wraps: "P2P plugin v8 IBext_v8".
+_P2P_LAYER = re.compile(r"NCCL INFO P2P plugin (?:v\d+ )?(\S+)")
+_RDMA_PLUGIN = "NCCL RDMA Plugin"
 _GDR_HCA = re.compile(r"GPU Direct RDMA Enabled for HCA")
 _COMM_SUMMARY = re.compile(r"\bcomm 0x[0-9a-f]+ rank \d+ nRanks (\d+) nNodes (\d+)")
-_INIT_COMPLETE = re.compile(r"\bnranks (\d+)\b.*- Init COMPLETE")
+_INIT_COMPLETE = re.compile(r"\bnranks (\d+)\b.*- (?:Init|Destroy) COMPLETE")
 # "<host>:<pid>:<tid> [<dev>] NCCL INFO ... rank R nranks N cudaDev D ... - Init COMPLETE"
 _INIT_RANK = re.compile(
     r"(?:^|[\s\]])(?P<host>[^:\s\]]+):\d+:\d+ \[\d+\] NCCL INFO .*?\brank (?P<rank>\d+) "
@@ -417,6 +460,7 @@ class NcclLogState:
     nnodes: int | None = None
     init_complete: int = 0
     using_network: str = ""  # "Using network X"
+    p2p_layer: str = ""  # "P2P plugin v8 IBext_v8": the layer HPC-X's RDMA plugin wraps
     net_via: dict[str, bool] = field(default_factory=dict)  # net name -> any /GDRDMA channel
     link_layers: set[str] = field(default_factory=set)  # IB / RoCE from "NET/IB : Using"
     ib_devices: list[str] = field(default_factory=list)
@@ -448,6 +492,8 @@ class NcclLogState:
             self.nnodes = max(self.nnodes or 0, int(m.group(2)))
         if "Init COMPLETE" in line:
             self.init_complete += 1
+        if "Init COMPLETE" in line or "Destroy COMPLETE" in line:
+            # Both print "<host>:<pid>:<tid> [d] NCCL INFO comm .. rank R nranks N cudaDev D".
             if m := _INIT_COMPLETE.search(line):
                 self.nranks = max(self.nranks or 0, int(m.group(1)))
             if (m := _INIT_RANK.search(line)) and len(self.rank_gpus) < _MAX_RANKS:
@@ -455,6 +501,8 @@ class NcclLogState:
                 self.rank_gpus[int(m.group("rank"))] = (host, int(m.group("dev")))
         if m := _USING_NETWORK.search(line):
             self.using_network = m.group(1)
+        if m := _P2P_LAYER.search(line):
+            self.p2p_layer = clean_text(m.group(1), 64)
         if "NET/IB : No device found" in line:
             self.no_ib_device = True
         if m := _IB_USING.search(line):
@@ -488,6 +536,7 @@ class NcclLogState:
         out.nic_layers = {**other.nic_layers, **self.nic_layers}
         out.rank_gpus = {**other.rank_gpus, **self.rank_gpus}
         out.using_network = self.using_network or other.using_network
+        out.p2p_layer = self.p2p_layer or other.p2p_layer
         out.nnodes = self.nnodes or other.nnodes
         for flag in ("p2p", "mnnvl", "nvls", "shm", "gdr_hca", "no_ib_device", "seen"):
             setattr(out, flag, getattr(self, flag) or getattr(other, flag))
@@ -513,21 +562,30 @@ class NcclLogState:
         elif "via SHM/" in line:
             self.shm = True
 
+    def _ib_net(self, name: str) -> bool:
+        """Whether a NET/<name> is NCCL's IB verbs transport: "IB", "IBext_v8", or HPC-X's RDMA
+        plugin over its IB layer (its "P2P plugin ... IBext" line, else NCCL's NET/IB list)."""
+        if name.startswith("IB"):
+            return True
+        if name.startswith(_RDMA_PLUGIN):
+            return self.p2p_layer.startswith("IB") or (not self.p2p_layer and bool(self.ib_devices))
+        return False
+
     def network(self) -> str:
         """The inter-node transport (rules 1-4 of §2.3), "" when no network line was seen."""
         roce = "RoCE" in self.link_layers and "IB" not in self.link_layers
         fabric = "RoCE" if roce else "IB"
-        ib_gdr = [gdr for name, gdr in self.net_via.items() if name.startswith("IB")]
+        ib_gdr = [gdr for name, gdr in self.net_via.items() if self._ib_net(name)]
         if any(ib_gdr):
             return f"{fabric}+GDRDMA"
         if ib_gdr:
             return fabric
         if "Socket" in self.net_via or self.using_network == "Socket":
             return "Socket"
-        others = [name for name in self.net_via if not name.startswith("IB")]
+        others = [name for name in self.net_via if not self._ib_net(name)]
         if others:
             return others[0]
-        if self.using_network.startswith("IB"):
+        if self._ib_net(self.using_network):
             return fabric
         if not self.using_network and self.rdma_disabled():
             # No channel lines (NCCL_DEBUG below INFO), but RDMA was switched off: NCCL can
@@ -614,7 +672,11 @@ def parse_nccl_log(text: str) -> tuple[NcclLogState, list[LogEvent]]:
 # Stream parser used by the pipeline
 # ---------------------------------------------------------------------------------------------
 
-_RUN_START = re.compile(r"^#\s*(nccl-tests version|Collective test starting|nThread\s+\d+)")
+# A run's first line; "# Using devices" starts one when the lines before it were cut (a run pasted
+# from its device list on, as in NVIDIA/nccl-tests#290).
+_RUN_START = re.compile(
+    r"^#\s*(nccl-tests version|Collective test starting|nThread\s+\d+|Using devices)"
+)
 _MAX_RUN_LINES = 20_000  # a nccl-tests run is < 100 table lines; the rest is INFO chatter
 
 
@@ -675,10 +737,13 @@ class NcclStreamParser:
         return ev
 
     def _tests_line(self, line: str, t: float) -> ProbeResult | None:
-        stripped = line.strip()
+        stripped = strip_launcher_prefix(line)
+        if self._run is None and stripped.startswith("#") and _layout_from_header(stripped):
+            # Output pasted from the column header on (no "# nThread", no device list).
+            self._run = []
         if _RUN_START.match(stripped):
             # "# nccl-tests version" then "# Collective test starting" then "# nThread": one run.
-            if self._run is None or any(r.strip().startswith("#  Rank") for r in self._run):
+            if self._run is None or any(_DEVICE.match(strip_launcher_prefix(r)) for r in self._run):
                 self._run = []
             self._run.append(line)
             return None
