@@ -87,3 +87,15 @@ def test_text_report_lists_five_steps_verdict_first() -> None:
     assert "flow.long_tail" in text and "over_sample_rate" in text and "no data:" in text
     assert steps_summary(v)[3][1] >= 1
     assert to_json(v)["bottleneck"]["rule"] == "flow.long_tail"
+
+
+def test_host_stall_needs_gpu_samples_not_only_host_ones() -> None:
+    """A node whose CPU is sampled but that has no GPU samples (no GPU, or NVML down) cannot
+    show a host stalling its GPUs: "no data", never "passed"."""
+    from verl_top.model import HostSample
+
+    s = Store()
+    for i in range(30):
+        s.ingest(HostSample(host="cpu-only", t=1000.0 + i, cpu_pct=99.0, iowait_pct=0.0))
+    check = next(c for c in Engine().evaluate(s).checks if c.rule == "flow.host_stall")
+    assert check.status == "no_data" and "GPU samples" in check.detail

@@ -414,12 +414,14 @@ def flow_host_stall(view: View, th: Thresholds) -> RuleResult:
     rows = [r for h in view.hosts() if (r := _host_state(view, h)) is not None]
     if not rows:
         return no_data(STEP, "flow.host_stall", "needs host samples (CPU, iowait) from the nodes")
+    # A host without GPU samples (no GPU, or only its CPU sampled) says nothing about stalls.
+    rows = [r for r in rows if r[4] is not None]
+    if not rows:
+        return no_data(STEP, "flow.host_stall", "needs GPU samples next to the host samples")
     bad = [
         (r, cause)
         for r in rows
-        if r[4] is not None
-        and r[4] < th.idle_pct
-        and (cause := _host_cause(th, r[1], r[2], r[3])) is not None
+        if r[4] < th.idle_pct and (cause := _host_cause(th, r[1], r[2], r[3])) is not None
     ]
     if not bad:
         return passed(
