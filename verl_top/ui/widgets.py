@@ -249,20 +249,46 @@ def render_finding(finding: Any, theme_vars: dict[str, str] | None = None) -> Te
     return text
 
 
+def render_finding_line(finding: Any, more: int, theme_vars: dict[str, str] | None = None) -> Text:
+    """A finding on one line (a dense pane): title, how many more, the first evidence and the
+    advice; what does not fit ends in ``…`` (``d`` shows every finding in full)."""
+    tv = theme_vars or {}
+    level = severity_class(getattr(finding, "severity", None))
+    colour = tv.get(level if level != "info" else "accent", severity_style(finding.severity))
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append("● ", style=colour)
+    text.append(clean_text(getattr(finding, "title", "")), style=f"bold {colour}")
+    if more:
+        text.append(f" (+{more} more, d: all)", style="bold")
+    evidence = list(getattr(finding, "evidence", []) or [])
+    if evidence:
+        text.append(" · " + clean_text(evidence[0]))  # evidence quotes foreign values
+    advice = getattr(finding, "advice", "")
+    if advice:
+        text.append(" → ", style=colour)
+        text.append(clean_text(advice), style="italic")
+    text.append(f"  [{getattr(finding, 'rule', '')}]", style="dim")
+    return text
+
+
 def render_step_findings(
-    verdict: Any, step: int, theme_vars: dict[str, str] | None = None
+    verdict: Any, step: int, theme_vars: dict[str, str] | None = None, compact: bool = False
 ) -> RenderableType:
-    """The findings block at the top of a pane."""
+    """The findings block at the top of a pane (``compact``: the worst one on one line)."""
     if verdict is None:
         return Text("reading: no diagnosis yet", style="dim")
     findings = step_findings(verdict, step)
     checks = step_checks(verdict, step)
+    if findings and compact:
+        return render_finding_line(findings[0], len(findings) - 1, theme_vars)
     if not findings:
         passed = sum(1 for c in checks if getattr(c, "status", "") == "passed")
         no_data = [c for c in checks if getattr(c, "status", "") == "no_data"]
         msg = Text(f"No finding for step {step}", style="bold")
         msg.append(f" ({passed} checks passed, {len(no_data)} without data", style="dim")
         msg.append("; press d for details)" if checks else ")", style="dim")
+        if compact:
+            msg.no_wrap, msg.overflow = True, "ellipsis"
         return msg
     return Group(*(render_finding(f, theme_vars) for f in findings))
 
@@ -274,9 +300,10 @@ class FindingsBox(Static):
     FindingsBox { height: auto; max-height: 12; padding: 0 1; }
     """
 
-    def __init__(self, step: int, **kwargs: Any) -> None:
+    def __init__(self, step: int, compact: bool = False, **kwargs: Any) -> None:
         super().__init__("", **kwargs)
         self.step = step
+        self.compact = compact  # one line: the worst finding and how many more (pane 1)
         self._verdict_id: int | None = -1
 
     def show(self, verdict: Any, theme_vars: dict[str, str] | None = None) -> None:
@@ -289,7 +316,7 @@ class FindingsBox(Static):
         worst = max((float(f.severity) for f in findings), default=None)
         for level in ("error", "warning", "info"):
             self.set_class(worst is not None and severity_class(worst) == level, f"-{level}")
-        self.update(render_step_findings(verdict, self.step, theme_vars))
+        self.update(render_step_findings(verdict, self.step, theme_vars, self.compact))
 
 
 CELL_PAD = 2  # DataTable's cell padding: one column each side
