@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 DASH = "—"  # shown for a value the device or node does not provide (never 0)
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
+GAP_SHARE = 0.05  # a sparkline gap shorter than this share of its window is not shown
 STEP_NAMES = {
     1: "Throughput & GPU",
     2: "Communication",
@@ -133,11 +134,13 @@ def host_mem_total(h: HostEntry) -> float | None:
     return total or (h.hello.mem_total_bytes if h.hello else None)
 
 
-def sparkline(values: Sequence[float], width: int = 16, top: float = 100.0) -> str:
-    """A text sparkline of ``values`` (0..top, no NaN) in ``width`` cells; buckets take their mean."""
+def spark_cells(values: Sequence[float], width: int) -> list[float]:
+    """``values`` as exactly ``width`` cells: buckets take their mean when there are more
+    values than cells, a value spans several cells when there are fewer (the line fills the
+    width it is given)."""
     n = len(values)
-    if not n or top <= 0:
-        return ""
+    if not n or width <= 0:
+        return []
     if n > width:
         # Prefix sums: a wide sparkline (the History column takes the spare width) costs one
         # pass over the values, not one per cell.
@@ -146,16 +149,99 @@ def sparkline(values: Sequence[float], width: int = 16, top: float = 100.0) -> s
         for k in range(width):
             lo, hi = k * n // width, (k + 1) * n // width
             cells.append((sums[hi] - sums[lo]) / (hi - lo))
-    else:
-        cells = list(values)
+        return cells
+    return [values[k * n // width] for k in range(width)]
+
+
+def spark_level(value: float, top: float = 100.0) -> int:
+    """Index into ``SPARK_CHARS`` of ``value`` on a 0..top scale (clipped)."""
     last = len(SPARK_CHARS) - 1
-    scale = last / top
-    chars = SPARK_CHARS
-    out = []
-    for v in cells:
-        i = int(v * scale + 0.5)
-        out.append(chars[i] if 0 <= i <= last else chars[0 if i < 0 else last])
-    return "".join(out)
+    i = int(value * last / top + 0.5) if top > 0 else 0
+    return 0 if i < 0 else last if i > last else i
+
+
+def sparkline(values: Sequence[float], width: int = 16, top: float = 100.0) -> str:
+    """A text sparkline of ``values`` (0..top, no NaN) filling ``width`` cells."""
+    if top <= 0:
+        return ""
+    return "".join(SPARK_CHARS[spark_level(v, top)] for v in spark_cells(values, width))
+
+
+def spark_text(
+    values: Sequence[float],
+    width: int,
+    stops: Sequence[tuple[float, str]],
+    palette: dict[str, str] | None = None,
+    top: float = 100.0,
+    cache: dict[tuple[int, int], str] | None = None,
+) -> Text:
+    """A sparkline whose every cell has its own colour on the theme gradient ``stops`` (a dip
+    shows red inside a green row, as in btop). Cells of one level share one colour, so a row
+    costs at most 8 colour blends (``cache``: kept across rows, keyed by scale and level)."""
+    text = Text(no_wrap=True)
+    colours = {} if cache is None else cache
+    run, run_level = [], -1
+    for v in spark_cells(values, width):
+        level = spark_level(v, top)
+        if level != run_level and run:
+            text.append("".join(run), style=_level_colour(run_level, stops, palette, colours))
+            run = []
+        run_level = level
+        run.append(SPARK_CHARS[level])
+    if run:
+        text.append("".join(run), style=_level_colour(run_level, stops, palette, colours))
+    return text
+
+
+def window_spark(
+    values: Sequence[float],
+    times: Sequence[float],
+    span: tuple[float, float],
+    width: int,
+    palette: dict[str, str] | None = None,
+    stops: Sequence[tuple[float, str]] | None = None,
+    style: str = "",
+    top: float = 100.0,
+    cache: dict[tuple[int, int], str] | None = None,
+) -> Text:
+    """A sparkline of a time window ``span`` (start, end) in ``width`` cells: the values (their
+    sample ``times``, NaN left out of ``values``) fill the whole width when they cover the
+    window; time the window holds no data for (a GPU seen only lately, a host down since)
+    stays blank, since not seen is not 0. With ``stops`` each cell has its gradient colour,
+    else the line has ``style``."""
+    start, end = span
+    if not values or not times or width <= 0:
+        return Text("")
+    window = max(end - start, 1e-9)
+
+    def gap(seconds: float) -> int:  # gaps under GAP_SHARE of the window are sampling jitter
+        share = seconds / window
+        return 0 if share < GAP_SHARE else min(width, round(width * share))
+
+    left, right = gap(times[0] - start), gap(end - times[-1])
+    cells = max(1, width - left - right)
+    left = min(left, width - cells)
+    text = Text(" " * left, no_wrap=True)
+    if stops is None:
+        text.append(sparkline(values, cells, top), style=style)
+    else:
+        text.append_text(spark_text(values, cells, stops, palette, top, cache))
+    text.append(" " * (width - left - cells))
+    return text
+
+
+def _level_colour(
+    level: int,
+    stops: Sequence[tuple[float, str]],
+    palette: dict[str, str] | None,
+    cache: dict[tuple[int, int], str],
+) -> str:
+    key = (id(stops), -1 - level)  # negative: apart from the per-value colours of the rows
+    colour = cache.get(key)
+    if colour is None:
+        value = level * 100.0 / (len(SPARK_CHARS) - 1)
+        colour = cache[key] = gradient(value, stops, palette)
+    return colour
 
 
 def severity_class(severity: float | None) -> str:

@@ -44,7 +44,7 @@ from verl_top.ui.widgets import (
     host_mem_total,
     host_state_style,
     missing,
-    sparkline,
+    window_spark,
 )
 from verl_top.untrusted import clean_text
 
@@ -54,7 +54,7 @@ GPU_COLUMNS: tuple[Column, ...] = (
     Column("host", "Host", 6, 10, "text", 32),
     Column("gpu", "GPU", 3, 10),
     Column("act", "Act(win)", 8, 9),
-    Column("spark", "History", 8, 4, "flex", 60),
+    Column("spark", "History", 8, 4, "flex"),  # takes all the spare width
     Column("nvml", "NVML%", 5, 5),
     Column("sm", "SM%", 4, 7),
     Column("tensor", "Tensor%", 7, 3),
@@ -141,7 +141,9 @@ def build_gpu_row(
     """Cells of one GPU row from its latest sample and its window history."""
     s = g.latest
     live = h.state not in DEAD_STATES
-    acts = g.history.recent_values("activity", store.window_start())
+    since = store.window_start()
+    times, col = g.history.recent_series("activity", since)
+    acts = [v for v in col if v == v]  # v == v drops NaN (missing)
     act = mean(acts)
     idle = act is not None and act < IDLE_THRESHOLD
     grey = "dim" if live else palette.get("muted", "grey50")
@@ -196,7 +198,16 @@ def build_gpu_row(
         ellipsis_cell(Text(clean_text(h.name), style=grey if not live else "")),
         Text(str(g.index), justify="right"),
         act_cell,
-        Text(sparkline(acts, spark_width), style=colour),
+        window_spark(
+            acts,
+            times,
+            (since, store.now),
+            spark_width,
+            palette,
+            stops=ACTIVITY_STOPS if live else None,
+            style=grey,
+            cache=cache,
+        ),
         cell(fmt_num(None if s is None else s.util_gpu), W["nvml"]),
         cell(fmt_num(None if s is None else s.sm_util), W["sm"]),
         cell(fmt_num(None if s is None else s.tensor_util), W["tensor"]),
@@ -358,9 +369,7 @@ def strip_stages(strip: Text, styles: dict[str, tuple[str, str]]) -> set[str]:
     return {name for name, (letter, _) in styles.items() if letter in letters}
 
 
-def host_line(
-    store: Store, names: Sequence[str], expanded: bool, palette: dict[str, str]
-) -> Text:
+def host_line(store: Store, names: Sequence[str], expanded: bool, palette: dict[str, str]) -> Text:
     """The host table in one line, for when the GPUs need the rows: hosts per state, the
     hosts that are not up and why, refused input, the busiest CPU / iowait, and the key."""
     warn, err = palette.get("warning", "yellow"), palette.get("error", "red")
