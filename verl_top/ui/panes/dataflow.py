@@ -174,14 +174,17 @@ def outlier_note(view: StepView) -> str:
 
 
 def bar_widths(width: int, views: Sequence[StepView]) -> tuple[int, int]:
-    """Cells of the longest bar and of the outlier note in a pane ``width`` wide: the note as
-    long as the longest one (up to NOTE_MAX; none without outliers), the bar all the rest
-    beside "step N" and the seconds."""
+    """Cells of the longest bar and of the outlier note in a pane ``width`` wide, beside
+    "step N" and the seconds: the bar first up to BAR_WIDTH (the note at least NOTE_WIDTH),
+    then the note up to its longest text (NOTE_MAX at most; none without outliers), then the
+    bar all the rest."""
     if width <= 0:
         return BAR_WIDTH, 80
-    note = min(NOTE_MAX, max((len(outlier_note(v)) for v in views), default=0))
-    bar = max(10, width - 26 - max(note, NOTE_WIDTH if note else 0))
-    return bar, max(NOTE_WIDTH, width - 26 - bar)
+    avail = width - 26
+    needed = min(NOTE_MAX, max((len(outlier_note(v)) for v in views), default=0))
+    note = min(needed, max(NOTE_WIDTH if needed else 0, avail - BAR_WIDTH))
+    bar = max(10, avail - note)
+    return bar, max(NOTE_WIDTH, avail - bar)
 
 
 def bars_block(

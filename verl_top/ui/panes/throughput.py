@@ -698,19 +698,18 @@ class ThroughputPane(Pane):
             mine = [summary.gpus[k] for k in self.gpu_rows]
             idle = sum(1 for g in mine if g.idle)
             throttled = sum(1 for g in mine if g.throttled and g.live)
-        text = Text()
-        text.append(self.sort_label(), style="bold")
-        text.append(" (o/O: sort · Enter: node)", style="dim")
-        text.append(f" · {shown} GPUs")
+        # The counts first: on a narrow terminal the line ends in … and the keys go first.
+        warn = self.palette().get("warning", "yellow")
+        text = Text(f"{shown} GPUs")
         if idle:
-            text.append(
-                f" · {idle} idle (<{IDLE_THRESHOLD:.0f}% over the window)",
-                style=self.palette().get("warning", "yellow"),
-            )
+            text.append(f" · {idle} idle (<{IDLE_THRESHOLD:.0f}% over the window)", style=warn)
         else:
             text.append(" · none idle", style="dim")
         if throttled:
-            text.append(f" · {throttled} throttled", style=self.palette().get("warning", "yellow"))
+            text.append(f" · {throttled} throttled", style=warn)
+        text.append(" · ")
+        text.append(self.sort_label(), style="bold")
+        text.append(" (o/O: sort · Enter: node)", style="dim")
         self.query_one("#gpu-status", Static).update(text)
 
     def ordered_row_keys(self) -> list[str]:
