@@ -62,6 +62,7 @@ async def test_gpu_table_gets_every_row_the_fixed_lines_leave(size, hosts) -> No
         assert visible_gpu_rows(app) >= MIN_GPU_ROWS[size]
         # The host table folded into its line, which still says what matters about hosts.
         assert not app.query_one("#host-table").display
+        assert app.throughput.host_sync.rows_built == 0  # a folded table costs nothing
         line = app.query_one("#host-line", Static).content
         assert isinstance(line, Text) and line.no_wrap
         assert f"{hosts} hosts · {hosts - 1} up · 1 down" in line.plain

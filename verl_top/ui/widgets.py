@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.cells import cell_len
 from rich.console import Group, RenderableType
-from rich.text import Text
+from rich.text import Span, Text
 from textual.color import Color
 from textual.widgets import DataTable, Static
 
@@ -174,23 +174,29 @@ def spark_text(
     palette: dict[str, str] | None = None,
     top: float = 100.0,
     cache: dict[tuple[int, int], str] | None = None,
+    left: int = 0,
+    total: int = 0,
 ) -> Text:
-    """A sparkline whose every cell has its own colour on the theme gradient ``stops`` (a dip
-    shows red inside a green row, as in btop). Cells of one level share one colour, so a row
-    costs at most 8 colour blends (``cache``: kept across rows, keyed by scale and level)."""
-    text = Text(no_wrap=True)
+    """A sparkline whose every cell has its own colour on the gradient ``stops`` (0-100 scale;
+    a dip shows red inside a green row, as in btop), after ``left`` blank cells and padded to
+    ``total``. Cells of one level share one colour, so a row costs at most 8 colour blends
+    (``cache``: kept across rows, keyed by scale and level); one span per run of a level."""
     colours = {} if cache is None else cache
-    run, run_level = [], -1
-    for v in spark_cells(values, width):
-        level = spark_level(v, top)
-        if level != run_level and run:
-            text.append("".join(run), style=_level_colour(run_level, stops, palette, colours))
-            run = []
-        run_level = level
-        run.append(SPARK_CHARS[level])
-    if run:
-        text.append("".join(run), style=_level_colour(run_level, stops, palette, colours))
-    return text
+    last = len(SPARK_CHARS) - 1
+    scale = last / top if top > 0 else 0.0
+    levels = [min(last, max(0, int(v * scale + 0.5))) for v in spark_cells(values, width)]
+    line = " " * left + "".join([SPARK_CHARS[k] for k in levels])
+    palette_of = [_level_colour(k, stops, palette, colours) for k in range(last + 1)]
+    spans = []
+    start, prev = 0, -1
+    for i, level in enumerate(levels):
+        if level != prev:
+            if prev >= 0:
+                spans.append(Span(left + start, left + i, palette_of[prev]))
+            start, prev = i, level
+    if prev >= 0:
+        spans.append(Span(left + start, left + len(levels), palette_of[prev]))
+    return Text(line.ljust(total), spans=spans, no_wrap=True)
 
 
 def window_spark(
@@ -221,13 +227,10 @@ def window_spark(
     left, right = gap(times[0] - start), gap(end - times[-1])
     cells = max(1, width - left - right)
     left = min(left, width - cells)
-    text = Text(" " * left, no_wrap=True)
-    if stops is None:
-        text.append(sparkline(values, cells, top), style=style)
-    else:
-        text.append_text(spark_text(values, cells, stops, palette, top, cache))
-    text.append(" " * (width - left - cells))
-    return text
+    if stops is not None:
+        return spark_text(values, cells, stops, palette, top, cache, left, width)
+    line = (" " * left + sparkline(values, cells, top)).ljust(width)
+    return Text(line, spans=[Span(left, left + cells, style)] if style else [], no_wrap=True)
 
 
 def _level_colour(
