@@ -83,7 +83,7 @@ class VerlTopApp(App):
         Binding("s", "snapshot", "Snapshot"),
         Binding("p", "probe", "Probe"),
         Binding("o", "sort", "Sort"),
-        Binding("h", "hosts", "Host table", show=False),  # the host line says "h: host table"
+        Binding("h", "hosts", "Show / fold the host table", show=False),  # the host line says so
         Binding("O", "sort_reverse", "Reverse sort", key_display="O", show=False),
         Binding("space", "toggle_pause", "Pause"),
         Binding("n", "step_replay", "Step", show=False),
