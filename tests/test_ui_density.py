@@ -20,7 +20,7 @@ from ui_data import T0, build_store
 
 from verl_top.diagnosis.findings import Finding, Verdict
 from verl_top.ui.node_screen import NodeScreen, render_host
-from verl_top.ui.panes.throughput import verl_summary
+from verl_top.ui.panes.throughput import host_line, verl_summary
 from verl_top.ui.widgets import (
     ACTIVITY_STOPS,
     SPARK_CHARS,
@@ -136,6 +136,17 @@ async def test_findings_line_names_the_worst_and_counts_the_rest() -> None:
         text = box.content
         assert box.region.height == 1 and isinstance(text, Text)
         assert text.plain.startswith("● 4 GPUs throttled (+1 more, d: all) · gpu000:3 hw_slowdown")
+
+
+def test_host_line_names_hosts_not_up_and_refused_input() -> None:
+    store = cluster(8)
+    for _ in range(3):
+        store.count_drop("gpu005", "bad json")
+    names = list(store.hosts)
+    text = host_line(store, names, False, {}).plain
+    assert text.startswith("8 hosts · 7 up · 1 down · gpu003 down: connection refused")
+    assert "3 refused (gpu005 3)" in text and text.endswith("h: host table")
+    assert host_line(store, names, True, {}).plain.endswith("h: hide host table")
 
 
 def test_sparklines_fill_the_width_they_are_given() -> None:

@@ -348,8 +348,8 @@ def verl_summary(store: Store, width: int = 0) -> Text:
             legend.append(letter, style=f"black on {colour}")
             legend.append(f" {name}  ", style="dim")
     legend.rstrip()
-    # The strip takes the width its line leaves (like the History sparklines), at least the
-    # default when there is room, never less than 20 cells.
+    # The strip takes the width its line leaves beside its legend (like the History
+    # sparklines), never less than 20 cells: on a narrow terminal the legend ends in "…".
     cells = width - head.cell_len - 3 - legend.cell_len if width > 0 else STRIP_WIDTH
     cells = max(20, cells)
     if cells != STRIP_WIDTH:
