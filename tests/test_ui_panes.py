@@ -104,14 +104,18 @@ async def test_pane3_stacked_bars_share_outlier_and_long_tail_on_the_demo() -> N
     async with app.run_test(size=SIZE) as pilot:
         await show(app, pilot, 3)
         text = plain(app.query_one("#flow-body", Static))
+        width = app.pane(3).scrollable_content_region.width
     rows = {
         int(m.group(1)): m.group(2)
         for m in re.finditer(r"^\s*step (\d+)\s+([a-z·]+)\s", text, re.M)
     }
     assert sorted(rows) == list(range(1, 13))  # one bar per demo step
-    # Bars are proportional: gen is ~62 % of a 30 s step, the longest (step 6, 37.7 s) spans 60.
-    assert len(rows[6]) == 60 and rows[6].endswith("t" * 13)
-    assert 0.58 < rows[12].count("g") / 60 * 37.7 / 30.2 < 0.66
+    # Bars are proportional: gen is ~62 % of a 30 s step; the longest (step 6, 37.7 s, 8.0 s of
+    # testing at its end) spans the width the pane leaves beside the step, seconds and note.
+    longest = len(rows[6])
+    assert longest == width - 26 - len("⚑ outlier: testing 8.0 s") > 60  # the note in full
+    assert rows[6].endswith("t" * round(longest * 8.0 / 37.7))
+    assert 0.58 < rows[12].count("g") / longest * 37.7 / 30.2 < 0.66
     assert "t" not in rows[5]
     step6 = next(line for line in text.splitlines() if line.strip().startswith("step 6 "))
     assert "⚑ outlier: testing 8.0 s" in step6

@@ -76,6 +76,9 @@ async def test_cells_are_not_cut_numbers_never(size) -> None:
     app = make_app(sized_store(), verdict=dataflow_bottleneck())
     async with app.run_test(size=size) as pilot:
         await started(app, pilot)
+        if not app.query_one("#host-table").display:  # folded into the host line: show it
+            await pilot.press("h")
+            await pilot.pause()
         for table_id, sync in (
             ("#gpu-table", app.throughput.gpu_sync),
             ("#host-table", app.throughput.host_sync),
@@ -139,13 +142,15 @@ async def test_dense_like_nvtop_one_row_per_gpu_wide_sparklines_and_gradients() 
         await started(app, pilot)
         table = app.query_one("#gpu-table", DataTable)
         assert table.row_count == 16 * 8  # one row per GPU
-        # 60 rows: header, tabs, findings, verl line, status and footer take 8; the host table
-        # a quarter of the pane; every other line is a GPU row.
-        assert table.size.height - 1 >= 36
-        spark = app.throughput.gpu_sync.widths()["spark"]
+        # 60 rows: header, tabs, findings, verl line, host line, status and footer take 9;
+        # the host table is folded into its line; every other line is a GPU row.
+        assert table.size.height - 1 >= 50
+        widths = app.throughput.gpu_sync.widths()
+        spark = widths["spark"]
         assert spark >= 60  # the History column takes the spare width...
+        assert sum(w + 2 for w in widths.values()) == app.throughput.table_width()
         row = app.throughput.gpu_rows["gpu000/0"]
-        assert len(row.cells[3].plain) == min(spark, 60)  # ...and the sparkline fills it
+        assert len(row.cells[3].plain) == spark  # ...and the sparkline its column
     palette = {"error": "#ff0000", "warning": "#ffff00", "success": "#00ff00"}
     assert gradient(0.0, ACTIVITY_STOPS, palette) == "#FF0000"
     assert gradient(90.0, ACTIVITY_STOPS, palette) == "#00FF00"

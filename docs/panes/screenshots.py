@@ -38,7 +38,11 @@ async def main() -> None:
         await pilot.press("d")
         await pilot.pause(0.5)
         (OUT / "findings.svg").write_text(app.export_screenshot(title="verl-top diagnosis (d)"))
-        await pilot.press("escape", "1", "tab", "tab", "enter")
+        await pilot.press("escape", "1")
+        await pilot.pause(0.5)
+        if app.throughput.hosts_expanded:  # shown because all fits: fold it, h shows it focused
+            await pilot.press("h")
+        await pilot.press("h", "enter")  # the host table, focused; Enter: node01, all GPUs
         await pilot.pause(1.0)
         (OUT / "node.svg").write_text(app.export_screenshot(title="verl-top node screen (Enter)"))
         await pilot.press("escape", "question_mark")

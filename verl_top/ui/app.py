@@ -83,6 +83,7 @@ class VerlTopApp(App):
         Binding("s", "snapshot", "Snapshot"),
         Binding("p", "probe", "Probe"),
         Binding("o", "sort", "Sort"),
+        Binding("h", "hosts", "Show / fold the host table", show=False),  # the host line says so
         Binding("O", "sort_reverse", "Reverse sort", key_display="O", show=False),
         Binding("space", "toggle_pause", "Pause"),
         Binding("n", "step_replay", "Step", show=False),
@@ -336,7 +337,7 @@ class VerlTopApp(App):
             if isinstance(self.screen, ProbeScreen):
                 return False  # the dialog's own keys (Esc / c) only, so a probe is not orphaned
             return True
-        if action in ("sort", "sort_reverse") and len(self.screen_stack) > 1:
+        if action in ("sort", "sort_reverse", "hosts") and len(self.screen_stack) > 1:
             return False
         if action in self.REPLAY_ACTIONS and self.inputs.replay is None:
             return False  # live: no Pause/Speed in the footer
@@ -378,9 +379,13 @@ class VerlTopApp(App):
             self.call_after_refresh(self.focus_main)
 
     def action_back(self) -> None:
-        """Esc on the panes: clear the host filter (screens above close themselves on Esc)."""
+        """Esc on the panes: hide a host table opened with h (from it), else clear the host
+        filter (screens above close themselves on Esc)."""
+        pane = self.throughput
         if len(self.screen_stack) > 1:
             self.pop_screen()
+        elif pane.hosts_shown and self.focused is pane.query_one("#host-table", DataTable):
+            self.action_hosts()
         elif self.host_filter:
             self.query_one(FilterBar).action_clear_filter()
             self.focus_main()
@@ -398,6 +403,21 @@ class VerlTopApp(App):
         """Key O: reverse the GPU table's sort."""
         self.show_step(1)
         self.throughput.reverse_sort()
+
+    def action_hosts(self) -> None:
+        """Key h: pane 1's host table in full (focused: Enter opens a host) or back to its
+        one-line summary, so the GPU table gets the rows."""
+        self.show_step(1)
+        pane = self.throughput
+        if not self.store.gpu_count():
+            self.notify("no GPU: the host table is the whole pane", markup=False)
+            return
+        shown = pane.query_one("#host-table", DataTable)
+        if pane.toggle_hosts():
+            shown.focus()
+            self.call_after_refresh(shown.focus)  # after show_step's own late focus
+        else:
+            self.focus_main()
 
     def open_node(self, host: str, gpu: int | None = None) -> None:
         """The node screen of ``host`` (plots start on ``gpu``, or all GPUs)."""

@@ -44,13 +44,18 @@ from verl_top.ui.widgets import (
     fmt_bytes_rate,
     fmt_num,
     gpu_total,
+    gradient,
     host_mem_total,
     host_state_style,
     missing,
-    sparkline,
+    window_spark,
 )
 from verl_top.untrusted import clean_text
 from verl_top.verl.parse import strip_ansi
+
+SPARK_MIN = 16  # cells of a host sparkline before the block's width is known (or when narrow)
+# Host CPU load on the theme gradient: green while there is headroom, red when saturated.
+CPU_STOPS = ((0.0, "success"), (60.0, "warning"), (90.0, "error"))
 
 # (key, title, what the plot shows): one plot each, 0-100 %.
 METRICS: tuple[tuple[str, str], ...] = (
@@ -198,7 +203,7 @@ def activity_source(h: HostEntry) -> str:
 
 
 def core_bars(per_core: Sequence[float], palette: dict[str, str]) -> Text:
-    """One block character per CPU core (height = busy %), coloured by load."""
+    """One block character per CPU core (height = busy %), on the theme's load gradient."""
     text = Text()
     last = len(SPARK_CHARS) - 1
     for v in per_core:
@@ -206,14 +211,7 @@ def core_bars(per_core: Sequence[float], palette: dict[str, str]) -> Text:
             text.append("·", style="dim")
             continue
         ch = SPARK_CHARS[min(last, max(0, int(v / 100.0 * last + 0.5)))]
-        style = (
-            palette.get("error", "red")
-            if v >= 90
-            else palette.get("warning", "yellow")
-            if v >= 60
-            else palette.get("success", "green")
-        )
-        text.append(ch, style=style)
+        text.append(ch, style=gradient(v, CPU_STOPS, palette))
     return text
 
 
@@ -282,24 +280,39 @@ def render_info(store: Store, h: HostEntry, palette: dict[str, str]) -> Text:
     return text
 
 
-def render_host(store: Store, h: HostEntry, palette: dict[str, str]) -> Text:
-    """CPU (total, iowait, load, per core), memory, network and disk rates, the agent's cost."""
+def render_host(store: Store, h: HostEntry, palette: dict[str, str], width: int = 0) -> Text:
+    """CPU (total, iowait, load, per core), memory, network and disk rates, the agent's cost.
+
+    The sparklines take the width the block has (``width``; 0: 16 cells), the CPU one coloured
+    cell by cell on the load gradient."""
     s = h.latest
     text = Text()
     text.append("Host\n", style="bold underline")
     if s is None:
         text.append("no host sample yet", style="italic")
         return text
-    since = store.window_start()
-    cpu_hist = h.history.recent_values("cpu_pct", since)
+    span = (store.window_start(), store.now)
+
+    def series(column: str) -> tuple[list[float], list[float]]:
+        times, values = h.history.recent_series(column, span[0])
+        return times, [v for v in values if v == v]  # v == v drops NaN (missing)
+
+    cpu_times, cpu_hist = series("cpu_pct")
+    cpu = fmt_num(s.cpu_pct, "{:.0f}", " %")
+    iowait = fmt_num(s.iowait_pct, "{:.1f}", " %")
+    load = fmt_num(s.load1, "{:.1f}")
     text.append("CPU ", style="dim")
-    text.append(fmt_num(s.cpu_pct, "{:.0f}", " %"), style="bold")
-    text.append(f" {sparkline(cpu_hist, 16)}", style=palette.get("accent", "cyan"))
+    text.append(cpu, style="bold")
+    # The sparkline takes what the line leaves beside its numbers.
+    rest = len(f"CPU {cpu} ") + len(f" · iowait {iowait} · load {load}")
+    cells = max(4, width - rest) if width > 0 else SPARK_MIN
+    text.append(" ")
+    text.append_text(window_spark(cpu_hist, cpu_times, span, cells, palette, CPU_STOPS))
     text.append(" · iowait ", style="dim")
     iowait_style = "bold " + palette.get("warning", "yellow") if (s.iowait_pct or 0) >= 5 else ""
-    text.append(fmt_num(s.iowait_pct, "{:.1f}", " %"), style=iowait_style)
+    text.append(iowait, style=iowait_style)
     text.append(" · load ", style="dim")
-    text.append(fmt_num(s.load1, "{:.1f}"))
+    text.append(load)
     if s.cpu_per_core:
         text.append(f"\n{len(s.cpu_per_core)} cores: ", style="dim")
         text.append_text(core_bars(s.cpu_per_core, palette))
@@ -322,13 +335,15 @@ def render_host(store: Store, h: HostEntry, palette: dict[str, str]) -> Text:
         ("Disk rd", "disk_read_bps", s.disk_read_bps),
         ("Disk wr", "disk_write_bps", s.disk_write_bps),
     ):
-        hist = h.history.recent_values(col, since)
+        times, hist = series(col)
         text.append(f"\n{label} ", style="dim")
         text.append(fmt_bytes_rate(value).rjust(10), style="bold")
         if hist:
-            text.append(
-                f" {sparkline(hist, 16, top=max(hist) or 1.0)}", style=palette.get("accent", "cyan")
-            )
+            cells = max(4, width - 19) if width > 0 else SPARK_MIN  # label + rate: 19
+            top = max(hist) or 1.0  # rates have no ceiling: scaled to the window's peak
+            text.append(" ")
+            accent = palette.get("accent", "cyan")
+            text.append_text(window_spark(hist, times, span, cells, style=accent, top=top))
     if s.agent_cpu_pct is not None or s.agent_rss_bytes is not None:
         text.append_text(cost_line(store, h))
     return text
@@ -672,7 +687,8 @@ class NodeScreen(Screen):
             self.query_one("#node-select").display = bool(h.gpus)
             self.query_one("#node-info", Static).update(render_info(store, h, palette))
             self._update_plots(store, h, palette)
-            self.query_one("#node-host", Static).update(render_host(store, h, palette))
+            block = self.query_one("#node-host", Static)
+            block.update(render_host(store, h, palette, block.content_region.width))
             rows, hidden = process_rows(h, store.ray_actors)
             if self.proc_sync is not None:
                 avail = self.query_one("#node-scroll").scrollable_content_region.width - 4

@@ -67,6 +67,8 @@ class VirtualRows:
     def window(self) -> range:
         """Display positions of the rows on screen, plus the margin, clipped to the rows."""
         table = self.table
+        if not table.display:
+            return range(0)  # a folded table (pane 1's hosts) builds nothing
         n = len(self.order)
         top = int(table.scroll_offset.y)
         height = table.size.height

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.cells import cell_len
 from rich.console import Group, RenderableType
-from rich.text import Text
+from rich.text import Span, Text
 from textual.color import Color
 from textual.widgets import DataTable, Static
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 DASH = "—"  # shown for a value the device or node does not provide (never 0)
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
+GAP_SHARE = 0.05  # a sparkline gap shorter than this share of its window is not shown
 STEP_NAMES = {
     1: "Throughput & GPU",
     2: "Communication",
@@ -133,11 +134,13 @@ def host_mem_total(h: HostEntry) -> float | None:
     return total or (h.hello.mem_total_bytes if h.hello else None)
 
 
-def sparkline(values: Sequence[float], width: int = 16, top: float = 100.0) -> str:
-    """A text sparkline of ``values`` (0..top, no NaN) in ``width`` cells; buckets take their mean."""
+def spark_cells(values: Sequence[float], width: int) -> list[float]:
+    """``values`` as exactly ``width`` cells: buckets take their mean when there are more
+    values than cells, a value spans several cells when there are fewer (the line fills the
+    width it is given)."""
     n = len(values)
-    if not n or top <= 0:
-        return ""
+    if not n or width <= 0:
+        return []
     if n > width:
         # Prefix sums: a wide sparkline (the History column takes the spare width) costs one
         # pass over the values, not one per cell.
@@ -146,16 +149,102 @@ def sparkline(values: Sequence[float], width: int = 16, top: float = 100.0) -> s
         for k in range(width):
             lo, hi = k * n // width, (k + 1) * n // width
             cells.append((sums[hi] - sums[lo]) / (hi - lo))
-    else:
-        cells = list(values)
+        return cells
+    return [values[k * n // width] for k in range(width)]
+
+
+def spark_level(value: float, top: float = 100.0) -> int:
+    """Index into ``SPARK_CHARS`` of ``value`` on a 0..top scale (clipped)."""
     last = len(SPARK_CHARS) - 1
-    scale = last / top
-    chars = SPARK_CHARS
-    out = []
-    for v in cells:
-        i = int(v * scale + 0.5)
-        out.append(chars[i] if 0 <= i <= last else chars[0 if i < 0 else last])
-    return "".join(out)
+    i = int(value * last / top + 0.5) if top > 0 else 0
+    return 0 if i < 0 else last if i > last else i
+
+
+def sparkline(values: Sequence[float], width: int = 16, top: float = 100.0) -> str:
+    """A text sparkline of ``values`` (0..top, no NaN) filling ``width`` cells."""
+    if top <= 0:
+        return ""
+    return "".join(SPARK_CHARS[spark_level(v, top)] for v in spark_cells(values, width))
+
+
+def spark_text(
+    values: Sequence[float],
+    width: int,
+    stops: Sequence[tuple[float, str]],
+    palette: dict[str, str] | None = None,
+    top: float = 100.0,
+    cache: dict[tuple[int, int], str] | None = None,
+    left: int = 0,
+    total: int = 0,
+) -> Text:
+    """A sparkline whose every cell has its own colour on the gradient ``stops`` (0-100 scale;
+    a dip shows red inside a green row, as in btop), after ``left`` blank cells and padded to
+    ``total``. Cells of one level share one colour, so a row costs at most 8 colour blends
+    (``cache``: kept across rows, keyed by scale and level); one span per run of a level."""
+    colours = {} if cache is None else cache
+    last = len(SPARK_CHARS) - 1
+    scale = last / top if top > 0 else 0.0
+    levels = [min(last, max(0, int(v * scale + 0.5))) for v in spark_cells(values, width)]
+    line = " " * left + "".join([SPARK_CHARS[k] for k in levels])
+    palette_of = [_level_colour(k, stops, palette, colours) for k in range(last + 1)]
+    spans = []
+    start, prev = 0, -1
+    for i, level in enumerate(levels):
+        if level != prev:
+            if prev >= 0:
+                spans.append(Span(left + start, left + i, palette_of[prev]))
+            start, prev = i, level
+    if prev >= 0:
+        spans.append(Span(left + start, left + len(levels), palette_of[prev]))
+    return Text(line.ljust(total), spans=spans, no_wrap=True)
+
+
+def window_spark(
+    values: Sequence[float],
+    times: Sequence[float],
+    span: tuple[float, float],
+    width: int,
+    palette: dict[str, str] | None = None,
+    stops: Sequence[tuple[float, str]] | None = None,
+    style: str = "",
+    top: float = 100.0,
+    cache: dict[tuple[int, int], str] | None = None,
+) -> Text:
+    """A sparkline of a time window ``span`` (start, end) in ``width`` cells: the values (their
+    sample ``times``, NaN left out of ``values``) fill the whole width when they cover the
+    window; time the window holds no data for (a GPU seen only lately, a host down since)
+    stays blank, since not seen is not 0. With ``stops`` each cell has its gradient colour,
+    else the line has ``style``."""
+    start, end = span
+    if not values or not times or width <= 0:
+        return Text("")
+    window = max(end - start, 1e-9)
+
+    def gap(seconds: float) -> int:  # gaps under GAP_SHARE of the window are sampling jitter
+        share = seconds / window
+        return 0 if share < GAP_SHARE else min(width, round(width * share))
+
+    left, right = gap(times[0] - start), gap(end - times[-1])
+    cells = max(1, width - left - right)
+    left = min(left, width - cells)
+    if stops is not None:
+        return spark_text(values, cells, stops, palette, top, cache, left, width)
+    line = (" " * left + sparkline(values, cells, top)).ljust(width)
+    return Text(line, spans=[Span(left, left + cells, style)] if style else [], no_wrap=True)
+
+
+def _level_colour(
+    level: int,
+    stops: Sequence[tuple[float, str]],
+    palette: dict[str, str] | None,
+    cache: dict[tuple[int, int], str],
+) -> str:
+    key = (id(stops), -1 - level)  # negative: apart from the per-value colours of the rows
+    colour = cache.get(key)
+    if colour is None:
+        value = level * 100.0 / (len(SPARK_CHARS) - 1)
+        colour = cache[key] = gradient(value, stops, palette)
+    return colour
 
 
 def severity_class(severity: float | None) -> str:
@@ -249,20 +338,46 @@ def render_finding(finding: Any, theme_vars: dict[str, str] | None = None) -> Te
     return text
 
 
+def render_finding_line(finding: Any, more: int, theme_vars: dict[str, str] | None = None) -> Text:
+    """A finding on one line (a dense pane): title, how many more, the first evidence and the
+    advice; what does not fit ends in ``…`` (``d`` shows every finding in full)."""
+    tv = theme_vars or {}
+    level = severity_class(getattr(finding, "severity", None))
+    colour = tv.get(level if level != "info" else "accent", severity_style(finding.severity))
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append("● ", style=colour)
+    text.append(clean_text(getattr(finding, "title", "")), style=f"bold {colour}")
+    if more:
+        text.append(f" (+{more} more, d: all)", style="bold")
+    evidence = list(getattr(finding, "evidence", []) or [])
+    if evidence:
+        text.append(" · " + clean_text(evidence[0]))  # evidence quotes foreign values
+    advice = getattr(finding, "advice", "")
+    if advice:
+        text.append(" → ", style=colour)
+        text.append(clean_text(advice), style="italic")
+    text.append(f"  [{getattr(finding, 'rule', '')}]", style="dim")
+    return text
+
+
 def render_step_findings(
-    verdict: Any, step: int, theme_vars: dict[str, str] | None = None
+    verdict: Any, step: int, theme_vars: dict[str, str] | None = None, compact: bool = False
 ) -> RenderableType:
-    """The findings block at the top of a pane."""
+    """The findings block at the top of a pane (``compact``: the worst one on one line)."""
     if verdict is None:
         return Text("reading: no diagnosis yet", style="dim")
     findings = step_findings(verdict, step)
     checks = step_checks(verdict, step)
+    if findings and compact:
+        return render_finding_line(findings[0], len(findings) - 1, theme_vars)
     if not findings:
         passed = sum(1 for c in checks if getattr(c, "status", "") == "passed")
         no_data = [c for c in checks if getattr(c, "status", "") == "no_data"]
         msg = Text(f"No finding for step {step}", style="bold")
         msg.append(f" ({passed} checks passed, {len(no_data)} without data", style="dim")
         msg.append("; press d for details)" if checks else ")", style="dim")
+        if compact:
+            msg.no_wrap, msg.overflow = True, "ellipsis"
         return msg
     return Group(*(render_finding(f, theme_vars) for f in findings))
 
@@ -274,9 +389,10 @@ class FindingsBox(Static):
     FindingsBox { height: auto; max-height: 12; padding: 0 1; }
     """
 
-    def __init__(self, step: int, **kwargs: Any) -> None:
+    def __init__(self, step: int, compact: bool = False, **kwargs: Any) -> None:
         super().__init__("", **kwargs)
         self.step = step
+        self.compact = compact  # one line: the worst finding and how many more (pane 1)
         self._verdict_id: int | None = -1
 
     def show(self, verdict: Any, theme_vars: dict[str, str] | None = None) -> None:
@@ -289,7 +405,7 @@ class FindingsBox(Static):
         worst = max((float(f.severity) for f in findings), default=None)
         for level in ("error", "warning", "info"):
             self.set_class(worst is not None and severity_class(worst) == level, f"-{level}")
-        self.update(render_step_findings(verdict, self.step, theme_vars))
+        self.update(render_step_findings(verdict, self.step, theme_vars, self.compact))
 
 
 CELL_PAD = 2  # DataTable's cell padding: one column each side

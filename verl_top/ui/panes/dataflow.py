@@ -86,8 +86,9 @@ MISSING_VERL = (
     "no verl log: give --verl-log PATH (the driver's console log or the file logger's JSONL)"
 )
 LAST_STEPS = 12
-BAR_WIDTH = 60
-NOTE_WIDTH = 16  # the outlier mark beside a bar ("⚑ outlier: test…")
+BAR_WIDTH = 60  # the longest bar before the pane's width is known
+NOTE_WIDTH = 16  # the outlier mark beside a bar at least ("⚑ outlier: test…")
+NOTE_MAX = 40  # and at most: the outlier line under the legend names each outlier in full
 STRIP_WIDTH = 64
 TREND_STEPS = 3
 FLAT_PCT = 5.0  # |trend| below this shows →
@@ -160,6 +161,32 @@ def wall(view: StepView) -> float:
     return view.step_time or 0.0
 
 
+def outlier_note(view: StepView) -> str:
+    """The mark beside an outlier step's bar ("⚑ outlier: testing 8.0 s"), else ""."""
+    if not view.is_outlier:
+        return ""
+    extras = ", ".join(
+        f"{name} {view.stage_times[name]:.1f} s"
+        for name in ("testing", "save_checkpoint")
+        if name in view.stage_times
+    )
+    return f"⚑ outlier: {extras}"
+
+
+def bar_widths(width: int, views: Sequence[StepView]) -> tuple[int, int]:
+    """Cells of the longest bar and of the outlier note in a pane ``width`` wide, beside
+    "step N" and the seconds: the bar first up to BAR_WIDTH (the note at least NOTE_WIDTH),
+    then the note up to its longest text (NOTE_MAX at most; none without outliers), then the
+    bar all the rest."""
+    if width <= 0:
+        return BAR_WIDTH, 80
+    avail = width - 26
+    needed = min(NOTE_MAX, max((len(outlier_note(v)) for v in views), default=0))
+    note = min(needed, max(NOTE_WIDTH if needed else 0, avail - BAR_WIDTH))
+    bar = max(10, avail - note)
+    return bar, max(NOTE_WIDTH, avail - bar)
+
+
 def bars_block(
     views: Sequence[StepView], bar_width: int = BAR_WIDTH, note_width: int = 80
 ) -> RenderableType:
@@ -173,14 +200,7 @@ def bars_block(
     # The outlier line under the legend names each outlier step in full: here a short mark.
     table.add_column("note", no_wrap=True, overflow="ellipsis", max_width=note_width)
     for v in views:
-        note = Text()
-        if v.is_outlier:
-            extras = ", ".join(
-                f"{name} {v.stage_times[name]:.1f} s"
-                for name in ("testing", "save_checkpoint")
-                if name in v.stage_times
-            )
-            note.append(f"⚑ outlier: {extras}", style="bold yellow")
+        note = Text(outlier_note(v), style="bold yellow")
         shown = wall(v)
         add_plain_row(
             table,
@@ -500,15 +520,13 @@ class DataflowPane(Pane):
 
     def update_content(self, store: Store, verdict: Any) -> None:
         width = self.scrollable_content_region.width
-        # The longest bar leaves room for "step N", the seconds and a short outlier note.
-        bar = max(10, min(BAR_WIDTH, width - 26 - NOTE_WIDTH)) if width > 0 else BAR_WIDTH
-        note = max(NOTE_WIDTH, width - 26 - bar)
-        self.query_one("#flow-body", Static).update(self.body(store, bar, note))
+        self.query_one("#flow-body", Static).update(self.body(store, width=width))
 
     def body(
-        self, store: Store, bar_width: int = BAR_WIDTH, note_width: int = 80
+        self, store: Store, bar_width: int = BAR_WIDTH, note_width: int = 80, width: int = 0
     ) -> RenderableType:
-        """Everything below the findings."""
+        """Everything below the findings (``width``: the bars take what it leaves, else
+        ``bar_width`` and ``note_width``)."""
         servers = rollout_table(store)
         if not store.steps:
             counts = parse_line(store)
@@ -521,6 +539,8 @@ class DataflowPane(Pane):
             return head if servers is None else Group(head, Text(""), servers)
         views = self._views.views(store)
         shown = views[-LAST_STEPS:]
+        if width > 0:
+            bar_width, note_width = bar_widths(width, shown)
         used = list(dict.fromkeys(n for v in shown for n, _ in segments(v) if n))
         parts: list[RenderableType] = [
             Text(

@@ -44,7 +44,7 @@ from verl_top.ui.widgets import (
     host_mem_total,
     host_state_style,
     missing,
-    sparkline,
+    window_spark,
 )
 from verl_top.untrusted import clean_text
 
@@ -54,7 +54,7 @@ GPU_COLUMNS: tuple[Column, ...] = (
     Column("host", "Host", 6, 10, "text", 32),
     Column("gpu", "GPU", 3, 10),
     Column("act", "Act(win)", 8, 9),
-    Column("spark", "History", 8, 4, "flex", 60),
+    Column("spark", "History", 8, 4, "flex"),  # takes all the spare width
     Column("nvml", "NVML%", 5, 5),
     Column("sm", "SM%", 4, 7),
     Column("tensor", "Tensor%", 7, 3),
@@ -98,6 +98,8 @@ SORT_BY_COLUMN = {
     "throttle": "throttle",
 }
 SPARK_WIDTH = 16  # until the first layout gives the History column its width
+HOST_LINE_NAMES = 3  # hosts that are not up named on the host line (the table has them all)
+IOWAIT_WARN = 10.0  # % iowait shown in the warning colour on the host line
 
 
 @dataclass
@@ -139,7 +141,9 @@ def build_gpu_row(
     """Cells of one GPU row from its latest sample and its window history."""
     s = g.latest
     live = h.state not in DEAD_STATES
-    acts = g.history.recent_values("activity", store.window_start())
+    since = store.window_start()
+    times, col = g.history.recent_series("activity", since)
+    acts = [v for v in col if v == v]  # v == v drops NaN (missing)
     act = mean(acts)
     idle = act is not None and act < IDLE_THRESHOLD
     grey = "dim" if live else palette.get("muted", "grey50")
@@ -194,7 +198,16 @@ def build_gpu_row(
         ellipsis_cell(Text(clean_text(h.name), style=grey if not live else "")),
         Text(str(g.index), justify="right"),
         act_cell,
-        Text(sparkline(acts, spark_width), style=colour),
+        window_spark(
+            acts,
+            times,
+            (since, store.now),
+            spark_width,
+            palette,
+            stops=ACTIVITY_STOPS if live else None,
+            style=grey,
+            cache=cache,
+        ),
         cell(fmt_num(None if s is None else s.util_gpu), W["nvml"]),
         cell(fmt_num(None if s is None else s.sm_util), W["sm"]),
         cell(fmt_num(None if s is None else s.tensor_util), W["tensor"]),
@@ -287,14 +300,16 @@ def _reason_cell(store: Store, h: HostEntry, live: bool, palette: dict[str, str]
     return text
 
 
-def verl_summary(store: Store) -> Text:
+def verl_summary(store: Store, width: int = 0) -> Text:
     """The verl line (tokens/s per GPU and total, step time, MFU) and the stage strip.
 
     Numbers come from ``StepView``: tokens/s/GPU is derived from total tokens when verl did not
     log ``perf/throughput``, and total tokens/s uses the step time without validation/checkpoint.
-    The second line shows which verl stage ran when over the history window (pane 3's letters).
+    The second line shows which verl stage ran when over the history window (pane 3's letters),
+    as wide as ``width`` leaves beside its legend (0: the default width). Each line stays one
+    line: what does not fit ends in ``…``.
     """
-    from verl_top.ui.panes.dataflow import STAGE_STYLE, stage_strip  # pane 3 owns the letters
+    from verl_top.ui.panes.dataflow import STAGE_STYLE, STRIP_WIDTH, stage_strip
     from verl_top.verl.stages import StepView, fmt_mfu
 
     if not store.steps:
@@ -302,7 +317,7 @@ def verl_summary(store: Store) -> Text:
     last = store.steps[-1]
     view = StepView.from_step(last, store.config)
     step_s = view.step_time_core if view.step_time_core is not None else view.step_time
-    text = Text("verl ", style="bold")
+    text = Text("verl ", style="bold", no_wrap=True, overflow="ellipsis")
     text.append(f"step {last.step}")
     tput_label = "tokens/s/GPU" + (
         f" ({view.throughput_source})"
@@ -323,16 +338,28 @@ def verl_summary(store: Store) -> Text:
     text.append(f" · {len(store.steps)} steps seen", style="dim")
     since = store.window_start()
     strip = stage_strip(store.steps, since, store.now)
-    if strip is not None:
-        text.append(f"\nstages, last {store.now - since:.0f} s ", style="dim")
-        text.append("│", style="dim")
-        text.append_text(strip)
-        text.append("│ ", style="dim")
-        seen = strip_stages(strip, STAGE_STYLE)
-        for name, (letter, colour) in STAGE_STYLE.items():
-            if name in seen:
-                text.append(letter, style=f"black on {colour}")
-                text.append(f" {name}  ", style="dim")
+    if strip is None:
+        return text
+    head = Text(f"stages, last {store.now - since:.0f} s ", style="dim")
+    legend = Text()
+    seen = strip_stages(strip, STAGE_STYLE)
+    for name, (letter, colour) in STAGE_STYLE.items():
+        if name in seen:
+            legend.append(letter, style=f"black on {colour}")
+            legend.append(f" {name}  ", style="dim")
+    legend.rstrip()
+    # The strip takes the width its line leaves beside its legend (like the History
+    # sparklines), never less than 20 cells: on a narrow terminal the legend ends in "…".
+    cells = width - head.cell_len - 3 - legend.cell_len if width > 0 else STRIP_WIDTH
+    cells = max(20, cells)
+    if cells != STRIP_WIDTH:
+        strip = stage_strip(store.steps, since, store.now, cells) or strip
+    text.append("\n")
+    text.append_text(head)
+    text.append("│", style="dim")
+    text.append_text(strip)
+    text.append("│ ", style="dim")
+    text.append_text(legend)
     return text
 
 
@@ -340,6 +367,55 @@ def strip_stages(strip: Text, styles: dict[str, tuple[str, str]]) -> set[str]:
     """Stage names whose letter appears in a stage strip (for its legend)."""
     letters = set(strip.plain)
     return {name for name, (letter, _) in styles.items() if letter in letters}
+
+
+def host_line(store: Store, names: Sequence[str], expanded: bool, palette: dict[str, str]) -> Text:
+    """The host table in one line, for when the GPUs need the rows: hosts per state, the
+    hosts that are not up and why, refused input, the busiest CPU / iowait, and the key."""
+    warn, err = palette.get("warning", "yellow"), palette.get("error", "red")
+    counts: dict[str, int] = {}
+    for name in names:
+        state = store.hosts[name].state
+        counts[state] = counts.get(state, 0) + 1
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append(f"{len(names)} hosts", style="bold")
+    for state, n in sorted(counts.items(), key=lambda kv: (kv[0] != "up", kv[0])):
+        style = host_state_style(state, palette)
+        text.append(" · ")
+        text.append(f"{n} {clean_text(state)}", style=style if state == "up" else f"bold {style}")
+    bad = [n for n in names if store.hosts[n].state not in ("up", "no_gpu")]
+    for name in bad[:HOST_LINE_NAMES]:
+        h = store.hosts[name]
+        reason = f": {clean_text(h.reason)}" if h.reason else ""
+        style = host_state_style(h.state, palette)
+        text.append(f" · {clean_text(name)} {clean_text(h.state)}{reason}", style=style)
+    if len(bad) > HOST_LINE_NAMES:
+        text.append(f" · +{len(bad) - HOST_LINE_NAMES} more not up", style=err)
+    dropped = {n: store.dropped(n) for n in names}
+    refused = sum(dropped.values())
+    if refused:
+        worst = max(dropped, key=lambda n: dropped[n])
+        text.append(f" · {refused} refused ({clean_text(worst)} {dropped[worst]})", style=warn)
+    cpu = _busiest(store, names, "cpu_pct")
+    iowait = _busiest(store, names, "iowait_pct")
+    if cpu is not None:
+        text.append(f" · CPU max {cpu[1]:.0f}% ({clean_text(cpu[0])})", style="dim")
+    if iowait is not None:
+        style = warn if iowait[1] >= IOWAIT_WARN else "dim"
+        text.append(f" · iowait max {iowait[1]:.1f}% ({clean_text(iowait[0])})", style=style)
+    text.append(" · h: hide host table" if expanded else " · h: host table", style="dim")
+    return text
+
+
+def _busiest(store: Store, names: Sequence[str], field: str) -> tuple[str, float] | None:
+    """The live host with the highest latest ``field`` of its host sample, and that value."""
+    best: tuple[str, float] | None = None
+    for name in names:
+        h = store.hosts[name]
+        value = None if h.latest is None or h.state in DEAD_STATES else getattr(h.latest, field)
+        if not missing(value) and (best is None or value > best[1]):
+            best = (name, float(value))
+    return best
 
 
 class LazyRows(Mapping[str, GpuRow]):
@@ -368,6 +444,10 @@ class ThroughputPane(Pane):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.findings.compact = True  # one line: the GPU table gets the rows (d: all findings)
+        # The host table: None = shown when it and every GPU row fit, else one line (h: toggle).
+        self.hosts_shown: bool | None = None
+        self.hosts_expanded = True  # what the last refresh decided
         self.sort_key = "host"
         self.sort_reverse = False
         self._row_cache: dict[str, tuple[tuple[Any, ...], GpuRow]] = {}
@@ -383,6 +463,7 @@ class ThroughputPane(Pane):
     def compose(self) -> ComposeResult:
         yield self.findings
         yield Static("", id="verl-summary", classes="summary")
+        yield Static("", id="host-line", classes="status")
         yield DataTable(id="host-table", cursor_type="row", zebra_stripes=False, classes="hosts")
         yield Static("", id="gpu-status", classes="status")
         yield DataTable(id="gpu-table", cursor_type="row", zebra_stripes=True, classes="gpus")
@@ -449,7 +530,8 @@ class ThroughputPane(Pane):
             self._palette_key = pkey
             self._row_cache.clear()
             self._colours.clear()
-        self.query_one("#verl-summary", Static).update(verl_summary(store))
+        verl = verl_summary(store, self.table_width())
+        self.query_one("#verl-summary", Static).update(verl)
         # Sorting and counting read the shared per-tick summary of every GPU; the row cells are
         # built, measured for the column fit and written only for the rows on screen
         # (VirtualRows), so off-screen GPUs cost little.
@@ -482,6 +564,8 @@ class ThroughputPane(Pane):
 
         order = self._sorted_keys(keys, summary)
         width = self.table_width()
+        no_gpu = not store.gpu_count()
+        self._show_hosts(store, host_keys, len(keys), verl, no_gpu, palette)
         with self.app.batch_update():
             self.host_sync.fit(width, [host_cells(n) for n in self.host_sync.window_of(host_keys)])
             self.host_sync.sync(host_keys, lambda n: (clean_text(n),), host_cells)
@@ -495,11 +579,46 @@ class ThroughputPane(Pane):
         self._update_status(len(keys), summary)
         # No GPU anywhere (and no filter hiding them): the banner says so once; the empty GPU
         # table and its status line give their space to the host table.
-        no_gpu = not store.gpu_count()
         self.query_one("#gpu-status", Static).display = not no_gpu
         self.query_one("#gpu-table", DataTable).display = not no_gpu
-        self.query_one("#host-table", DataTable).set_class(no_gpu, "-alone")
         self._focus_hosts_without_gpus()
+
+    def _show_hosts(
+        self,
+        store: Store,
+        host_keys: list[str],
+        gpu_rows: int,
+        verl: Text,
+        no_gpu: bool,
+        palette: dict[str, str],
+    ) -> None:
+        """Show the host table, or only its one-line summary when the GPUs need the rows.
+
+        Like nvtop, the GPU table gets every row the fixed lines leave: the host table is
+        shown in full when it and every GPU row fit (or with no GPU: it is the main table),
+        else it collapses to the host line; ``h`` overrides either way.
+        """
+        chrome = 1 + len(verl.plain.split("\n")) + 1 + 1  # findings, verl lines, 2 status
+        fits = len(host_keys) + 1 + gpu_rows + 1 <= self.size.height - chrome
+        expanded = no_gpu or (self.hosts_shown if self.hosts_shown is not None else fits)
+        self.hosts_expanded = expanded
+        table = self.query_one("#host-table", DataTable)
+        table.display = expanded
+        table.set_class(no_gpu, "-alone")
+        table.set_class(fits and self.hosts_shown is None, "-all")  # all fit: no 25 % cap
+        line = self.query_one("#host-line", Static)
+        line.display = not no_gpu  # with no GPU the host table is the pane
+        if not no_gpu:
+            line.update(host_line(store, host_keys, expanded, palette))
+        if not expanded and self.app.focused is table:
+            self.query_one("#gpu-table", DataTable).focus()
+
+    def toggle_hosts(self) -> bool:
+        """Key h: show or hide the host table (its one-line summary stays); True when shown."""
+        self.hosts_shown = not self.hosts_expanded
+        self.force_next()
+        self._redraw()
+        return self.hosts_shown
 
     def summary(self, store: Store) -> StoreSummary:
         """The per-tick summary the app shares between panes (the pane's own without an app)."""
@@ -579,19 +698,18 @@ class ThroughputPane(Pane):
             mine = [summary.gpus[k] for k in self.gpu_rows]
             idle = sum(1 for g in mine if g.idle)
             throttled = sum(1 for g in mine if g.throttled and g.live)
-        text = Text()
-        text.append(self.sort_label(), style="bold")
-        text.append(" (o/O: sort · Enter: node)", style="dim")
-        text.append(f" · {shown} GPUs")
+        # The counts first: on a narrow terminal the line ends in … and the keys go first.
+        warn = self.palette().get("warning", "yellow")
+        text = Text(f"{shown} GPUs")
         if idle:
-            text.append(
-                f" · {idle} idle (<{IDLE_THRESHOLD:.0f}% over the window)",
-                style=self.palette().get("warning", "yellow"),
-            )
+            text.append(f" · {idle} idle (<{IDLE_THRESHOLD:.0f}% over the window)", style=warn)
         else:
             text.append(" · none idle", style="dim")
         if throttled:
-            text.append(f" · {throttled} throttled", style=self.palette().get("warning", "yellow"))
+            text.append(f" · {throttled} throttled", style=warn)
+        text.append(" · ")
+        text.append(self.sort_label(), style="bold")
+        text.append(" (o/O: sort · Enter: node)", style="dim")
         self.query_one("#gpu-status", Static).update(text)
 
     def ordered_row_keys(self) -> list[str]:
