@@ -203,3 +203,30 @@ async def test_dataflow_bars_take_the_pane_width() -> None:
         bars = [line for line in console_lines if line.lstrip().startswith("step ")]
         longest = max(len(word) for line in bars for word in line.split())  # the bar
         assert longest > 120  # was at most 60 cells whatever the width
+
+
+async def test_gpus_that_arrive_after_start_get_their_cells() -> None:
+    """Live use: the store starts empty (no GPU: the GPU table is hidden), then the first
+    samples arrive. Their rows must be built, not left as host/index placeholders (a hidden
+    table builds no rows, so it has to be shown before the rows are synced)."""
+    from ui_data import load_trace, trace_sample
+
+    from verl_top.store import Store, StoreLimits
+
+    rows = load_trace()[:20]
+    end = T0 + len(rows)
+    store = Store(StoreLimits(window_s=300.0, points=600), wall_clock=lambda: end)
+    app = make_app(store)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await started(app, pilot)
+        table = app.query_one("#gpu-table", DataTable)
+        assert not table.display  # no GPU yet
+        for k, row in enumerate(rows):
+            for i in range(4):
+                store.ingest(trace_sample(row, "late", i, T0 + k, gpm=True), received=T0 + k)
+        await started(app, pilot)
+        assert table.display and table.row_count == 4
+        for r in range(4):
+            cells = [str(c) for c in table.get_row_at(r)]
+            filled = [c for c in cells[2:] if c.strip()]
+            assert len(filled) >= 5, cells  # Act, History, NVML%, Mem, Power ... not blank

@@ -566,6 +566,11 @@ class ThroughputPane(Pane):
         width = self.table_width()
         no_gpu = not store.gpu_count()
         self._show_hosts(store, host_keys, len(keys), verl, no_gpu, palette)
+        # No GPU anywhere (and no filter hiding them): the banner says so once; the empty GPU
+        # table and its status line give their space to the host table. Set before the sync:
+        # a hidden table builds no rows, so the first GPUs to arrive must find it shown.
+        self.query_one("#gpu-status", Static).display = not no_gpu
+        self.query_one("#gpu-table", DataTable).display = not no_gpu
         with self.app.batch_update():
             self.host_sync.fit(width, [host_cells(n) for n in self.host_sync.window_of(host_keys)])
             self.host_sync.sync(host_keys, lambda n: (clean_text(n),), host_cells)
@@ -577,10 +582,6 @@ class ThroughputPane(Pane):
                 self._refit()
             self.gpu_sync.sync(order, self._gpu_ident, lambda k: self.gpu_rows[k].cells)
         self._update_status(len(keys), summary)
-        # No GPU anywhere (and no filter hiding them): the banner says so once; the empty GPU
-        # table and its status line give their space to the host table.
-        self.query_one("#gpu-status", Static).display = not no_gpu
-        self.query_one("#gpu-table", DataTable).display = not no_gpu
         self._focus_hosts_without_gpus()
 
     def _show_hosts(
