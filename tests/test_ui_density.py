@@ -230,3 +230,29 @@ async def test_gpus_that_arrive_after_start_get_their_cells() -> None:
             cells = [str(c) for c in table.get_row_at(r)]
             filled = [c for c in cells[2:] if c.strip()]
             assert len(filled) >= 5, cells  # Act, History, NVML%, Mem, Power ... not blank
+
+
+async def test_sort_keys_only_in_the_footer_when_there_are_gpus() -> None:
+    """o / O order the GPU table: with no GPU they leave the footer (and do nothing); the first
+    GPU brings them back."""
+    from textual.widgets import Footer
+    from ui_data import load_trace, trace_sample
+
+    from verl_top.store import Store, StoreLimits
+
+    rows = load_trace()[:5]
+    store = Store(StoreLimits(window_s=300.0, points=600), wall_clock=lambda: T0 + 5)
+    app = make_app(store)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await started(app, pilot)
+
+        def footer_text() -> str:
+            footer = app.screen.query_one(Footer)
+            return " ".join(str(k.render()) for k in footer.query("FooterKey"))
+
+        assert "Sort" not in footer_text() and not app.check_action("sort", ())
+        for k, row in enumerate(rows):
+            store.ingest(trace_sample(row, "late", 0, T0 + k, gpm=True), received=T0 + k)
+        await started(app, pilot)
+        await pilot.pause()
+        assert "Sort" in footer_text() and app.check_action("sort", ())

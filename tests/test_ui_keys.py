@@ -26,38 +26,49 @@ SIZE = (120, 40)
 Opener = Callable[[VerlTopApp, Any], Awaitable[None]]
 
 
+async def until(pilot: Any, cond: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Let the app process messages until ``cond()`` holds (or ``timeout`` s pass): closing a
+    screen and switching the pane take a few message rounds, more on a loaded machine, and the
+    caller's assertion then says what did not happen."""
+    waited = 0.0
+    await pilot.pause()
+    while not cond() and waited < timeout:
+        await pilot.pause(0.05)
+        waited += 0.05
+
+
 async def on_table(app: VerlTopApp, pilot: Any) -> None:
     """The panes, with the GPU table focused (as at start)."""
     await pilot.press("1")
-    await pilot.pause()
+    await until(pilot, lambda: len(app.screen_stack) == 1 and app.visible_step() == 1)
     assert isinstance(app.focused, DataTable) and app.focused.id == "gpu-table"
 
 
 async def on_node(app: VerlTopApp, pilot: Any) -> None:
     await on_table(app, pilot)
     await pilot.press("enter")
-    await pilot.pause()
+    await until(pilot, lambda: isinstance(app.screen, NodeScreen))
     assert isinstance(app.screen, NodeScreen)
 
 
 async def on_findings(app: VerlTopApp, pilot: Any) -> None:
     await on_table(app, pilot)
     await pilot.press("d")
-    await pilot.pause()
+    await until(pilot, lambda: isinstance(app.screen, FindingsScreen))
     assert isinstance(app.screen, FindingsScreen)
 
 
 async def on_help(app: VerlTopApp, pilot: Any) -> None:
     await on_node(app, pilot)  # help over the node screen: the deepest stack
     await pilot.press("question_mark")
-    await pilot.pause()
+    await until(pilot, lambda: isinstance(app.screen, HelpScreen))
     assert isinstance(app.screen, HelpScreen)
 
 
 async def after_esc_from_node(app: VerlTopApp, pilot: Any) -> None:
     await on_node(app, pilot)
     await pilot.press("escape")
-    await pilot.pause()
+    await until(pilot, lambda: len(app.screen_stack) == 1)
     assert len(app.screen_stack) == 1
 
 
@@ -78,7 +89,14 @@ async def test_global_keys_work_from_every_screen() -> None:
             for step in (5, 2, 4, 3, 1):
                 await opener(app, pilot)
                 await pilot.press(str(step))
-                await pilot.pause()
+                await until(
+                    pilot,
+                    lambda step=step: (
+                        len(app.screen_stack) == 1
+                        and app.visible_step() == step
+                        and app.focused is app.main_widget(step)
+                    ),
+                )
                 assert len(app.screen_stack) == 1, (name, step)
                 assert app.visible_step() == step, (name, step)
                 assert app.focused is app.main_widget(step), (name, step)

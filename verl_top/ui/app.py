@@ -125,6 +125,7 @@ class VerlTopApp(App):
         self._replay_t0: float | None = None
         self._notes_seen = 0
         self._engine_failed = False
+        self._had_gpus: bool | None = None  # the footer shows o Sort only with GPUs
         self._palette: dict[str, str] | None = None
         self._header: VerlTopHeader | None = None
         self._tabs: TabbedContent | None = None
@@ -258,6 +259,10 @@ class VerlTopApp(App):
                     )
             cost = time.monotonic() - started
             self._engine_next = started + self._diagnosis_period(cost)
+        has_gpus = bool(store.gpu_count())
+        if has_gpus != self._had_gpus:  # the footer's GPU-table keys come or go
+            self._had_gpus = has_gpus
+            self.refresh_bindings()
         replay = self.inputs.replay
         if replay is not None and self._replay_t0 is None and replay.position:
             self._replay_t0 = replay.position
@@ -339,6 +344,8 @@ class VerlTopApp(App):
             return True
         if action in ("sort", "sort_reverse", "hosts") and len(self.screen_stack) > 1:
             return False
+        if action in ("sort", "sort_reverse") and not self.store.gpu_count():
+            return False  # they order the GPU table: with no GPU, not in the footer
         if action in self.REPLAY_ACTIONS and self.inputs.replay is None:
             return False  # live: no Pause/Speed in the footer
         return True
