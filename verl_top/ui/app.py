@@ -374,6 +374,12 @@ class VerlTopApp(App):
 
     async def action_show_tab(self, step: int) -> None:
         """Keys 1-5: show a step's pane (from any screen) with its table focused."""
+        if len(self.screen_stack) > 1 and self._tabs is not None:
+            # A closed screen gives the focus back to what had it below (a table in the pane
+            # shown then), and focusing a widget in a tab makes that tab active: so the pane
+            # below is switched, and its focus set, before the screens close.
+            self._tabs.active = f"pane-{step}"
+            self.screen_stack[0].set_focus(self.main_widget(step), scroll_visible=False)
         await self._to_main()
         self.show_step(step)
 
