@@ -227,3 +227,23 @@ def test_stream_parser_dedupes_watchdog_repeats() -> None:
     out = p.feed([WATCHDOG, again], 1.0)
     events = [r for r in out if isinstance(r, LogEvent)]
     assert len(events) == 1 and events[0].host == "h" and events[0].path == "f"
+
+
+def test_hostile_text_in_nccl_output_is_cleaned_where_it_enters() -> None:
+    """Host and GPU names, errors and WARN events read from nccl-tests output reach the screen
+    and exports: escapes, controls and bidi overrides never get through the parser."""
+    from verl_top.nccl.parse import classify_event, parse_nccl_tests
+
+    evil = "\x1b]0;pwned\x07\u202e\x1b[2J"
+    text = (
+        "# nThread 1 nGpus 1 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 1 iters: 1\n"
+        f"#  Rank  0 Group  0 Pid    1 on node{evil}a device  0 [0x01] NVIDIA{evil} H200\n"
+        f"#  Rank  0 Group  0 Pid    2 on node{evil}b device  0 [0x01] NVIDIA H200\n"
+    )
+    res = parse_nccl_tests(text, "all_reduce")
+    seen = [d.host for d in res.devices] + [d.name for d in res.devices] + [res.to_probe().error]
+    assert res.devices and all(not any(c in s for c in ("\x1b", "\x07", "\u202e")) for s in seen), (
+        seen
+    )
+    ev = classify_event(f"host:1:2 [0] NCCL WARN {evil}bad things")
+    assert ev is not None and "\x1b" not in ev.text and "\u202e" not in ev.text

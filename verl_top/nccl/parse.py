@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 
 from verl_top.model import LogEvent, NcclInfo, ProbeResult, ProbeRow, Record
 from verl_top.nccl.expected import fill_expectation
-from verl_top.untrusted import clean_text
-from verl_top.verl.parse import strip_ansi
+from verl_top.untrusted import clean_line, clean_text
 
 MIB = 1 << 20
 # sjeaugey (NVIDIA), nccl-tests#212: "256M is too small" to reach NVLink peak; sizes below this
@@ -264,7 +263,9 @@ def parse_nccl_tests(text: str, collective: str | None = None) -> NcclTestsResul
     nthread_gpus: int | None = None
     named = ""
     for raw in text.splitlines():
-        stripped = strip_launcher_prefix(strip_ansi(raw))
+        # One boundary for every field read below (host names, GPU names, errors): escapes,
+        # controls and bidi overrides go here, not at each use.
+        stripped = strip_launcher_prefix(clean_line(raw))
         if not stripped:
             continue
         if stripped.startswith("#"):
@@ -437,7 +438,7 @@ def parse_watchdog(line: str) -> WatchdogTimeout | None:
 
 def classify_event(line: str) -> LogEvent | None:
     """A ``LogEvent`` for a watchdog timeout or NCCL WARN line (no host/time/path set)."""
-    text = strip_ansi(line).strip()
+    text = clean_line(line).strip()
     if _WATCHDOG.search(text):
         return LogEvent(kind="watchdog", text=text[:_MAX_EVENT_TEXT], severity=SEVERITY_WATCHDOG)
     m = _NCCL_WARN.search(text)
@@ -661,7 +662,7 @@ def parse_nccl_log(text: str) -> tuple[NcclLogState, list[LogEvent]]:
     state = NcclLogState()
     events: list[LogEvent] = []
     for line in text.splitlines():
-        clean = strip_ansi(line)
+        clean = clean_line(line)
         state.feed_line(clean)
         if (ev := classify_event(clean)) is not None:
             events.append(ev)
@@ -699,7 +700,7 @@ class NcclStreamParser:
         """Records for these lines: events as they come, then NcclInfo if the summary changed."""
         out: list[Record] = []
         for raw in lines:
-            line = strip_ansi(raw).rstrip("\r\n")
+            line = clean_line(raw).rstrip("\r\n")
             self.state.feed_line(line)
             ev = self._event(line)
             if ev is not None:
