@@ -321,3 +321,23 @@ def make_settings(
     )
     base.update(kw)
     return SshSettings(**base)  # type: ignore[arg-type]
+
+
+def replay_cluster_args(
+    daemon: SshDaemon, tmp_path: Path, client_key: Path, trace: Path, log: Path
+) -> list[str]:
+    """verl-top's command line for one test sshd: a pinned known_hosts, an empty ssh_config,
+    the replay backend on ``trace``, and ``log`` on that host followed as the verl log."""
+    known = tmp_path / "known_hosts"
+    known.write_text(daemon.known_hosts_line())
+    (tmp_path / "ssh_config").touch()
+    return [
+        "--hosts", f"root@{daemon.addr}:{daemon.port}",
+        "--known-hosts", str(known),
+        "-i", str(client_key),
+        "--ssh-config", str(tmp_path / "ssh_config"),
+        "--backend", "replay",
+        "--replay-trace", str(trace),
+        "--interval", "0.5",
+        "--verl-log", f"{daemon.addr}:{log}",
+    ]  # fmt: skip

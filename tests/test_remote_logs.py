@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from sshd import SshdFactory
+from sshd import SshdFactory, replay_cluster_args
 
 from verl_top.cli import app_parser
 from verl_top.headless import run_sources
@@ -21,30 +21,10 @@ async def test_remote_verl_log_is_followed_from_its_start(
     tmp_path: Path, ssh_keys, sshd_pool: SshdFactory, h200_trace: Path
 ) -> None:
     daemon = sshd_pool.start()
-    known = tmp_path / "known_hosts"
-    known.write_text(daemon.known_hosts_line())
-    (tmp_path / "ssh_config").touch()
     log = tmp_path / "driver.log"
     shutil.copy(VERL_LOG, log)
     args = app_parser().parse_args(
-        [
-            "--hosts",
-            f"root@{daemon.addr}:{daemon.port}",
-            "--known-hosts",
-            str(known),
-            "-i",
-            str(ssh_keys["client"]),
-            "--ssh-config",
-            str(tmp_path / "ssh_config"),
-            "--backend",
-            "replay",
-            "--replay-trace",
-            str(h200_trace),
-            "--interval",
-            "0.5",
-            "--verl-log",
-            f"{daemon.addr}:{log}",
-        ]
+        replay_cluster_args(daemon, tmp_path, ssh_keys["client"], h200_trace, log)
     )
     inputs = build_inputs(args)
     task = asyncio.create_task(run_sources(inputs, duration=20))

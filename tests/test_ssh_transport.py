@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from sshd import SshdFactory
+from sshd import SshdFactory, replay_cluster_args
 
 from verl_top.cli import app_parser
 from verl_top.headless import run_sources
@@ -26,30 +26,6 @@ def _step_line(step: int) -> str:
     return f"(TaskRunner pid=1) step:{step} - timing_s/step:{10 + step % 7}.0 - {pairs}\n"
 
 
-def _args(daemon, tmp_path: Path, ssh_keys, trace: Path, log: Path) -> list[str]:
-    known = tmp_path / "known_hosts"
-    known.write_text(daemon.known_hosts_line())
-    (tmp_path / "ssh_config").touch()
-    return [
-        "--hosts",
-        f"root@{daemon.addr}:{daemon.port}",
-        "--known-hosts",
-        str(known),
-        "-i",
-        str(ssh_keys["client"]),
-        "--ssh-config",
-        str(tmp_path / "ssh_config"),
-        "--backend",
-        "replay",
-        "--replay-trace",
-        str(trace),
-        "--interval",
-        "0.5",
-        "--verl-log",
-        f"{daemon.addr}:{log}",
-    ]
-
-
 async def test_400_long_verl_step_lines_arrive_over_ssh_as_locally(
     tmp_path: Path, ssh_keys, sshd_pool: SshdFactory, h200_trace: Path
 ) -> None:
@@ -64,7 +40,9 @@ async def test_400_long_verl_step_lines_arrive_over_ssh_as_locally(
 
     daemon = sshd_pool.start()
     inputs = build_inputs(
-        app_parser().parse_args(_args(daemon, tmp_path, ssh_keys, h200_trace, log))
+        app_parser().parse_args(
+            replay_cluster_args(daemon, tmp_path, ssh_keys["client"], h200_trace, log)
+        )
     )
     task = asyncio.create_task(run_sources(inputs, duration=60))
     for _ in range(400):
