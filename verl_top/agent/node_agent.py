@@ -234,9 +234,9 @@ class HostSampler:
     def __init__(self, mode="auto", slow_every=SLOW_EVERY, cpu_every=CPU_EVERY):
         self.psutil = None
         self.cpu_every = max(1, int(cpu_every))
-        # Only CPU is read every tick; memory, network, disk, load and the agent's RSS every
-        # ``slow_every`` ticks: on a VM each /proc read costs ~0.1 ms once the agent wakes from
-        # its one-second sleep, more than the parsing, and these values are shown, not diagnosed.
+        # CPU every ``cpu_every`` ticks; memory, network, disk, load and the agent's RSS every
+        # ``slow_every``: on a VM each /proc read costs ~0.1 ms once the agent wakes from its
+        # one-second sleep, more than the parsing, and those values are shown, not diagnosed.
         self.slow_every = max(1, int(slow_every))
         # auto prefers /proc where it exists: measured on an H200 node, psutil's per-core and
         # per-NIC calls cost ~1 ms a tick against ~0.3 ms for reading /proc ourselves.
