@@ -374,20 +374,23 @@ class VerlTopApp(App):
 
     async def action_show_tab(self, step: int) -> None:
         """Keys 1-5: show a step's pane (from any screen) with its table focused."""
-        if len(self.screen_stack) > 1 and self._tabs is not None:
-            # A closed screen gives the focus back to what had it below (a table in the pane
-            # shown then), and focusing a widget in a tab makes that tab active: so the pane
-            # below is switched, and its focus set, before the screens close.
-            self._tabs.active = f"pane-{step}"
-            self.screen_stack[0].set_focus(self.main_widget(step), scroll_visible=False)
+        if len(self.screen_stack) > 1:
+            self._aim_panes(step)  # before the screens close and hand their focus back
         await self._to_main()
         self.show_step(step)
+
+    def _aim_panes(self, step: int) -> None:
+        """Make ``step`` the active pane and its main widget the panes' focus. A closing screen
+        gives the focus back to what had it below, and focusing a widget in a tab activates that
+        tab: with the focus left in another pane, that pane would come back."""
+        if self._tabs is not None:
+            self._tabs.active = f"pane-{step}"
+            self.screen_stack[0].set_focus(self.main_widget(step), scroll_visible=False)
 
     def show_step(self, step: int) -> None:
         """Show a step's pane on the main screen, its main widget focused."""
         if self._tabs is not None:
-            self._tabs.active = f"pane-{step}"
-            self.focus_main()
+            self._aim_panes(step)
             # A closed screen hands its saved focus back after this: focus again after that.
             self.call_after_refresh(self.focus_main)
 
