@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from assessing import FixedEngine
 from rich.console import Console
 from textual.app import App, ComposeResult
 from textual.widgets import Button, Static
@@ -35,13 +36,6 @@ from verl_top.ui.probe_screen import NEEDS_LIVE, ProbeScreen
 
 DEMO = Path(__file__).resolve().parents[1] / "verl_top" / "data" / "demo.ndjson.gz"
 SIZE = (170, 60)
-
-
-class FixedEngine:
-    """No diagnosis: the panes are tested on their own content."""
-
-    def evaluate(self, store: Store) -> None:
-        return None
 
 
 def demo_store() -> Store:
@@ -195,7 +189,7 @@ async def test_pane5_names_the_missing_config_and_evidence_from_findings() -> No
         )
     store = build_store(steps=True, config=True)  # enforce_eager True, micro batch 2
     app = make_app(store)
-    app.engine = Engine()
+    app.monitor.engine = Engine()
     async with app.run_test(size=SIZE) as pilot:
         await show(app, pilot, 5)
         text = plain(app.query_one("#cfg-body", Static))

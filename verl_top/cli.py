@@ -23,10 +23,14 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from verl_top import __version__
 from verl_top.inputs import InputError, add_input_arguments, build_inputs
 from verl_top.settings import Settings, SettingsError, config_arg, load_settings, parse_args_with
+
+if TYPE_CHECKING:
+    from verl_top.diagnosis.engine import Engine  # imported lazily: the engine pulls in the rules
 
 SUBCOMMANDS = ("diagnose", "snapshot", "probe", "doctor", "export-metrics")
 # `diagnose` exit statuses (docs/diagnose-json.md): 0 a verdict, 2 bad inputs, 3 nothing to
@@ -236,7 +240,8 @@ def _load_settings(argv: Sequence[str]) -> Settings:
     return settings
 
 
-def _engine(settings: Settings, args: argparse.Namespace | None = None):  # noqa: ANN202 - imported lazily: the engine pulls in the rules
+def _engine(settings: Settings, args: argparse.Namespace | None = None) -> Engine:
+    """The diagnosis engine with the config file's thresholds and --expect-busbw."""
     import dataclasses
 
     from verl_top.diagnosis.engine import Engine
@@ -267,45 +272,40 @@ def _run_app(args: argparse.Namespace, settings: Settings | None = None) -> int:
 
 
 def _run_diagnose(args: argparse.Namespace, settings: Settings | None = None) -> int:
-    import dataclasses
-
     from verl_top.diagnosis.report import format_text, to_json
     from verl_top.headless import collect
-    from verl_top.status import job_status
 
     check_sources(args)
     inputs = build_inputs(args)
     try:
-        verdict = asyncio.run(collect(inputs, args.duration, _engine(settings or Settings(), args)))
+        assessment = asyncio.run(
+            collect(inputs, args.duration, _engine(settings or Settings(), args))
+        )
     finally:
         inputs.close()
     for note in dict.fromkeys(inputs.store.notes):  # why data is missing (Prometheus down, ...)
         print(f"verl-top diagnose: {note}", file=sys.stderr)
-    # The shared status words (verl_top/status.py): never "healthy" without data.
-    status = job_status(inputs.store, verdict)
     if args.json:
-        doc = {**to_json(verdict), "status": status.as_dict()}
-        # What the verdict rests on (logs read) plus refused input per host and clock offsets.
-        doc["inputs"] = {**(doc.get("inputs") or {}), **inputs.store.input_health()}
-        print(json.dumps(doc, indent=2))
+        print(json.dumps(to_json(assessment), indent=2))
     else:
-        print(format_text(dataclasses.replace(verdict, headline=status.text)))
+        print(format_text(assessment))
+    verdict = assessment.verdict
     unread = [
         log
-        for log in verdict.inputs.get("logs", [])
+        for log in (verdict.inputs.get("logs", []) if verdict is not None else [])
         if log.get("kind") == "verl" and not log.get("steps") and not log.get("config_keys")
     ]
-    if verdict.no_data or unread:
+    if verdict is None or verdict.no_data or unread:
         return EXIT_NO_DATA
     return 0
 
 
-def _screen_svg(inputs, verdict) -> str | None:  # noqa: ANN001
+def _screen_svg(inputs, assessment) -> str | None:  # noqa: ANN001
     """The screen the app would show for what was collected (None if it cannot be drawn)."""
     from verl_top.ui.screenshot import render_screen_svg
 
     try:
-        return asyncio.run(render_screen_svg(inputs, verdict))
+        return asyncio.run(render_screen_svg(inputs, assessment))
     except Exception as exc:  # noqa: BLE001 - the bundle is still useful without its picture
         print(f"verl-top snapshot: no screen.svg ({type(exc).__name__}: {exc})", file=sys.stderr)
         return None
@@ -314,25 +314,25 @@ def _screen_svg(inputs, verdict) -> str | None:  # noqa: ANN001
 def _run_snapshot(args: argparse.Namespace, settings: Settings | None = None) -> int:
     from verl_top.export.snapshot import SnapshotError, write_snapshot
     from verl_top.headless import collect
-    from verl_top.status import job_status
 
     check_sources(args)
     inputs = build_inputs(args)
     try:
-        verdict = asyncio.run(collect(inputs, args.duration, _engine(settings or Settings(), args)))
-        screen = _screen_svg(inputs, verdict)
+        assessment = asyncio.run(
+            collect(inputs, args.duration, _engine(settings or Settings(), args))
+        )
+        screen = _screen_svg(inputs, assessment)
         try:
             path = write_snapshot(
-                inputs.store, verdict, args.output, force=args.force, screen_svg=screen
+                inputs.store, assessment, args.output, force=args.force, screen_svg=screen
             )
         except SnapshotError as exc:
             print(f"verl-top snapshot: {exc}", file=sys.stderr)
             return 1
-        status = job_status(inputs.store, verdict)
     finally:
         inputs.close()
     if args.json:
-        print(json.dumps(bundle_manifest(Path(path), status.as_dict()), indent=2))
+        print(json.dumps(bundle_manifest(Path(path), assessment.status.as_dict()), indent=2))
     else:
         print(f"snapshot written to {path}")
     return 0
@@ -350,7 +350,13 @@ def _run_export_metrics(args: argparse.Namespace, settings: Settings | None = No
     inputs = build_inputs(args)
     try:
         asyncio.run(
-            serve(inputs, _engine(settings or Settings()), args.listen, args.refresh, args.duration)
+            serve(
+                inputs,
+                _engine(settings or Settings(), args),
+                args.listen,
+                args.refresh,
+                args.duration,
+            )
         )
     except OSError as exc:  # the address is taken or not ours
         print(f"verl-top export-metrics: cannot listen on {args.listen}: {exc}", file=sys.stderr)

@@ -368,6 +368,7 @@ class Store:
         self.events: deque[LogEvent] = deque(maxlen=self.limits.events)
         self.latencies: deque[float] = deque(maxlen=self.limits.latencies)
         self.now: float = 0.0  # newest data time seen
+        self.first_t: float | None = None  # data time of the first timed record
         self.version = 0  # bumps on every ingest; lets views skip work when nothing changed
         self.replay = False  # set by replay sources: the header says REPLAY
         self.notes: deque[str] = deque(maxlen=50)  # source-level messages for the UI
@@ -463,6 +464,8 @@ class Store:
             and (self.replay or received is None or record.t <= received + self.limits.future_s)
         ):
             self.now = record.t
+            if self.first_t is None:
+                self.first_t = record.t
         handler = self._HANDLERS.get(type(record))
         if handler is not None:
             handler(self, record, received)

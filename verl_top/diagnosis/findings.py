@@ -19,6 +19,13 @@ STEP_NAMES: dict[int, str] = {
 }
 
 CheckStatus = Literal["passed", "no_data", "finding"]
+# What an evaluation concludes (the status words of verl_top/status.py use the same strings).
+Outcome = Literal["bottleneck", "no single bottleneck", "healthy", "no data"]
+# Symptoms: they say *that* the job is slow, not why. One never leads over a finding that
+# names a cause, and hysteresis never keeps one in front of a cause (docs/diagnosis.md).
+SYMPTOM_RULES = frozenset({"gpu.idle", "tput.drop", "gpu.util_misleading", "sync.wait"})
+# Faults: the job is broken, not slow. These lead even before the first verl step.
+FAULT_RULES = frozenset({"nccl.watchdog", "job.stalled"})
 
 
 @dataclass
@@ -65,7 +72,9 @@ class Check:
 
 @dataclass
 class Verdict:
-    """One evaluation: the bottleneck step (None = healthy), findings, checks and history."""
+    """One evaluation: the lead (bottleneck step and rule; None = none), findings, checks.
+
+    ``history`` is filled by the monitor (the leads shown over time), not by the engine."""
 
     bottleneck_step: int | None
     bottleneck_rule: str | None
@@ -78,6 +87,18 @@ class Verdict:
     # config keys and their source, GPUs, post-mortem file times. ``no_data``: nothing to judge.
     inputs: dict[str, Any] = field(default_factory=dict)
     no_data: bool = False
+    # "8 GPUs at 71 % activity, 1082 tokens/s/GPU, step 4 took 166 s" ("" when nothing measured)
+    healthy_detail: str = ""
+    outcome: Outcome = "healthy"
+    # Which data the verdict covers: "steps 12-16 (median of 5); GPUs: last 120 s".
+    window: str = ""
+
+    @property
+    def lead(self) -> Finding | None:
+        """The finding the verdict leads with (None: no bottleneck)."""
+        if self.bottleneck_rule is None:
+            return None
+        return next((f for f in self.findings if f.rule == self.bottleneck_rule), None)
 
 
 RuleResult = Finding | Check | list[Finding | Check]

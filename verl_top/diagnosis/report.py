@@ -1,11 +1,15 @@
-"""Render a verdict as text (five steps in order) or as the stable JSON of docs/diagnose-json.md."""
+"""Render an assessment as text (five steps in order) or as the stable JSON of
+docs/diagnose-json.md."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verl_top.diagnosis.engine import steps_summary
 from verl_top.diagnosis.findings import STEP_NAMES, Check, Finding, Verdict, worth_text
+
+if TYPE_CHECKING:  # the assessment wraps the verdict; the diagnosis package imports no surface
+    from verl_top.assessment import Assessment
 
 SCHEMA = "verl-top.diagnose/1"
 
@@ -20,13 +24,18 @@ def _finding_text(f: Finding) -> list[str]:
     return lines
 
 
-def format_text(verdict: Verdict) -> str:
-    """Human report: the verdict first, then each step's findings and checks."""
-    out = [verdict.headline]
+def format_text(assessment: Assessment) -> str:
+    """Human report: the status first, then each step's findings and checks."""
+    out = [assessment.status.text]
+    verdict = assessment.verdict
+    if verdict is None:
+        return "\n".join(out) + "\n"
     if verdict.bottleneck_step is not None:
         out.append(
             f"Bottleneck: step {verdict.bottleneck_step} {STEP_NAMES[verdict.bottleneck_step]} ({verdict.bottleneck_rule})"
         )
+    if assessment.window:
+        out.append(f"Covers: {assessment.window}")
     out += inputs_text(verdict.inputs)
     summary = steps_summary(verdict)
     for step, name in STEP_NAMES.items():
@@ -115,8 +124,9 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def to_json(verdict: Verdict) -> dict[str, Any]:
-    """The verdict as the stable ``verl-top.diagnose/1`` document."""
+def to_json(assessment: Assessment) -> dict[str, Any]:
+    """The assessment as the stable ``verl-top.diagnose/1`` document."""
+    verdict = assessment.verdict or Verdict(None, None, assessment.status.text, no_data=True)
     summary = steps_summary(verdict)
     steps = []
     for step, name in STEP_NAMES.items():
@@ -134,12 +144,17 @@ def to_json(verdict: Verdict) -> dict[str, Any]:
         "bottleneck": {
             "step": verdict.bottleneck_step,
             "rule": verdict.bottleneck_rule,
-            "headline": verdict.headline,
+            "headline": assessment.status.text,
         },
+        "status": assessment.status.as_dict(),
+        "window": assessment.window,
         "steps": steps,
         "findings": [_finding_json(f) for f in verdict.findings],
-        "history": [{"t": t, "step": s, "rule": r} for t, s, r in verdict.history],
+        "history": [
+            {"t": c.t, "step": c.step, "rule": c.rule, "title": c.title} for c in assessment.history
+        ],
         "time": verdict.t,
         "no_data": verdict.no_data,
-        "inputs": _plain(verdict.inputs),
+        # What the verdict rests on (logs read) plus refused input per host and clock offsets.
+        "inputs": _plain({**verdict.inputs, **assessment.health}),
     }

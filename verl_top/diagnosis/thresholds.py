@@ -26,9 +26,9 @@ class Thresholds:
     window_s: float = _t(120.0, "s", "data-time window the GPU/host rules average over")
     recent_steps: float = _t(5, "steps", "verl steps (outliers excluded) the stage rules use")
     floor: float = _t(0.3, "severity", "below this no finding can be the bottleneck")
-    hysteresis_margin: float = _t(0.1, "severity", "a challenger must beat the bottleneck by this")
-    hysteresis_evals: float = _t(3, "evaluations", "…for this many consecutive evaluations")
-    hysteresis_s: float = _t(30.0, "s", "…or for this much data time, whichever comes first")
+    hysteresis_s: float = _t(
+        30.0, "s", "a challenger replaces the lead after leading for this much data time"
+    )
     # -- step 1 ---------------------------------------------------------------------------
     idle_pct: float = _t(50.0, "%", "DCGM: SM active < 0.5 likely indicates ineffective use")
     idle_severe_pct: float = _t(20.0, "%", "diagnosis.md: severe below 20 %")
@@ -125,6 +125,8 @@ class Thresholds:
         known = {f.name for f in dataclasses.fields(cls)}
         clean: dict[str, float] = {}
         for key, value in values.items():
+            if key in RETIRED:
+                continue  # accepted so old config files still load; no longer used
             if key not in known:
                 raise ValueError(f"unknown threshold {key!r}")
             if isinstance(value, bool) or not isinstance(value, int | float):
@@ -134,6 +136,9 @@ class Thresholds:
             clean[key] = float(value)
         return cls(**clean)
 
+
+# Thresholds of earlier releases that config files may still set (ignored).
+RETIRED = frozenset({"hysteresis_margin", "hysteresis_evals"})
 
 THRESHOLD_DOCS: dict[str, tuple[float, str, str]] = {
     f.name: (f.default, f.metadata["unit"], f.metadata["why"])

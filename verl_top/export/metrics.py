@@ -14,11 +14,15 @@ for 10 minutes"::
     verl_top_host_state{host="node1",state="up"}   1 (one series per host, its current state)
     verl_top_hosts{state="up"}                     hosts per state
     verl_top_gpus                                  GPUs known
+    verl_top_status{state="bottleneck"}            1 for the job's status word (the banner's)
+    verl_top_lead_save_seconds                     recoverable seconds per step of the lead
+    verl_top_inputs_ended                          1 once finite inputs (a replay) ended: final
     verl_top_evaluation_timestamp_seconds          wall time of the last evaluation
     verl_top_data_timestamp_seconds                data time the verdict is about
 
-The event loop evaluates every ``refresh`` seconds and publishes an immutable snapshot; the
-HTTP thread of ``prometheus_client`` only reads the newest snapshot, never the store.
+The event loop asks the same Monitor as the app for its Assessment every ``refresh`` seconds
+and publishes an immutable snapshot of it; the HTTP thread of ``prometheus_client`` only reads
+the newest snapshot, never the store.
 """
 
 from __future__ import annotations
@@ -28,14 +32,22 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from verl_top.diagnosis.findings import STEP_NAMES, Verdict
+from verl_top.assessment import Assessment
+from verl_top.diagnosis.findings import STEP_NAMES
+from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View
+from verl_top.status import STATES
 from verl_top.store import Store
 from verl_top.verl.stages import DISPLAY_STAGES
+
+if TYPE_CHECKING:
+    from verl_top.diagnosis.engine import Engine
+    from verl_top.inputs import Inputs
 
 MIN_STALE_S = 5.0
 
@@ -54,35 +66,38 @@ class VerdictSnapshot:
     stage_shares: dict[str, float] = field(default_factory=dict)
     host_states: dict[str, str] = field(default_factory=dict)
     gpus: int = 0
+    status: str = "no data"
+    lead_save_s: float | None = None
+    settled: bool = False
 
 
-def snapshot(store: Store, verdict: Verdict, view: View | None = None) -> VerdictSnapshot:
-    """The numbers of one evaluation (reads the store: call it from the event loop)."""
+def snapshot(
+    store: Store, assessment: Assessment, thresholds: Thresholds | None = None
+) -> VerdictSnapshot:
+    """The numbers of one assessment (reads the store: call it from the event loop)."""
     severity = {step: 0.0 for step in STEP_NAMES}
     counts = {step: 0 for step in STEP_NAMES}
-    for f in verdict.findings:
+    for f in assessment.findings:
         severity[f.step] = max(severity[f.step], f.severity)
         counts[f.step] += 1
-    view = view if view is not None else View(store, _thresholds())
+    view = View(store, thresholds or Thresholds())
     shares = {s: hit[0] for s in DISPLAY_STAGES if (hit := view.median_share(s)) is not None}
+    lead = assessment.lead
     return VerdictSnapshot(
         evaluated_at=time.time(),
-        data_t=verdict.t,
-        bottleneck_step=verdict.bottleneck_step,
-        bottleneck_rule=verdict.bottleneck_rule,
+        data_t=assessment.t,
+        bottleneck_step=assessment.bottleneck_step,
+        bottleneck_rule=assessment.bottleneck_rule,
+        status=assessment.status.state,
+        settled=assessment.settled,
+        lead_save_s=lead.save_s if lead is not None else None,
         step_severity=severity,
         step_findings=counts,
-        findings=tuple((f.step, f.rule, f.severity) for f in verdict.findings),
+        findings=tuple((f.step, f.rule, f.severity) for f in assessment.findings),
         stage_shares=shares,
         host_states={h.name: h.state for h in store.hosts.values()},
         gpus=store.gpu_count(),
     )
-
-
-def _thresholds():  # noqa: ANN202 - default thresholds for a View built outside the engine
-    from verl_top.diagnosis.thresholds import Thresholds
-
-    return Thresholds()
 
 
 class VerdictCollector(Collector):
@@ -138,6 +153,27 @@ def _verdict_families(snap: VerdictSnapshot) -> Iterator[Metric]:
     for stage, share in snap.stage_shares.items():
         shares.add_metric([stage], share)
     yield shares
+    status = GaugeMetricFamily(
+        "verl_top_status",
+        "1 for the job's status word (the banner's), 0 for the others",
+        labels=["state"],
+    )
+    for word in STATES:
+        status.add_metric([word], 1.0 if word == snap.status else 0.0)
+    yield status
+    if snap.lead_save_s is not None:
+        save = GaugeMetricFamily(
+            "verl_top_lead_save_seconds",
+            "Seconds per step the lead finding's advised change could save (upper bound)",
+        )
+        save.add_metric([], snap.lead_save_s)
+        yield save
+    ended = GaugeMetricFamily(
+        "verl_top_inputs_ended",
+        "1 once every input was finite and ended (a replay, finished logs): the verdict is final",
+    )
+    ended.add_metric([], 1.0 if snap.settled else 0.0)
+    yield ended
     evaluated = GaugeMetricFamily(
         "verl_top_evaluation_timestamp_seconds", "Wall time of the last diagnosis evaluation"
     )
@@ -187,29 +223,37 @@ def new_registry() -> tuple[CollectorRegistry, VerdictCollector]:
 
 
 async def serve(
-    inputs,  # noqa: ANN001 - verl_top.inputs.Inputs (imported by the caller)
-    engine,  # noqa: ANN001 - verl_top.diagnosis.engine.Engine
+    inputs: Inputs,
+    engine: Engine,
     listen: str,
     refresh: float = 5.0,
     duration: float | None = None,
 ) -> None:
-    """Run the sources, evaluate every ``refresh`` s and serve the verdicts on ``listen``."""
+    """Run the sources, assess every ``refresh`` s and serve the verdicts on ``listen``.
+
+    The same Monitor as the app: when every source is finite and has ended (a replay, finished
+    logs), the monitor settles and the last word keeps being served."""
     from prometheus_client import start_http_server
+
+    from verl_top.monitor import Monitor
 
     host, port = parse_listen(listen)
     registry, collector = new_registry()
     server, thread = start_http_server(port, addr=host, registry=registry)
+    monitor = Monitor(inputs, engine)
     tasks = [asyncio.create_task(src.run(inputs.pipeline.emit)) for src in inputs.sources]
     loop = asyncio.get_running_loop()
     end = None if duration is None else loop.time() + duration
+    settled = False
     try:
         while end is None or loop.time() < end:
             await asyncio.sleep(min(refresh, 0.5) if collector.snapshot is None else refresh)
             inputs.store.mark_stale(stale_after=max(MIN_STALE_S, 3 * refresh))
-            verdict = engine.evaluate(inputs.store)
-            collector.snapshot = snapshot(
-                inputs.store, verdict, View(inputs.store, engine.thresholds)
-            )
+            if inputs.finite and not settled and all(t.done() for t in tasks):
+                assessment, settled = monitor.settle(), True
+            else:
+                assessment = monitor.assess()
+            collector.snapshot = snapshot(inputs.store, assessment, engine.thresholds)
     finally:
         for task in tasks:
             task.cancel()

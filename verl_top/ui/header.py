@@ -9,7 +9,8 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from verl_top.status import BOTTLENECK, HEALTHY, NO_DATA, job_status
+from verl_top.assessment import Assessment
+from verl_top.status import BOTTLENECK, HEALTHY, NO_DATA
 from verl_top.store import Store
 from verl_top.ui.widgets import DEAD_STATES, severity_class
 from verl_top.untrusted import clean_text
@@ -62,9 +63,9 @@ def has_data(store: Store) -> bool:
     return any(h.latest is not None or h.gpus for h in store.hosts.values())
 
 
-def banner(store: Store, verdict: Any) -> tuple[str, str]:
+def banner(store: Store, assessment: Assessment) -> tuple[str, str]:
     """Banner text (the shared status vocabulary) and its level (error/warning/info/ok/wait)."""
-    status = job_status(store, verdict)
+    status = assessment.status
     if status.state == BOTTLENECK:
         return f"● {status.text}", severity_class(status.severity)
     if status.state == HEALTHY:
@@ -103,7 +104,7 @@ class VerlTopHeader(Vertical):
     def update_header(
         self,
         store: Store,
-        verdict: Any,
+        assessment: Assessment,
         mode: str,
         title: str,
         replay: Any,
@@ -139,7 +140,7 @@ class VerlTopHeader(Vertical):
         line = fit_parts(parts, self.size.width or 200)
         self.query_one("#status-line", Static).update(line)
         self.set_class(mode != "LIVE", "-replay")
-        text, level = banner(store, verdict)
+        text, level = banner(store, assessment)
         b = self.query_one("#banner", Static)
         for lv in ("error", "warning", "info", "ok", "wait"):
             b.set_class(lv == level, f"-{lv}")

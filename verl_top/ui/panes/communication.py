@@ -20,6 +20,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import Static
 
+from verl_top.assessment import Assessment
 from verl_top.diagnosis.step2_comm import judge_probe, node_waits
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View
@@ -312,7 +313,7 @@ class CommunicationPane(Pane):
         yield self.findings
         yield Static("", id="comm-body", classes="body")
 
-    def update_content(self, store: Store, verdict: Any) -> None:
+    def update_content(self, store: Store, assessment: Assessment) -> None:
         self.query_one("#comm-body", Static).update(self.body(store, self.palette()))
 
     def _thresholds(self) -> Thresholds | None:

@@ -22,6 +22,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import Static
 
+from verl_top.assessment import Assessment
 from verl_top.model import VerlStep
 from verl_top.store import Store
 from verl_top.ui.panes.base import Pane
@@ -518,7 +519,7 @@ class DataflowPane(Pane):
         yield self.findings
         yield Static("", id="flow-body", classes="body")
 
-    def update_content(self, store: Store, verdict: Any) -> None:
+    def update_content(self, store: Store, assessment: Assessment) -> None:
         width = self.scrollable_content_region.width
         self.query_one("#flow-body", Static).update(self.body(store, width=width))
 

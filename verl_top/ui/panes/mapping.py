@@ -19,6 +19,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Static
 
+from verl_top.assessment import Assessment
 from verl_top.model import GpuProcess
 from verl_top.nccl.expected import rdma_ports
 from verl_top.nccl.topo import slow_tp_groups, topology_marks
@@ -548,7 +549,7 @@ class MappingPane(Pane):
         self.map_sync = TableSync(table, columns)
         self._map_width = width
 
-    def update_content(self, store: Store, verdict: Any) -> None:
+    def update_content(self, store: Store, assessment: Assessment) -> None:
         palette = self.palette()
         stats = gpu_stats(store)
         self.stats = stats

@@ -20,6 +20,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Static
 
+from verl_top.assessment import Assessment
 from verl_top.model import THROTTLE_MASK, clock_reason_names
 from verl_top.store import GpuEntry, HostEntry, Store, mean
 from verl_top.store_summary import GpuSummary, StoreSummary, SummaryCache
@@ -521,7 +522,7 @@ class ThroughputPane(Pane):
 
     # -- refresh ---------------------------------------------------------------------------
 
-    def update_content(self, store: Store, verdict: Any) -> None:
+    def update_content(self, store: Store, assessment: Assessment) -> None:
         if self.gpu_sync is None or self.host_sync is None:
             return
         palette = self.palette()
