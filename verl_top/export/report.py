@@ -15,9 +15,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from verl_top.assessment import Assessment
-from verl_top.status import job_status
 from verl_top.diagnosis.findings import STEP_NAMES
 from verl_top.export.redact import redact_text
+from verl_top.status import job_status
 from verl_top.store import Store
 from verl_top.untrusted import clean_text
 from verl_top.verl.stages import DISPLAY_STAGES, timing_name
