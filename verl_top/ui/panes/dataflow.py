@@ -437,7 +437,7 @@ def _share_cell(seconds: float | None, share: float | None) -> Text:
 
 def parse_line(store: Store) -> Text | None:
     """What each followed verl log gave: lines read and matched, steps, config keys."""
-    stats = list(getattr(store, "log_stats", {}).values())
+    stats = list(store.log_stats.values())
     if not stats:
         return None
     text = Text("", style="dim")
