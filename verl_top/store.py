@@ -19,7 +19,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from verl_top.model import (
     ClockOffset,
@@ -44,6 +44,9 @@ from verl_top.model import (
     VerlConfig,
     VerlStep,
 )
+
+# A ring column: float samples in an array, phase labels in a list (sliced the same way).
+_Column = TypeVar("_Column", array, list)
 
 NAN = float("nan")
 RING_START = 16  # points a new ring allocates; it doubles up to its capacity
@@ -209,7 +212,7 @@ class Ring:
         """True when the held times ascend (no step back, no NaN): windows can be bisected."""
         return self._back_at < self._pushes - self._count
 
-    def _from(self, a: array | list, k: int) -> array | list:
+    def _from(self, a: _Column, k: int) -> _Column:
         """Column ``a`` from its ``k``-th held point on, oldest first (sliced in C, one copy)."""
         n, start = self._count, (self._head - self._count) % self._alloc
         first = min(n, self._alloc - start)  # held points before the wrap
@@ -623,7 +626,7 @@ class Store:
                     f"{rec.host}: {rec.state}" + (f": {rec.reason}" if rec.reason else "")
                 )
 
-    _HANDLERS: dict[type, Callable[[Store, Record, float | None], None]] = {
+    _HANDLERS: dict[type, Callable[[Store, Any, float | None], None]] = {
         Hello: _on_hello,
         GpuSample: _on_gpu,
         HostSample: _on_host,
@@ -642,7 +645,7 @@ class Store:
         RolloutSample: _on_rollout,
         SourceStatus: _on_source,
         NodeTopology: _on_topo,
-    }  # type: ignore[dict-item]
+    }
 
     def mark_stale(self, stale_after: float, now_wall: float | None = None) -> list[str]:
         """Mark hosts silent for ``stale_after`` seconds (wall clock) as stale; return them."""

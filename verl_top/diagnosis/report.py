@@ -37,6 +37,11 @@ def format_text(assessment: Assessment) -> str:
     if assessment.window:
         out.append(f"Covers: {assessment.window}")
     out += inputs_text(verdict.inputs)
+    if assessment.comparison is not None:
+        from verl_top.compare import format_text as compare_text
+
+        out += ["", "Against the baseline (--baseline):"]
+        out += ["  " + line for line in compare_text(assessment.comparison).splitlines()]
     summary = steps_summary(verdict)
     for step, name in STEP_NAMES.items():
         worst, n = summary[step]
@@ -170,4 +175,14 @@ def to_json(assessment: Assessment) -> dict[str, Any]:
         "verl": _plain(verdict.inputs.get("verl")),
         # What the verdict rests on (logs read) plus refused input per host and clock offsets.
         "inputs": _plain({**verdict.inputs, **assessment.health}),
+        "comparison": _comparison_json(assessment),
     }
+
+
+def _comparison_json(assessment: Assessment) -> dict[str, Any] | None:
+    """``--baseline``: the verl-top.compare/1 document of this run against it (else null)."""
+    if assessment.comparison is None:
+        return None
+    from verl_top.compare import to_json as compare_json
+
+    return _plain(compare_json(assessment.comparison))

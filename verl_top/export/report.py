@@ -187,7 +187,7 @@ def _five_steps(assessment: Assessment | None) -> list[str]:
 
 def _malformed(store: Store, name: str) -> str:
     """Records of a host refused at the trust boundary (all reasons), when the store counts them."""
-    drops = getattr(store, "drops", None)
+    drops = store.drops
     if not isinstance(drops, dict):
         return "-"  # a store that does not count refused records
     return str(sum(v for v in (drops.get(name) or {}).values() if isinstance(v, int)))

@@ -58,7 +58,7 @@ def host_summary(store: Store) -> str:
 def has_data(store: Store) -> bool:
     """True once any GPU or host sample, or a verl step, has arrived, or a followed log was
     read (an unreadable log is something to report, not something to wait for)."""
-    if store.steps or getattr(store, "log_stats", None):
+    if store.steps or store.log_stats:
         return True
     return any(h.latest is not None or h.gpus for h in store.hosts.values())
 

@@ -32,9 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from verl_top.model import Record, VerlConfig, VerlStep
-from verl_top.untrusted import clean_text
+from verl_top.untrusted import clean_text, finite, is_clean
 from verl_top.verl.config import (
     CollectedConfig,
+    ConfigError,
     PprintConfigCollector,
     flatten,
     load_config_file,
@@ -262,10 +263,12 @@ def parse_jsonl_body(body: str) -> tuple[str, int, dict[str, float]]:
         return MALFORMED, 0, {}
     metrics: dict[str, float] = {}
     for key, value in data.items():
+        # JSON's "\u001b" makes an escape the raw line did not hold: clean the decoded key.
+        name = key if is_clean(key) else clean_text(key, 256)
         if isinstance(value, bool):
-            metrics[key] = 1.0 if value else 0.0
-        elif isinstance(value, (int, float)):
-            metrics[key] = float(value)
+            metrics[name] = 1.0 if value else 0.0
+        elif isinstance(value, (int, float)) and (number := finite(value)) is not None:
+            metrics[name] = number  # an int of 400 digits is no float: left out, not a crash
     return OK, step, metrics
 
 
@@ -547,7 +550,12 @@ class VerlStreamParser:
         out.append(VerlConfig(host=self.host, t=t, values=values, source=source))
 
     def _config_from_text(self, t: float, out: list[Record]) -> None:
-        tree = load_config_text("\n".join(self._text), json_first=self._json_file)
+        try:
+            tree = load_config_text("\n".join(self._text), json_first=self._json_file)
+        except ConfigError as exc:  # a limit, not an incomplete file: stop re-reading it
+            self._malformed(f"config refused: {exc}")
+            self._text, self.config_file = [], False
+            return
         if tree:
             self._emit_values(flatten(tree), "json" if self._json_file else "yaml", t, out)
 

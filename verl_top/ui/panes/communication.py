@@ -317,13 +317,14 @@ class CommunicationPane(Pane):
         self.query_one("#comm-body", Static).update(self.body(store, self.palette()))
 
     def _thresholds(self) -> Thresholds | None:
-        """The app engine's thresholds (with --expect-busbw), None outside an app."""
+        """The thresholds the app's diagnosis uses (with --expect-busbw), None outside an app."""
+        from verl_top.ui.app import VerlTopApp  # the app imports the panes
+
         try:
-            engine = getattr(self.app, "engine", None)
+            app = self.app
         except Exception:  # noqa: BLE001 - no active app (a pane rendered on its own)
             return None
-        th = getattr(engine, "thresholds", None)
-        return th if isinstance(th, Thresholds) else None
+        return app.monitor.engine.thresholds if isinstance(app, VerlTopApp) else None
 
     def body(self, store: Store, palette: dict[str, str] | None = None) -> RenderableType:
         """Everything below the findings."""
