@@ -56,7 +56,7 @@ FULLY_ASYNC_KEYS = (
     "trainer/idle_ratio",
     "rollouter/idle_ratio",
 )
-OLDEST_TAG = (0, 4)  # the catalogue starts at v0.4.0: a key seen there may be older still
+OLDEST_TAG_READ = "v0.4.0"  # the catalogue starts there: a key seen at it may be older still
 NEWEST_TAG = (0, 9)
 RECENT_STEPS = 8  # steps whose keys are read (enough to see both lines of a fully-async version)
 
@@ -239,9 +239,8 @@ def _versions(clues: _Clues, config: Mapping[str, Any], keys: frozenset[str]) ->
         info = cat.keys.get(key)
         if info is None:
             continue
-        low = _tag(info.since)
+        low = None if info.since == OLDEST_TAG_READ else _tag(info.since)
         high = _tag(info.until) if info.until else None
-        low = None if low is not None and low <= OLDEST_TAG else low
         if low or high:
             clues.bound(low, high, f"step key {key} ({info.versions})")
     if _has(keys, ("timing/",)):
