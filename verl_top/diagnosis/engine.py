@@ -7,6 +7,7 @@ from typing import Any
 from verl_top.diagnosis import (
     step1_throughput,
     step2_comm,
+    step3_async,
     step3_dataflow,
     step3_rollout,
     step4_mapping,
@@ -20,7 +21,7 @@ from verl_top.store import Store
 STEP_RULES: dict[int, list[Rule]] = {
     1: step1_throughput.RULES,
     2: step2_comm.RULES,
-    3: step3_dataflow.RULES + step3_rollout.RULES,  # rollout servers' metrics (--prometheus)
+    3: step3_dataflow.RULES + step3_rollout.RULES + step3_async.RULES,  # + async trainers
     4: step4_mapping.RULES,
     5: step5_config.RULES,
 }
@@ -207,6 +208,7 @@ def describe_inputs(view: View) -> dict[str, Any]:
         "gpus": len(view.gpus()),
         "hosts": len(store.hosts),
         "post_mortem": {path: dict(info) for path, info in post.items()},
+        "verl": view.flavour().as_dict(),
     }
 
 

@@ -219,11 +219,12 @@ def cfg_enforce_eager(view: View, th: Thresholds) -> RuleResult:
     if gen is not None and gen[0] < th.cost_frac_min:
         sev = 0.2  # eager decode costs at most the rollout, here a small share
     gen_s = view.median_seconds(*gen[2]) if gen else None
+    graphs = "graph mode" if view.on_npu() else "CUDA graphs"  # Ascend has no CUDA
     return Finding(
         STEP,
         "cfg.enforce_eager",
         sev,
-        f"{engine or 'Rollout'} runs eagerly (CUDA graphs off): decode is CPU-launch bound",
+        f"{engine or 'Rollout'} runs eagerly ({graphs} off): decode is CPU-launch bound",
         [shown, "recommendation: false (use true only to work around an OOM)"]
         + ([f"rollout engine: {engine}"] if engine else ["rollout engine not in the config"])
         + ([f"rollout {fmt_pct(gen[0])} of step, {view.steps_text()}"] if gen else []),
@@ -232,7 +233,7 @@ def cfg_enforce_eager(view: View, th: Thresholds) -> RuleResult:
         cost_s=gen_s,
         save_s=gen_s,
         step_s=view.median_step_s(),
-        save_basis="the rollout time itself (CUDA graphs shorten decode, they cannot remove it)",
+        save_basis=f"the rollout time itself ({graphs} shorten decode, they cannot remove it)",
     )
 
 
