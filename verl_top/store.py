@@ -43,6 +43,7 @@ from verl_top.model import (
     VerlConfig,
     VerlStep,
 )
+from verl_top.progress import ProgressTracker
 
 # A ring column: float samples in an array, phase labels in a list (sliced the same way).
 _Column = TypeVar("_Column", array, list)
@@ -390,6 +391,8 @@ class Store:
         self.rollout: dict[str, RolloutEntry] = {}
         # Sources that are not one host (Prometheus): their last state, by source name.
         self.sources: dict[str, SourceStatus] = {}
+        # The method each job process runs, since when, and each method's recent durations.
+        self.progress = ProgressTracker()
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -525,6 +528,7 @@ class Store:
 
     def _on_procs(self, rec: ProcessList, received: float | None) -> None:
         self._touch(rec, received).procs = rec
+        self.progress.observe(rec)
 
     def _on_state(self, rec: HostState, received: float | None) -> None:
         h = self.host(rec.host)
