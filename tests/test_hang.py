@@ -30,6 +30,7 @@ from verl_top.diagnosis.hang import duration_text, job_hang
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View
 from verl_top.model import LogLines, ProcessList
+from verl_top.nccl.parse import watchdog_ties
 from verl_top.progress import ProgressTracker
 from verl_top.sources.pipeline import Pipeline
 from verl_top.store import Store
@@ -209,3 +210,27 @@ def test_durations_read_like_people_write_them() -> None:
         "90.0 min",
         "2.5 h",
     ]
+
+
+def test_watchdog_lines_in_a_followed_verl_log_become_events_with_rank_and_pid() -> None:
+    store, pipe = new_pipeline()
+    # A worker's stderr in the driver's console: Ray's prefix (format of the real verl 0.5.0
+    # log) before the real watchdog line of reference/gpu_comm.md §2.5 (sglang#1693 form).
+    line = (
+        "\x1b[36m(WorkerDict pid=55154, ip=10.0.0.2)\x1b[0m [rank3]:[E626 06:24:44.906457629 "
+        "ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) Rank 3] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=9141, OpType=_ALLGATHER_BASE, NumelIn=1, "
+        "NumelOut=8, Timeout(ms)=600000) ran for 600045 milliseconds before timing out."
+    )
+    abort = "what():  [PG 0 Rank 3] Process group watchdog thread terminated: " + line[40:]
+    pipe.emit(LogLines(host="head", t=S, path="/tmp/driver.log", kind="verl", lines=[line, abort]))
+    events = [e for e in store.events if e.kind == "watchdog"]
+    assert len(events) == 1 and events[0].t == S  # the abort message repeats it: counted once
+    (rep,) = watchdog_ties(store.events).timed_out()
+    assert (rep.rank, rep.pg, rep.seq, rep.op_type, rep.pid) == (
+        3,
+        "0",
+        9141,
+        "_ALLGATHER_BASE",
+        55154,
+    )

@@ -836,6 +836,47 @@ def parse_nccl_log(text: str) -> tuple[NcclLogState, list[LogEvent]]:
 _RUN_START = re.compile(
     r"^#\s*(nccl-tests version|Collective test starting|nThread\s+\d+|Using devices)"
 )
+
+
+class EventScanner:
+    """Watchdog, watchdog-state and NCCL WARN lines of one followed file as ``LogEvent``s,
+    each timeout once: it is printed again in the abort message ("what(): ...")."""
+
+    # Substrings every line it keeps has: most lines are skipped without a regex.
+    _MARKS = ("atchdog", "NCCL WARN")
+    _MAX_SEEN = 65536
+
+    def __init__(self, host: str, path: str) -> None:
+        self.host = host
+        self.path = path
+        self._watchdogs: set[tuple[int | None, int, str]] = set()
+
+    def scan(self, line: str) -> LogEvent | None:
+        """The event of one line, or None."""
+        if not any(m in line for m in self._MARKS):
+            return None
+        ev = classify_event(line)
+        if ev is None:
+            return None
+        if ev.kind == "watchdog":
+            wd = parse_watchdog(ev.text)
+            if wd is not None:
+                key = (wd.rank, wd.seq, wd.op_type)
+                if key in self._watchdogs:
+                    return None
+                if len(self._watchdogs) < self._MAX_SEEN:
+                    self._watchdogs.add(key)
+        ev.host, ev.path = self.host, self.path
+        return ev
+
+    def feed(self, lines: list[str], t: float = 0.0) -> list[LogEvent]:
+        """The events of these lines, in order, at ``t`` (the lines' arrival time)."""
+        out = [ev for line in lines if (ev := self.scan(line)) is not None]
+        for ev in out:
+            ev.t = t
+        return out
+
+
 _MAX_RUN_LINES = 20_000  # a nccl-tests run is < 100 table lines; the rest is INFO chatter
 
 
@@ -852,7 +893,7 @@ class NcclStreamParser:
         self.state = NcclLogState()
         self._last: tuple[object, ...] | None = None
         self._run: list[str] | None = None
-        self._watchdogs: set[tuple[int | None, int, str]] = set()
+        self._events = EventScanner(self.host, self.path)
 
     def feed(self, lines: list[str], t: float) -> list[Record]:
         """Records for these lines: events as they come, then NcclInfo if the summary changed."""
@@ -881,19 +922,7 @@ class NcclStreamParser:
         return out
 
     def _event(self, line: str) -> LogEvent | None:
-        ev = classify_event(line)
-        if ev is None:
-            return None
-        if ev.kind == "watchdog":
-            wd = parse_watchdog(line)
-            if wd is not None:
-                # The same timeout is printed again in the abort message ("what(): ...").
-                key = (wd.rank, wd.seq, wd.op_type)
-                if key in self._watchdogs:
-                    return None
-                self._watchdogs.add(key)
-        ev.host, ev.path = self.host, self.path
-        return ev
+        return self._events.scan(line)
 
     def _tests_line(self, line: str, t: float) -> ProbeResult | None:
         stripped = strip_launcher_prefix(line)
