@@ -44,6 +44,7 @@ from verl_top.model import (
     VerlConfig,
     VerlStep,
 )
+from verl_top.progress import ProgressTracker
 
 # A ring column: float samples in an array, phase labels in a list (sliced the same way).
 _Column = TypeVar("_Column", array, list)
@@ -394,6 +395,8 @@ class Store:
         # verl version / trainer mode / engine of the job: (inputs signature, VerlFlavour),
         # kept by verl_top.verl.flavour.store_flavour until its inputs change.
         self.verl_flavour: tuple[object, Any] | None = None
+        # The method each job process runs, since when, and each method's recent durations.
+        self.progress = ProgressTracker()
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -529,6 +532,7 @@ class Store:
 
     def _on_procs(self, rec: ProcessList, received: float | None) -> None:
         self._touch(rec, received).procs = rec
+        self.progress.observe(rec)
 
     def _on_state(self, rec: HostState, received: float | None) -> None:
         h = self.host(rec.host)

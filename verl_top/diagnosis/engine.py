@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from verl_top.diagnosis import (
+    hang,
     step1_throughput,
     step2_comm,
     step3_async,
@@ -19,7 +20,7 @@ from verl_top.diagnosis.view import View, mean
 from verl_top.store import Store
 
 STEP_RULES: dict[int, list[Rule]] = {
-    1: step1_throughput.RULES,
+    1: step1_throughput.RULES + [hang.job_hang],  # job.hang: docs/hangs.md
     2: step2_comm.RULES,
     3: step3_dataflow.RULES + step3_rollout.RULES + step3_async.RULES,  # + async trainers
     4: step4_mapping.RULES,
