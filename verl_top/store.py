@@ -377,6 +377,9 @@ class Store:
         self.first_t: float | None = None  # data time of the first timed record
         self.version = 0  # bumps on every ingest; lets views skip work when nothing changed
         self.replay = False  # set by replay sources: the header says REPLAY
+        # Where the data comes from (verl_top/origin.py: local, ssh, ray, prometheus, replay,
+        # demo, post-mortem), so messages say what to do in this session's terms.
+        self.origin = "local"
         self.notes: deque[str] = deque(maxlen=50)  # source-level messages for the UI
         # Ray cluster (--ray): nodes, the job's live actors by (host, pid), the driver log.
         self.ray_nodes: list[RayNode] = []
