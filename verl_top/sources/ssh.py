@@ -1,7 +1,7 @@
 """Remote nodes over SSH: one asyncio task per host runs the node agent and streams its records.
 
 Each :class:`SshSource` connects with asyncssh (honouring ``~/.ssh/config``, ssh-agent and the
-default keys), starts ``python3 -u -c BOOTSTRAP ARGS`` on the node, sends the agent source on
+default keys), starts ``python3 -u -c BOOTSTRAP ARGS`` on the node, sends the zipped agent on
 stdin and keeps stdin open as the agent's control channel. Failures never escape a host's
 task: they become :class:`~verl_top.model.HostState` records, and the task reconnects with
 exponential backoff and jitter. Everything shared between hosts (loaded keys, the handshake
@@ -828,7 +828,7 @@ class SshSource:
 
     async def _session(self, emit: Emit) -> None:
         """One connection's life; always ends by raising (_HostFailure or CancelledError)."""
-        from verl_top.agent import agent_payload, bootstrap_for
+        from verl_top.agent.ship import agent_payload, bootstrap_for
 
         conn, client = await self._connect()
         stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
@@ -844,7 +844,7 @@ class SshSource:
             # ps on the node shows verl_top_agent='<this host>' (docs/agent.md)
             cmd = agent_command(self.settings.python, bootstrap_for(socket.gethostname()), args)
             proc = await conn.create_process(cmd, encoding="utf-8", errors="replace")
-            proc.stdin.write(agent_payload())
+            proc.stdin.write(agent_payload(args))  # the replay backend only when asked
             self._stdin = proc.stdin
             stderr_task = asyncio.create_task(_collect(proc.stderr, stderr_tail))
             intake = Intake(self.name, self.decoder)
