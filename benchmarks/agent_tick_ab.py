@@ -191,13 +191,44 @@ def main(argv: list[str] | None = None) -> int:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--base-ref", help="git revision whose verl_top/agent is the base")
     src.add_argument("--base-dir", type=Path, help="a directory holding the base agent")
-    p.add_argument("--backend", default="replay", choices=("replay", "pynvml", "nvidia-smi"))
+    p.add_argument(
+        "--backend", default="replay", choices=("replay", "pynvml", "nvidia-smi", "none")
+    )
+    p.add_argument(
+        "--job-procs",
+        type=int,
+        default=0,
+        help="start N processes titled like verl's workers (ray::WorkerDict.<method>) for the run",
+    )
+    p.add_argument(
+        "--other-procs", type=int, default=0, help="and N other processes (a busy node's /proc)"
+    )
     p.add_argument("--gpus", type=int, default=8, help="replay fan-out")
     p.add_argument("--rate", type=float, default=10.0, help="ticks per second per agent")
     p.add_argument("--ticks", type=int, default=200, help="ticks per agent")
     p.add_argument("--no-process", action="store_true", help="skip the process rows")
     p.add_argument("--json-out", default=None, metavar="FILE")
     args = p.parse_args(argv)
+    extra = crowd(args.job_procs, args.other_procs)
+    try:
+        return run(args, argv)
+    finally:
+        for proc in extra:
+            proc.kill()
+            proc.wait()
+
+
+def crowd(jobs: int, others: int) -> list[subprocess.Popen[bytes]]:
+    """Sleeping processes: ``jobs`` titled as verl's WorkerDicts (``exec -a``), ``others`` not."""
+    out = []
+    for i in range(jobs + others):
+        title = "ray::WorkerDict.actor_rollout_generate_sequences" if i < jobs else "sleep"
+        out.append(subprocess.Popen(["bash", "-c", 'exec -a "$0" sleep 3600', title]))
+    return out
+
+
+def run(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """Measure and print (``main`` without the extra processes' lifetime)."""
     with tempfile.TemporaryDirectory(prefix="agent-ab-") as tmp:
         base_dir = args.base_dir or export_ref(args.base_ref, Path(tmp))
         versions = [

@@ -52,7 +52,8 @@ def test_env_switch_forces_proc_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_none_backend_still_sends_host_and_heartbeat() -> None:
-    a = main.Agent(main.parse_args(["--backend", "none", "--host", "h"]))
+    # --no-procs: the job processes of whatever runs on this machine are not this test's
+    a = main.Agent(main.parse_args(["--backend", "none", "--host", "h", "--no-procs"]))
     hello = a.hello()
     assert hello["backend"] == "none" and hello["error"] and hello["gpus"] == []
     recs = a.tick(1000.0)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pynvml as real
 import pytest
 
-from verl_top.agent import backends, host, main, nvml, procs, strides
+from verl_top.agent import backends, main, nvml, procs, strides
 from verl_top.protocol import from_dict, to_dict
 
 NOT_SUPPORTED = real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
@@ -355,13 +355,20 @@ def test_processes_enriched_from_proc(fake: FakeNvml) -> None:
         assert by_pid[ghost] == {"pid": ghost, "gpu_index": 1, "visible": False, "user": "",
                                  "cmd": "", "role": ""}  # fmt: skip
         assert to_dict(from_dict(procs)) == procs
-        # Unchanged set: not re-sent on the next procs tick; cpu % appears once there is a delta.
-        for _ in range(5):
-            assert not [r for r in a.tick() if r["type"] == "procs"]
-        a.procs_every = 1
-        a._last_procs = None
+        # A GPU holder is a job process too (state, parent, GPUs); the ghost is not in /proc
+        (job,) = [j for j in procs["job_procs"] if j["pid"] == child.pid]
+        assert job["gpus"] == [0] and job["state"] in ("S", "R") and job["ppid"] == os.getpid()
+        assert ghost not in {j["pid"] for j in procs["job_procs"]}
+        # While the job has processes the list goes out every listing (state and CPU move);
+        # cpu % appears once there is a delta.
+        for _ in range(4):
+            assert not [r for r in a.tick() if r["type"] == "procs"]  # between listings
         (procs,) = [r for r in a.tick() if r["type"] == "procs"]
         assert {p["pid"]: p for p in procs["procs"]}[child.pid]["cpu_pct"] >= 0.0
+        assert {j["pid"]: j for j in procs["job_procs"]}[child.pid]["cpu_pct"] >= 0.0
+        # Without job scanning (no /proc), an unchanged GPU list is not re-sent within 30 s.
+        a.jobs, a.procs_every = None, 1
+        assert not [r for r in a.tick() if r["type"] == "procs"]
     finally:
         child.kill()
         child.wait()
@@ -369,27 +376,41 @@ def test_processes_enriched_from_proc(fake: FakeNvml) -> None:
 
 def test_process_title_reread_and_a_new_title_is_a_change(fake: FakeNvml, monkeypatch) -> None:
     """Ray rewrites a worker's title per task: the procs record follows it (issue 23: the real
-    WorkerDict showed "ref_init_model" for the whole run because the title was cached)."""
+    WorkerDict showed "ref_init_model" for the whole run because the title was cached), and the
+    job-process record's method and the time it was first seen in it (issue 29)."""
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     titles = {"now": b"ray::WorkerDict.actor_rollout_ref_init_model\0"}
-    read = host.read_bytes
+    read = procs.ProcInspector._file
 
-    def fake_read(path: str, limit: int = 1 << 20):  # type: ignore[no-untyped-def]
-        if path == f"/proc/{child.pid}/cmdline":
+    def fake_read(self, pid: int, name: str, limit: int):  # type: ignore[no-untyped-def]
+        if (pid, name) == (child.pid, "cmdline"):  # what Ray's setproctitle would show now
             return titles["now"]
-        return read(path, limit)
+        return read(self, pid, name, limit)
 
-    monkeypatch.setattr(procs, "read_bytes", fake_read)
+    monkeypatch.setattr(procs.ProcInspector, "_file", fake_read)
     try:
         fake.procs = {0: [(child.pid, 2048 * 1048576)]}
         a = agent("--procs-every", "1")
-        (first,) = [r for r in a.tick() if r["type"] == "procs"]
-        assert first["procs"][0]["cmd"] == "ray::WorkerDict.actor_rollout_ref_init_model"
-        assert not [r for r in a.tick() if r["type"] == "procs"]  # nothing changed
+
+        def job(now: float) -> dict:
+            (rec,) = [r for r in a.tick(now) if r["type"] == "procs"]
+            assert rec["procs"][0]["cmd"] == titles["now"].rstrip(b"\0").decode()
+            (j,) = rec["job_procs"]
+            assert j["pid"] == child.pid and j["title"] == rec["procs"][0]["cmd"]
+            return j
+
+        first = job(1000.0)
+        assert (first["method"], first["method_since"]) == ("actor_rollout_ref_init_model", 1000.0)
+        assert job(1001.0)["method_since"] == 1000.0  # the same method: still since 1000
         titles["now"] = b"ray::WorkerDict.actor_rollout_generate_sequences\0"
-        (second,) = [r for r in a.tick() if r["type"] == "procs"]  # same pid, gpu and memory
-        assert second["procs"][0]["cmd"] == "ray::WorkerDict.actor_rollout_generate_sequences"
-        assert second["procs"][0]["gpu_index"] == 0 and second["procs"][0]["used_mib"] == 2048.0
+        third = job(1002.0)  # same pid, gpu and memory; a new method from now on
+        assert (third["method"], third["method_since"]) == (
+            "actor_rollout_generate_sequences",
+            1002.0,
+        )
+        titles["now"] = b"ray::WorkerDict\0"  # idle: no method, no since
+        fourth = job(1003.0)
+        assert "method" not in fourth and "method_since" not in fourth and fourth["gpus"] == [0]
     finally:
         child.kill()
         child.wait()

@@ -217,7 +217,8 @@ def test_follow_append_truncate_rotate(procs, tmp_path: Path) -> None:  # type: 
 
 def test_once_and_count_exit_by_themselves() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "verl_top.agent", "--once", "--backend", "none", "--host", "h"],
+        [sys.executable, "-m", "verl_top.agent", "--once", "--backend", "none", "--host", "h",
+         "--no-procs"],
         stdin=subprocess.DEVNULL, capture_output=True, timeout=20, check=True, cwd=ROOT,
     )  # fmt: skip
     types = [json.loads(line)["type"] for line in out.stdout.decode().splitlines()]

@@ -36,28 +36,34 @@ def _pread_into(fd: int, buf: bytearray) -> int:
 
 class ProcFile:
     """A /proc file kept open and re-read from offset 0 into one reused buffer (saves an open
-    and an allocation per tick)."""
+    and an allocation per tick). ``first``: the buffer's first size; ``limit``: the most read."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, first: int = PROC_FIRST_READ, limit: int = PROC_MAX_READ) -> None:
         self.path = path
         self.fd: int | None = None
-        self.buf = bytearray(PROC_FIRST_READ)
+        self.limit = limit
+        self.buf = bytearray(min(first, limit))
 
-    def read(self) -> str:
-        """The whole file as text (its first PROC_MAX_READ bytes), or "" when it cannot be
-        read."""
+    def raw(self) -> bytes | None:
+        """The whole file (its first ``limit`` bytes), None when it cannot be read."""
         try:
             if self.fd is None:
                 self.fd = os.open(self.path, os.O_RDONLY)
             # One read: a syscall costs more than the parsing on a VM, and these files are small.
             while True:
                 n = _pread_into(self.fd, self.buf)
-                if n < len(self.buf) or len(self.buf) >= PROC_MAX_READ:
-                    return self.buf[:n].decode("ascii", "replace")
-                self.buf = bytearray(2 * len(self.buf))  # a full buffer: the file may go on
+                if n < len(self.buf) or len(self.buf) >= self.limit:
+                    return bytes(self.buf[:n])
+                # a full buffer: the file may go on
+                self.buf = bytearray(min(2 * len(self.buf), self.limit))
         except OSError:
             self.close()
-            return ""
+            return None
+
+    def read(self) -> str:
+        """The whole file as text, or "" when it cannot be read."""
+        data = self.raw()
+        return "" if data is None else data.decode("ascii", "replace")
 
     def close(self) -> None:
         """Close the file (it is reopened on the next read)."""

@@ -13,7 +13,7 @@ import time
 from .backends import make_backend
 from .follow import FOLLOW_KINDS, Follower, parse_follow
 from .host import HostSampler
-from .procs import ProcInspector, proc_dict
+from .procs import JobScanner, ProcInspector, proc_dict
 from .strides import CPU_EVERY, GPM_EVERY, MEM_EVERY, PROCS_EVERY, SLOW_EVERY
 from .topo import SYS_ROOT, collect_topology
 from .wire import AGENT_VERSION, PROTOCOL_VERSION, encode_line, record
@@ -51,6 +51,8 @@ class Agent:
             getattr(opts, "cpu_every", CPU_EVERY),
         )
         self.inspector = ProcInspector()
+        # The job's processes (any, GPU or not); a replayed trace has no processes of its own.
+        self.jobs = JobScanner(self.inspector) if self.backend.name != "replay" else None
         self.followers: dict[str, Follower] = {}  # path -> Follower
         for spec in opts.follow or ():
             kind, path, from_start = parse_follow(spec)
@@ -74,6 +76,8 @@ class Agent:
             caps.remove("procs")
         if self.host_sampler.mode == "psutil":
             caps.append("psutil")
+        if self.procs_enabled and self.jobs is not None and self.inspector.has_proc:
+            caps.append("jobs")  # procs records carry job_procs
         caps.append("follow")
         fields = (
             ("agent_version", AGENT_VERSION),
@@ -135,21 +139,32 @@ class Agent:
         return record("hb", self.host, now, fields)
 
     def _procs(self, now: float) -> Wire | None:
-        """A procs record when the GPU process set changed, or every 30 s; else None."""
+        """A procs record: the GPU processes and the job's processes. Sent every listing while
+        the job has processes here (their state, CPU and method move); with GPU processes only,
+        when their set or titles changed, or every 30 s. None when there is nothing to say."""
         raw = self.backend.processes()
-        if raw is None:
+        if raw is None and self.jobs is None:
             return None
-        raw.sort()
-        infos = [self.inspector.inspect(pid) for pid, _, _ in raw]
+        self.inspector.begin()
+        rows = sorted(raw or [])
+        infos = [self.inspector.inspect(pid) for pid, _, _ in rows]
+        gpus_by_pid: dict[int, list[int]] = {}
+        for (pid, gpu, _), info in zip(rows, infos):
+            if info.get("visible", True):
+                gpus_by_pid.setdefault(pid, []).append(gpu)
+        jobs = self.jobs.scan(gpus_by_pid, now) if self.jobs is not None else []
+        self.inspector.forget_except({p[0] for p in rows} | {j["pid"] for j in jobs})
+        if raw is None and not jobs:
+            return None
         # A changed title (the method a Ray worker runs) is a change too, not only pids and memory.
-        signature = (tuple(raw), tuple(info.get("cmd", "") for info in infos))
-        self.inspector.forget_except({p[0] for p in raw})
+        signature = (tuple(rows), tuple(info.get("cmd", "") for info in infos))
         last = self._last_procs
-        if last is not None and last[1] == signature and now - last[0] < PROCS_FORCE_S:
+        fresh = last is not None and last[1] == signature and now - last[0] < PROCS_FORCE_S
+        if fresh and not jobs:
             return None
         self._last_procs = (now, signature)
-        procs = [proc_dict(pid, gpu, used, info) for (pid, gpu, used), info in zip(raw, infos)]
-        return record("procs", self.host, now, (("procs", procs),))
+        procs = [proc_dict(pid, gpu, used, info) for (pid, gpu, used), info in zip(rows, infos)]
+        return record("procs", self.host, now, (("procs", procs), ("job_procs", jobs)))
 
     def follow(self, kind: str, path: str, from_start: bool = False) -> None:
         """Start following ``path`` (replaces an existing follower of the same path)."""
@@ -196,6 +211,7 @@ class Agent:
         self.followers.clear()
         self.backend.close()
         self.host_sampler.close()
+        self.inspector.close()
 
 
 def parse_args(argv: list[str] | None = None) -> Namespace:

@@ -89,9 +89,16 @@ _MAPPED = _obj(
         "verl_role": _STR,
         "method": _STR,
         "gpus": {"type": "array", "items": {"type": "integer"}},
-        "source": {"enum": ["gpu", "ray"]},
+        "source": {"enum": ["gpu", "job", "ray"]},
     },
-    {"pid": _INT, "rank": _INT, "gpu_mem_mib": _NUM, "cpu_pct": _NUM, "rss_bytes": _INT},
+    {
+        "pid": _INT,
+        "rank": _INT,
+        "gpu_mem_mib": _NUM,
+        "cpu_pct": _NUM,
+        "rss_bytes": _INT,
+        "state": _STR,
+    },
 )
 _STEP = _obj(
     {

@@ -423,6 +423,9 @@ def process_rows(
         )
     plist = {h.name: h.procs} if h.procs is not None else {}
     for m in process_map(plist, [a for a in actors if a.host == h.name]):
+        if m.source == "job":  # a process of the job holding no GPU (driver, engine, ...)
+            rows.append((f"job/{m.pid}", job_row(m)))
+            continue
         if m.source != "ray":
             continue
         rows.append(
@@ -442,6 +445,22 @@ def process_rows(
             )
         )
     return rows, hidden
+
+
+def job_row(m: Any) -> tuple[Any, ...]:
+    """The cells of a job process that holds no GPU: no GPU columns, its state with its role."""
+    state = f" [{m.state}]" if m.state else ""
+    return (
+        Text(str(m.pid), justify="right"),
+        ellipsis_cell(m.user or DASH),
+        Text(DASH, justify="right"),
+        Text(DASH, justify="right"),
+        Text(fmt_num(m.cpu_pct), justify="right"),
+        Text(_size(m.rss_bytes), justify="right"),
+        ellipsis_cell(m.label + state),
+        Text(DASH if m.rank is None else str(m.rank), justify="right"),
+        ellipsis_cell(m.cmd or DASH),
+    )
 
 
 def render_hidden(h: HostEntry, hidden: list[Any], palette: dict[str, str]) -> RenderableType:
