@@ -386,6 +386,9 @@ class Store:
         self.ray_actors: list[RayActor] = []
         self.ray_by_pid: dict[tuple[str, int], RayActor] = {}
         self.ray_driver_log = ""
+        # The last Python stacks collected (verl_top.stacks.ProcessStack: the node screen's key,
+        # `verl-top stacks`), written into snapshots as stacks.txt and snapshot.json "stacks".
+        self.stacks: list[Any] = []
         # Foreign input refused or cut, by host and reason (see protocol.validate).
         self.drops: dict[str, dict[str, int]] = {}
         self._gpu_total = 0

@@ -612,6 +612,7 @@ class NodeScreen(Screen):
         Binding("escape", "app.pop_screen", "Back"),
         Binding("left", "select_gpu(-1)", "Prev GPU", key_display="←", priority=True),
         Binding("right", "select_gpu(1)", "Next GPU", key_display="→", priority=True),
+        Binding("t", "stacks", "Stacks (py-spy)"),
     ]
 
     def __init__(self, store: Store, host: str, gpu: int | None = None) -> None:
@@ -677,6 +678,15 @@ class NodeScreen(Screen):
         i = choices.index(self.selected) if self.selected in choices else 0
         self.selected = choices[(i + delta) % len(choices)]
         self.refresh_screen(self.store, None, force=True)
+
+    def action_stacks(self) -> None:
+        """t: the Python stacks of the job's processes on this node (py-spy, read-only; each
+        process is paused for the moment it is read)."""
+        from verl_top.ui.stacks_screen import StacksScreen
+
+        inputs = getattr(self.app, "inputs", None)
+        sources = list(getattr(inputs, "sources", ()) or ())
+        self.app.push_screen(StacksScreen(self.store, sources, self.host))
 
     # -- refresh ---------------------------------------------------------------------------
 
