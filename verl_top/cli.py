@@ -99,6 +99,11 @@ def app_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--refresh", type=float, default=1.0, metavar="S", help="screen refresh period (s)"
     )
+    parser.add_argument(
+        "--readonly",
+        action="store_true",
+        help="never send a signal to a process (the process screen's F9 is refused)",
+    )
     return parser
 
 
@@ -326,7 +331,13 @@ def _run_app(args: argparse.Namespace, settings: Settings | None = None) -> int:
     check_sources(args)
     inputs = build_inputs(args)
     _load_baseline(inputs, args)
-    app = VerlTopApp(inputs, refresh=args.refresh, theme_name=theme, engine=_engine(settings, args))
+    app = VerlTopApp(
+        inputs,
+        refresh=args.refresh,
+        theme_name=theme,
+        engine=_engine(settings, args),
+        readonly=args.readonly,
+    )
     app.run()
     inputs.close()
     if app.return_code:

@@ -447,6 +447,13 @@ def process_rows(
     return rows, hidden
 
 
+def process_row_pid(key: str) -> int | None:
+    """The pid of a process-table row key (``PID/GPU``, ``job/PID``, ``ray/PID``)."""
+    first, _, rest = key.partition("/")
+    text = first if first.isdigit() else rest
+    return int(text) if text.isdigit() else None
+
+
 def job_row(m: Any) -> tuple[Any, ...]:
     """The cells of a job process that holds no GPU: no GPU columns, its state with its role."""
     state = f" [{m.state}]" if m.state else ""
@@ -678,6 +685,16 @@ class NodeScreen(Screen):
         i = choices.index(self.selected) if self.selected in choices else 0
         self.selected = choices[(i + delta) % len(choices)]
         self.refresh_screen(self.store, None, force=True)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a process row opens that process's screen."""
+        if event.data_table.id != "node-procs":
+            return
+        event.stop()
+        pid = process_row_pid(str(event.row_key.value or ""))
+        opener = getattr(self.app, "open_process", None)
+        if pid is not None and callable(opener):
+            opener(self.host, pid)
 
     def action_stacks(self) -> None:
         """t: the Python stacks of the job's processes on this node (py-spy, read-only; each

@@ -63,6 +63,8 @@ def targets_for(store: Any, host: str, pid: int | None = None) -> list[stacks.Ta
 class StacksScreen(Screen[None]):
     """The grouped stacks of one node's job processes (or of one process)."""
 
+    HELP_TITLE = "Python stacks (t; py-spy pauses each process for a moment while it reads it)"
+
     DEFAULT_CSS = """
     StacksScreen #stacks-title { dock: top; height: 1; background: $primary; text-style: bold; }
     StacksScreen #stacks-body { padding: 0 1; }
