@@ -531,6 +531,7 @@ class MappingPane(Pane):
         self._map_states: tuple[str, ...] = ()
         self.stats: list[GpuStat] = []
         self.procs_sync: TableSync | None = None
+        self._procs_stamp: tuple[Any, ...] = ()
 
     def compose(self) -> ComposeResult:
         yield self.findings
@@ -600,7 +601,12 @@ class MappingPane(Pane):
             self._sync_processes(store)
 
     def _sync_processes(self, store: Store) -> None:
-        """The process table (Enter opens a process), or why it is empty."""
+        """The process table (Enter opens a process), or why it is empty; rebuilt only when a
+        process list or the Ray actors changed (lists come every 5th tick)."""
+        stamp = (tuple(id(h.procs) for h in store.hosts.values()), id(store.ray_actors))
+        if stamp == self._procs_stamp:
+            return
+        self._procs_stamp = stamp
         rows = process_rows(store)
         title = Text("Processes of the job", style="bold underline")
         if rows:
