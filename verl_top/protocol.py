@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from verl_top.model import HOST_STATES, RECORD_TYPES, Dropped, Record
+from verl_top.model import HOST_STATES, PROC_STATES, RECORD_TYPES, Dropped, Record
 from verl_top.untrusted import (
     MAX_TEXT,
     UntrustedJSONError,
@@ -110,6 +110,10 @@ RANGES: dict[str, tuple[float, float]] = {
     "cpu_count": (0, 2**20),
     "interval": (0.0, 86400.0),
     "pid": (0, 2**31 - 1),
+    "ppid": (0, 2**31 - 1),
+    "method_since": (T_MIN, T_MAX),
+    # A job process's GPUs are indices; elsewhere "gpus" counts GPU resources.
+    "JobProcess.gpus": (0, MAX_GPU_INDEX),
     **dict.fromkeys(("rank", "env_rank", "env_local_rank", "local_rank"), (0, 2**24)),
     **dict.fromkeys(("nranks", "nnodes", "init_complete"), (0, 2**24)),
     "seq": (0, 2**63 - 1),
@@ -133,6 +137,7 @@ KEY_FIELDS = frozenset(
 # plain text.
 ENUMS: dict[str, frozenset[str]] = {
     "HostState.state": frozenset(HOST_STATES),
+    "JobProcess.state": frozenset(PROC_STATES),
     "SourceStatus.state": frozenset(("up", "slow", "down")),
 }
 # Text bounds by field name (default untrusted.MAX_TEXT).
@@ -145,11 +150,15 @@ TEXT_LIMITS: dict[str, int] = {
     "reason": 2048,
     "note": 2048,
     "driver_log": 4096,
+    "title": 4096,
+    "method": 256,
+    "user": 64,
 }
 # Caps on list lengths by field name; longer lists are cut (and counted as ``cap:``).
 LIST_CAPS: dict[str, int] = {
     "gpus": MAX_GPU_INDEX + 1,
     "procs": 4096,
+    "job_procs": 4096,
     "lines": 5000,
     "cpu_per_core": 4096,
     "capabilities": 64,
@@ -214,7 +223,7 @@ def _specs(cls: type) -> tuple[_Spec, ...]:
         out = []
         for f in dataclasses.fields(cls):
             kind, optional, item = _kind(hints[f.name])
-            lo, hi = RANGES.get(f.name, (-_BIG, _BIG))
+            lo, hi = RANGES.get(f"{cls.__name__}.{f.name}", RANGES.get(f.name, (-_BIG, _BIG)))
             enum = ENUMS.get(f"{cls.__name__}.{f.name}")
             # ``state`` is a key only where it is an enum (a host's state drives staleness).
             key = f.name in KEY_FIELDS and not optional and (f.name != "state" or enum is not None)

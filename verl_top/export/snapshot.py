@@ -54,6 +54,8 @@ from verl_top.model import (
 )
 from verl_top.protocol import encode, from_dict, to_dict
 from verl_top.roles import annotate, classify, process_map
+from verl_top.stacks import render_text as stacks_text
+from verl_top.stacks import to_json as stacks_json
 from verl_top.store import (
     GPU_DERIVED,
     GPU_METRICS,
@@ -68,6 +70,7 @@ from verl_top.store import (
 SNAPSHOT_FILE = "snapshot.json"
 REPORT_FILE = "report.md"
 RECORDING_FILE = "recording.ndjson.gz"
+STACKS_FILE = "stacks.txt"
 SCREEN_FILE = "screen.svg"
 # Written last into every bundle: the proof that verl-top wrote the directory. ``--force``
 # replaces only a directory whose every entry this manifest lists.
@@ -413,10 +416,13 @@ def build_snapshot(
         "topology": _topology_json(store),
         "events": [_fields(e) for e in store.events],
         "diagnosis": diagnosis_json(assessment),
+        # Python stacks collected in this session (stacks.txt groups them by role).
+        "stacks": stacks_json(store.stacks),
         "files": {
             "report": REPORT_FILE,
             "recording": RECORDING_FILE,
             "screen": SCREEN_FILE if screen else None,
+            "stacks": STACKS_FILE if store.stacks else None,
         },
         "notes": list(store.notes),
         "inputs": store.input_health(),  # refused input per host and reason, clock offsets
@@ -596,6 +602,8 @@ def _fill(
     _write_gzip(tmp / RECORDING_FILE, (encode(r) + "\n" for r in records))
     if screen_svg is not None:
         _write_file(tmp / SCREEN_FILE, [redact_text(screen_svg).encode()])
+    if store.stacks:
+        _write_file(tmp / STACKS_FILE, [redact_text(stacks_text(store.stacks)).encode()])
 
 
 def _install(tmp: Path, target: Path, exists: bool) -> None:

@@ -1,7 +1,7 @@
 """This machine as a source: the node agent run in-process, and local file following.
 
-``LocalSource`` imports ``verl_top.agent.node_agent`` (the same code the SSH source ships to
-nodes) and turns each tick's wire dicts into records with ``protocol.from_dict``, so local and
+``LocalSource`` imports the agent package ``verl_top.agent`` (the same code the SSH source ships
+to nodes) and turns each tick's wire dicts into records with ``protocol.from_dict``, so local and
 remote data take one path. ``LocalFollowSource`` follows files on this machine (e.g. the verl
 driver log) while the GPUs are monitored on remote hosts, with the agent's ``Follower``.
 """
@@ -15,7 +15,8 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from verl_top.agent import node_agent
+from verl_top.agent.follow import MAX_READ_PER_POLL, Follower, parse_follow
+from verl_top.agent.main import Agent, parse_args
 from verl_top.model import Record
 from verl_top.protocol import Decoder
 from verl_top.sources.base import Emit
@@ -30,7 +31,7 @@ def _follow_args(follows: Iterable[FollowSpec]) -> list[tuple[str, str, bool]]:
     out = []
     for spec in follows:
         if isinstance(spec, str):
-            out.append(node_agent.parse_follow(spec))
+            out.append(parse_follow(spec))
         else:
             kind, path, *rest = spec
             out.append((kind, str(path), bool(rest[0]) if rest else False))
@@ -101,13 +102,13 @@ class LocalSource:
             argv += ["--host", host]
         if not procs:
             argv.append("--no-procs")
-        self.options = node_agent.parse_args(argv)
+        self.options = parse_args(argv)
         self.follows = _follow_args(follows)
         self.count = count  # stop after this many ticks (0: run until cancelled)
         self.host = host or socket.gethostname()
         self.name = f"local:{self.host}"
         self.malformed = 0
-        self.agent: node_agent.Agent | None = None
+        self.agent: Agent | None = None
         self._pending: list[dict[str, Any]] = []
 
     def command(self, cmd: dict[str, Any]) -> None:
@@ -118,7 +119,7 @@ class LocalSource:
         """Follow a file on this machine (applied before the next tick)."""
         self.command({"cmd": "follow", "kind": kind, "path": path, "from_start": from_start})
 
-    def _tick(self, agent: node_agent.Agent) -> list[dict[str, Any]]:
+    def _tick(self, agent: Agent) -> list[dict[str, Any]]:
         pending, self._pending = self._pending, []
         for cmd in pending:
             agent.command(cmd)
@@ -131,7 +132,7 @@ class LocalSource:
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verl-top-local")
         try:
             # NVML init and the nvidia-smi probe can take a second: keep them off the event loop.
-            agent = await loop.run_in_executor(executor, node_agent.Agent, self.options)
+            agent = await loop.run_in_executor(executor, Agent, self.options)
             self.agent = agent
             for kind, path, from_start in self.follows:
                 agent.follow(kind, path, from_start)
@@ -191,9 +192,7 @@ class LocalFollowSource:
     async def run(self, emit: Emit) -> None:
         """Poll every followed file each interval and emit what was appended."""
         # A catch-up reads CATCH_UP_READ per poll: each chunk is parsed within the loop budget.
-        followers = [
-            node_agent.Follower(k, p, s, max_read=CATCH_UP_READ) for k, p, s in self.follows
-        ]
+        followers = [Follower(k, p, s, max_read=CATCH_UP_READ) for k, p, s in self.follows]
         polls = 0
         try:
             if self.until_eof:
@@ -207,7 +206,7 @@ class LocalFollowSource:
                     # A stat and a read of what was appended: small local I/O, done inline.
                     # A big backlog (a log followed from its start) is read in CATCH_UP_READ
                     # pieces, up to the agent's 8 MiB per interval, parsed in paced slices.
-                    for _ in range(node_agent.MAX_READ_PER_POLL // CATCH_UP_READ):
+                    for _ in range(MAX_READ_PER_POLL // CATCH_UP_READ):
                         dicts = follower.poll(self.host, now)
                         if not dicts:
                             break
@@ -219,7 +218,7 @@ class LocalFollowSource:
             for follower in followers:
                 follower.close()
 
-    async def _read_to_end(self, followers: list[node_agent.Follower], emit: Emit) -> None:
+    async def _read_to_end(self, followers: list[Follower], emit: Emit) -> None:
         """Read each file completely (a finished log given with a replay or to diagnose).
 
         The lines get time 0 ("no arrival time"): stamping them with today's clock would pull

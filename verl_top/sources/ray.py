@@ -201,9 +201,23 @@ class Dashboard:
 
     def get(self, path: str, params: Sequence[tuple[str, str]] = ()) -> Any:
         """The decoded JSON body of ``GET path?params``."""
+        body = self.body(path, params, "application/json")
+        try:
+            return loads(body, max_bytes=MAX_BODY_BYTES)
+        except UntrustedJSONError as exc:
+            if "deeper" in str(exc):
+                raise RayError(f"{self.url}{path}: {exc}; reply refused", "api") from None
+            raise RayError(
+                f"{self.url}{path} answered, but not with JSON (it starts {_preview(body)}): is "
+                f"this the Ray dashboard (port {DEFAULT_PORT})?",
+                "not_ray",
+            ) from None
+
+    def body(self, path: str, params: Sequence[tuple[str, str]] = (), accept: str = "*/*") -> bytes:
+        """The raw body of ``GET path?params`` (at most MAX_BODY_BYTES, within the deadline)."""
         query = f"?{urllib.parse.urlencode(list(params))}" if params else ""
         request = urllib.request.Request(f"{self.url}{path}{query}")
-        request.add_header("Accept", "application/json")
+        request.add_header("Accept", accept)
         if self.token is not None:
             request.add_header("Authorization", f"Bearer {self.token.value}")
         self.requests += 1
@@ -219,16 +233,7 @@ class Dashboard:
             raise self._not_http(exc) from None
         except OSError as exc:  # a timeout or reset while reading the reply
             raise self._network_error(exc) from None
-        try:
-            return loads(body, max_bytes=MAX_BODY_BYTES)
-        except UntrustedJSONError as exc:
-            if "deeper" in str(exc):
-                raise RayError(f"{self.url}{path}: {exc}; reply refused", "api") from None
-            raise RayError(
-                f"{self.url}{path} answered, but not with JSON (it starts {_preview(body)}): is "
-                f"this the Ray dashboard (port {DEFAULT_PORT})?",
-                "not_ray",
-            ) from None
+        return body
 
     def _read_body(self, resp: Any, path: str, deadline: float) -> bytes:
         """The reply body, read in chunks: at most MAX_BODY_BYTES (a larger Content-Length is
