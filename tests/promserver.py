@@ -80,10 +80,13 @@ class PromServer:
         targets: dict[str, list[str]],
         addr: str = "127.0.0.90",
         scrape_interval: str = "1s",
+        web_config: Path | None = None,
     ) -> None:
         self.addr = addr
         self.port = free_port(addr)
-        self.url = f"http://{addr}:{self.port}"
+        # Prometheus' own --web.config.file: TLS (then https) and basic auth users.
+        tls = web_config is not None and "tls_server_config" in web_config.read_text()
+        self.url = f"{'https' if tls else 'http'}://{addr}:{self.port}"
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
         jobs = "\n".join(
@@ -104,6 +107,7 @@ class PromServer:
                 f"--storage.tsdb.path={workdir / 'tsdb'}",
                 f"--web.listen-address={addr}:{self.port}",
                 "--log.level=warn",
+                *([f"--web.config.file={web_config}"] if web_config is not None else []),
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,

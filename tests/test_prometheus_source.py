@@ -39,10 +39,23 @@ def settings(url: str, **kw) -> PromSettings:
     return PromSettings(url=url, **base)
 
 
-def one_round(source: PrometheusSource) -> list:
+def closing(source: PrometheusSource, step, emit=None) -> list:
+    """``step(emit)`` run on its own loop, the client's connections closed after; the records
+    (when no ``emit`` is given)."""
     out: list = []
-    asyncio.run(source.poll(out.append))
+
+    async def go() -> None:
+        try:
+            await step(emit or out.append)
+        finally:
+            await source.client.close()
+
+    asyncio.run(go())
     return out
+
+
+def one_round(source: PrometheusSource) -> list:
+    return closing(source, source.poll)
 
 
 def test_round_maps_real_dcgm_series_to_hosts_and_gpus(prom_cluster: dict) -> None:
@@ -93,7 +106,8 @@ def test_rollout_server_from_real_vllm_metrics(prom_cluster: dict) -> None:
 def test_store_fills_like_the_ssh_source(prom_cluster: dict) -> None:
     store = Store()
     pipeline = Pipeline(store, parsers={})
-    asyncio.run(PrometheusSource(settings(prom_cluster["server"].url)).poll(pipeline.emit))
+    source = PrometheusSource(settings(prom_cluster["server"].url))
+    closing(source, source.poll, pipeline.emit)
     assert store.hosts[H100].state == "up" and store.hosts[A800].state == "up"
     assert store.gpu_count() == 16
     assert store.hosts[H100].gpus[0].latest.temp_c == 30
@@ -105,8 +119,7 @@ def test_history_fills_the_window_at_start(prom_cluster: dict) -> None:
     server = prom_cluster["server"]
     server.wait_for(f'count_over_time(DCGM_FI_DEV_GPU_TEMP{{Hostname="{A800}",gpu="1"}}[10s]) >= 4')
     source = PrometheusSource(settings(server.url, history_s=10.0))
-    out: list = []
-    asyncio.run(source._history(out.append))
+    out = closing(source, source._history)
     samples = [r for r in out if isinstance(r, GpuSample) and r.host == A800 and r.index == 1]
     assert len(samples) >= 3, [(type(r).__name__, r.host, r.t) for r in out][:40]
     assert all(s.temp_c == 27 for s in samples)
@@ -169,7 +182,11 @@ def test_not_prometheus_is_named() -> None:
     try:
 
         async def ask() -> None:
-            await PromClient(f"http://{end.target}").query("up", time.time())
+            client = PromClient(f"http://{end.target}")
+            try:
+                await client.query("up", time.time())
+            finally:
+                await client.close()
 
         with pytest.raises(PromError, match="404|not Prometheus|JSON"):
             asyncio.run(ask())
@@ -266,7 +283,7 @@ def test_sglang_server_and_its_queue(prom_cluster: dict) -> None:
     store = Store()
     pipeline = Pipeline(store, parsers={})
     source = PrometheusSource(settings(prom_cluster["server"].url, rollout_selector='job="sglang"'))
-    asyncio.run(source.poll(pipeline.emit))
+    closing(source, source.poll, pipeline.emit)
     (entry,) = store.rollout.values()
     r = entry.latest
     assert (r.server, r.model) == ("sglang", "meta-llama/Llama-3.1-8B-Instruct")
