@@ -482,6 +482,13 @@ def open_recording(path: str | Path, mode: str = "r") -> IO[str]:
     return open(p, mode, encoding="utf-8")
 
 
+def open_recording_bytes(path: str | Path) -> IO[bytes]:
+    """Open a recording for reading bytes (decompressed when ``.gz``): the reader decodes each
+    line itself, so one bad byte costs that line, not the rest of the file."""
+    p = Path(path)
+    return gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")  # noqa: SIM115
+
+
 def read_recording(path: str | Path, decoder: Decoder | None = None) -> list[Record]:
     """All valid records of a recording file (gzip or plain)."""
     decoder = decoder or Decoder()

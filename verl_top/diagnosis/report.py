@@ -37,6 +37,7 @@ def format_text(assessment: Assessment) -> str:
     if assessment.window:
         out.append(f"Covers: {assessment.window}")
     out += inputs_text(verdict.inputs)
+    out += refused_text(assessment.health)
     summary = steps_summary(verdict)
     for step, name in STEP_NAMES.items():
         worst, n = summary[step]
@@ -80,6 +81,20 @@ def inputs_text(inputs: dict[str, Any]) -> list[str]:
             f"({info.get('age_text')} ago), last step {inputs.get('last_step')}"
         )
     return out
+
+
+def refused_text(health: dict[str, Any]) -> list[str]:
+    """One line naming what the input boundary refused, per source and reason (none: none)."""
+    dropped = health.get("dropped") or {}
+    parts = [
+        f"{reason} x{n}" + (f" from {host}" if host else "")
+        for host, reasons in sorted(dropped.items())
+        for reason, n in sorted(reasons.items())
+    ]
+    if not parts:
+        return []
+    more = f" (+{len(parts) - 8} more)" if len(parts) > 8 else ""
+    return [f"Refused input (skipped, counted): {', '.join(parts[:8])}{more}"]
 
 
 def _worth_json(f: Finding) -> dict[str, Any] | None:
