@@ -81,6 +81,17 @@ _ASCII_UNSAFE = re.compile(r"[^\x20-\x7e]")  # ASCII text: only C0 and DEL can b
 _UNSAFE = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{INVISIBLE_BMP}\ud800-\udfff]")
 
 
+_INVISIBLE = re.compile(f"[{INVISIBLE_BMP}]")
+
+
+def strip_invisible(text: str) -> str:
+    """``text`` without its invisible characters (zero-width, bidi marks, BOM, tags, variation
+    selectors...): what a matcher must not be fooled by (an ``hf_`` token split by U+200B)."""
+    if text.isascii():
+        return text
+    return _ASTRAL.sub("", _INVISIBLE.sub("", text))
+
+
 def _is_plain(text: str) -> bool:
     """True when ``text`` holds nothing the boundary removes or replaces (the fast path)."""
     if text.isascii():
