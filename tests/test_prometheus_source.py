@@ -294,3 +294,32 @@ def test_sglang_server_and_its_queue(prom_cluster: dict) -> None:
     queue = next(f for f in verdict.findings if f.rule == "flow.rollout_queue")
     assert "2826 waiting vs 162 running" in queue.title
     assert "max_num_seqs" in queue.advice  # KV cache 28 %: slots, not memory, are the limit
+
+
+def test_prometheus_numbers_get_the_protocol_ranges_and_plain_digits() -> None:
+    """Issue 31: util 100 000 %, 1000 C, '1_000' and Arabic-Indic GPU indices passed."""
+    from verl_top.sources.prometheus import gpu_sample, gpu_values, parse_answer
+
+    def answer(rows: list[tuple[dict, str]]) -> bytes:
+        result = [{"metric": m, "value": [1.0, v]} for m, v in rows]
+        return json.dumps({"status": "success", "data": {"result": result}}).encode()
+
+    util = parse_answer(
+        answer(
+            [
+                ({"Hostname": "n1", "gpu": "0"}, "100000"),
+                ({"Hostname": "n1", "gpu": "1"}, "1_000"),
+                ({"Hostname": "n1", "gpu": "2"}, "٣٣"),  # Arabic-Indic digits as a value
+                ({"Hostname": "n1", "gpu": "٣"}, "50"),  # ... and as a GPU index
+                ({"Hostname": "n1", "gpu": "3"}, "55.5"),
+            ]
+        ),
+        "x",
+    )
+    temp = parse_answer(answer([({"Hostname": "n1", "gpu": "3"}, "1000")]), "x")
+    values = gpu_values({"util_gpu": util, "temp_c": temp})
+    assert values["util_gpu"] == {("n1", 0): 100000.0, ("n1", 1): None, ("n1", 2): None,
+                                  ("n1", 3): 55.5}  # fmt: skip
+    assert gpu_sample("n1", 0, 1.0, values).util_gpu is None  # over 100 %: no data
+    assert gpu_sample("n1", 3, 1.0, values).util_gpu == 55.5
+    assert gpu_sample("n1", 3, 1.0, values).temp_c is None  # 1000 C: no data

@@ -123,7 +123,26 @@ RANGES: dict[str, tuple[float, float]] = {
         ("algbw_gbs", "busbw_gbs", "in_place_busbw_gbs", "busbw_max_gbs", "expected_gbs"),
         (0.0, 1e9),
     ),
+    # A rollout server's gauges (Prometheus): requests, KV cache %, rates, latencies.
+    **dict.fromkeys(("running", "waiting"), (0.0, 1e9)),
+    "kv_cache_pct": _PCT,
+    **dict.fromkeys(("gen_tokens_s", "prompt_tokens_s", "preemptions_s"), (0.0, 1e12)),
+    **dict.fromkeys(
+        ("ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "e2e_p50_s", "e2e_p90_s"), (0.0, 1e7)
+    ),
 }
+
+
+def in_range(name: str, value: Any) -> Any:
+    """``value`` when it is a finite number within the range of field ``name`` (``RANGES``),
+    else None: the record boundary's check, for numbers read from text by a parser (NCCL
+    rows, Prometheus answers) rather than decoded from the wire."""
+    if value is None:
+        return None
+    lo, hi = RANGES.get(name, (-_BIG, _BIG))
+    return value if finite(value, lo, hi) is not None else None
+
+
 # Fields without which a record (or a list item) means nothing: a bad value drops it.
 KEY_FIELDS = frozenset(
     ("host", "t", "index", "gpu_index", "pid", "step", "size_bytes", "node_id", "state")

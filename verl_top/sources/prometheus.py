@@ -41,6 +41,7 @@ from verl_top.model import (
     RolloutSample,
     SourceStatus,
 )
+from verl_top.protocol import MAX_GPU_INDEX, in_range
 from verl_top.sources.base import Emit, Source
 from verl_top.sources.http_client import HttpClient, HttpError, HttpOptions, time_limit
 from verl_top.untrusted import (
@@ -60,7 +61,6 @@ MAX_OTHER = 1 << 20  # characters of an answer outside data.result (status, warn
 MAX_ANSWER_POINTS = 2_000_000  # points kept from one answer (32 MB as arrays)
 HISTORY_SAMPLES = 120_000  # GPU samples the start-up history may make (1024 GPUs x 117)
 EMIT_CHUNK = 2000  # start-up history records emitted between two yields to the event loop
-MAX_GPU_INDEX = 1023
 DCGM_BLANK = float(2**47)  # DCGM's float blank; int64 blanks (9.2e18) are above it too
 MIB = 1024.0 * 1024.0
 # Labels that name one GPU. Both spellings of the host label: dcgm-exporter master renamed
@@ -603,9 +603,14 @@ def host_of(labels: Mapping[str, str]) -> str:
 
 
 def gpu_of(labels: Mapping[str, str]) -> tuple[str, int] | None:
-    """(host, GPU index) of a DCGM series, or None when it names no GPU."""
+    """(host, GPU index) of a DCGM series, or None when it names no GPU.
+
+    Only ASCII digits make an index (``str.isdigit`` also takes Arabic-Indic and superscript
+    digits, which ``int`` reads as numbers), at most the protocol's GPU index cap.
+    """
     text = labels.get("gpu", "")
-    index = bounded_int(int(text), 0, MAX_GPU_INDEX) if text.isdigit() else None
+    usable = text.isascii() and text.isdigit() and len(text) <= 4
+    index = bounded_int(int(text), 0, MAX_GPU_INDEX) if usable else None
     host = host_of(labels)
     return None if index is None or not host else (host, index)
 
@@ -675,12 +680,14 @@ def gpu_sample(host: str, index: int, t: float, values: Values) -> GpuSample:
     def get(name: str) -> float | None:
         return values.get(name, {}).get((host, index))
 
-    fields = {name: get(name) for name in SAMPLE_FIELDS}
+    # The protocol's ranges, as for an agent's sample: util 0-100 %, temperature -100..300 C...
+    fields = {name: in_range(name, get(name)) for name in SAMPLE_FIELDS}
     if fields["util_gpu"] is None:
         # MIG GPUs have no GPU_UTIL; GR_ENGINE_ACTIVE is the same "any engine busy" measure.
         fields["util_gpu"] = get("gr_engine")
     used, free, reserved = fields["mem_used_mib"], get("mem_free"), get("mem_reserved")
     total = None if used is None or free is None else used + free + (reserved or 0.0)
+    total = in_range("mem_total_mib", total)
     return GpuSample(host=host, t=t, index=index, mem_total_mib=total, **fields)
 
 
@@ -1121,7 +1128,7 @@ def _rollout_samples(
     """A RolloutSample per server; ``sparse``: only servers with a value at ``at`` (history)."""
     out: list[Record] = []
     for inst, (server, model) in sorted(servers.items()):
-        fields = {name: col.get(inst) for name, col in cols.items()}
+        fields = {name: in_range(name, col.get(inst)) for name, col in cols.items()}
         if sparse and all(v is None for v in fields.values()):
             continue
         out.append(RolloutSample(host=inst, t=at, server=server, model=model, **fields))
