@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from verl_top.model import LogEvent, ProcessList, VerlConfig
 from verl_top.untrusted import strip_invisible
 
 REDACTED = "***REDACTED***"
@@ -334,6 +335,10 @@ def redact_tree(value: Any, name: str = "") -> Any:
     return value
 
 
+_MISSING = object()
+_PLAIN = (str, int, float, bool, type(None))  # hashable config values, remembered as they are
+
+
 class Redactor:
     """``redact_text`` with a bounded memo, for the records that carry foreign free text.
 
@@ -344,6 +349,7 @@ class Redactor:
     def __init__(self, capacity: int = 50_000) -> None:
         self.capacity = capacity
         self._memo: dict[str, str] = {}
+        self._values: dict[tuple[str, Any, type], Any] = {}
 
     def text(self, value: str) -> str:
         """``redact_text(value)``, remembered."""
@@ -356,23 +362,42 @@ class Redactor:
                 self._memo[value] = hit
         return hit
 
+    def value(self, name: str, value: Any) -> Any:
+        """``redact_value(name, value)``, remembered for plain values (a config parsed again,
+        or re-sent by every node, is mostly the same keys and values)."""
+        kind = type(value)
+        if kind in (list, tuple):
+            if not all(type(v) in _PLAIN for v in value):
+                return redact_value(name, value)
+            key: tuple[str, Any, type] = (name, tuple(value), kind)
+        elif kind in _PLAIN:
+            key = (name, value, kind)
+        else:
+            return redact_value(name, value)
+        hit = self._values.get(key, _MISSING)
+        if hit is _MISSING:
+            hit = redact_value(name, value)
+            if len(self._values) >= self.capacity:
+                self._values.clear()
+            self._values[key] = hit
+        return hit
+
     def record(self, record: Any) -> Any:
         """The record with its free text redacted (the same object when nothing changed):
         process command lines, a config's values, a log event's text."""
-        from verl_top.model import LogEvent, ProcessList, VerlConfig
-
-        if isinstance(record, ProcessList):
+        kind = type(record)  # exact types: this runs for every record of the pipeline
+        if kind is ProcessList:
             procs = [
                 p if (cmd := self.text(p.cmd)) == p.cmd else dataclasses.replace(p, cmd=cmd)
                 for p in record.procs
             ]
             if any(a is not b for a, b in zip(procs, record.procs, strict=True)):
                 return dataclasses.replace(record, procs=procs)
-        elif isinstance(record, VerlConfig):
-            values = redact_mapping(record.values)
+        elif kind is VerlConfig:
+            values = {k: self.value(k, v) for k, v in record.values.items()}
             if values != record.values:
                 return dataclasses.replace(record, values=values)
-        elif isinstance(record, LogEvent):
+        elif kind is LogEvent:
             text = self.text(record.text)
             if text != record.text:
                 return dataclasses.replace(record, text=text)
