@@ -166,3 +166,43 @@ async def test_over_ssh_a_node_an_hour_ahead_hides_nothing(
             assert abs(entry.history.last_time() - store.wall_clock()) < 5.0, d.name
     assert abs(store.hosts[ahead.name].clock_offset + SKEW) < 2.0
     assert abs(store.hosts[good.name].clock_offset) < 1.0
+
+
+def test_one_node_lying_ahead_does_not_move_the_shared_clock(h200_trace: Path) -> None:
+    """Issue 31: three honest nodes and one whose records claim to be 250 s ahead once its
+    offset was learnt (within the 600 s live window, so nothing refused them before). The data
+    clock stays with the honest hosts, which keep every point of the last 120 s (before: 11 of
+    120)."""
+    clock = Clock()
+    store = Store(wall_clock=clock)
+    pipe = Pipeline(store, wall_clock=clock)
+    names = ("honest1", "honest2", "honest3", "liar")
+    agents = {name: _agent(h200_trace) for name in names}
+    intakes = {name: Intake(name, clock=clock) for name in names}
+    for name, agent in agents.items():
+        intakes[name].accept(wire.encode_line(agent.hello(now=clock.now)), pipe.emit)
+    clock.now += 0.02
+    for second in range(200):
+        clock.now += 0.98
+        for name, agent in agents.items():
+            # The liar behaves through the offset's learning window, then jumps ahead.
+            ahead = 250.0 if name == "liar" and second >= 60 else 0.0
+            for rec in agent.tick(now=clock.now + ahead):
+                intakes[name].accept(wire.encode_line(rec), pipe.emit)
+        clock.now += 0.02
+    for agent in agents.values():
+        agent.close()
+    assert abs(store.now - clock.now) < 2.0  # not 250 s ahead
+    since = store.now - 120.0
+    for name in names[:3]:
+        for entry in store.hosts[name].gpus.values():
+            times, _ = entry.history.series("util_gpu", since=since)
+            assert len(times) >= 119, (name, len(times))  # every point of the last 120 s
+    # Its jump is refused and counted until RELEARN_AFTER in a row say the clock was stepped;
+    # then its offset is learnt again and its records are corrected back to arrival time.
+    from verl_top.sources.intake import RELEARN_AFTER
+
+    assert intakes["liar"].decoder.drops[("liar", "time_window")] == RELEARN_AFTER
+    assert abs(intakes["liar"].applied + 250.0) < 1.0
+    for entry in store.hosts["liar"].gpus.values():
+        assert abs(entry.history.last_time() - clock.now) < 2.0

@@ -127,7 +127,26 @@ RANGES: dict[str, tuple[float, float]] = {
         ("algbw_gbs", "busbw_gbs", "in_place_busbw_gbs", "busbw_max_gbs", "expected_gbs"),
         (0.0, 1e9),
     ),
+    # A rollout server's gauges (Prometheus): requests, KV cache %, rates, latencies.
+    **dict.fromkeys(("running", "waiting"), (0.0, 1e9)),
+    "kv_cache_pct": _PCT,
+    **dict.fromkeys(("gen_tokens_s", "prompt_tokens_s", "preemptions_s"), (0.0, 1e12)),
+    **dict.fromkeys(
+        ("ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "e2e_p50_s", "e2e_p90_s"), (0.0, 1e7)
+    ),
 }
+
+
+def in_range(name: str, value: Any) -> Any:
+    """``value`` when it is a finite number within the range of field ``name`` (``RANGES``),
+    else None: the record boundary's check, for numbers read from text by a parser (NCCL
+    rows, Prometheus answers) rather than decoded from the wire."""
+    if value is None:
+        return None
+    lo, hi = RANGES.get(name, (-_BIG, _BIG))
+    return value if finite(value, lo, hi) is not None else None
+
+
 # Fields without which a record (or a list item) means nothing: a bad value drops it.
 KEY_FIELDS = frozenset(
     ("host", "t", "index", "gpu_index", "pid", "step", "size_bytes", "node_id", "state")
@@ -489,6 +508,13 @@ def open_recording(path: str | Path, mode: str = "r") -> IO[str]:
     if p.suffix == ".gz":
         return io.TextIOWrapper(gzip.open(p, mode.replace("t", "") + "b"), encoding="utf-8")
     return open(p, mode, encoding="utf-8")
+
+
+def open_recording_bytes(path: str | Path) -> IO[bytes]:
+    """Open a recording for reading bytes (decompressed when ``.gz``): the reader decodes each
+    line itself, so one bad byte costs that line, not the rest of the file."""
+    p = Path(path)
+    return gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")  # noqa: SIM115
 
 
 def read_recording(path: str | Path, decoder: Decoder | None = None) -> list[Record]:

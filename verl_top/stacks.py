@@ -381,7 +381,7 @@ def ray_traceback(url: str, ip_of: Callable[[str], str]) -> RayTrace:
 
     async def trace(host: str, pid: int) -> str:
         params = [("pid", str(int(pid))), ("ip", ip_of(host))]
-        body = await asyncio.to_thread(dash.body, "/worker/traceback", params, "text/plain")
+        body = await dash.body("/worker/traceback", params, "text/plain")
         return body.decode("utf-8", "replace")
 
     return trace

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 FOLLOW_KINDS = ("verl", "nccl", "verl_config")
 MAX_LINES_PER_RECORD = 500
 MAX_READ_PER_POLL = 8 * 1024 * 1024  # bytes read from one followed file per tick
-MAX_PARTIAL = 1024 * 1024  # a "line" longer than this is emitted without its newline
+MAX_PARTIAL = 1024 * 1024  # a "line" longer than this is skipped to its newline (and counted)
 MAX_CHARS_PER_RECORD = 256 * 1024  # log lines per record also stop here (fast to decode)
 HEAD_BYTES = 4096  # fingerprint of a followed file: its first bytes (copytruncate detection)
 
@@ -47,6 +47,10 @@ class Follower:
         self._from_start = from_start
         self.error = ""  # why the path is not followed (not a regular file), said once
         self._said = ""
+        self._roots = follow_roots(path)  # where the file may live (see link_problem)
+        self._skipping = False  # inside a line longer than MAX_PARTIAL: dropped to its newline
+        self.skipped_lines = 0
+        self._skips_said = 0
         self._open(initial=True)
 
     def _open(self, initial: bool = False) -> bool:
@@ -55,8 +59,15 @@ class Follower:
         Only regular files are followed: opening a FIFO would block until a writer comes, and a
         directory or device is no log. O_NONBLOCK makes the open itself never wait.
         """
+        problem = link_problem(self.path, self._roots)
+        if problem:
+            self.error = problem
+            return False
         try:
-            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+            # The link (if any) was checked: open what it named, never through another link.
+            real = os.path.realpath(self.path)
+            flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+            fd = os.open(real, flags)
         except OSError:
             return False
         st = os.fstat(fd)
@@ -65,6 +76,7 @@ class Follower:
             self.error = f"{self.path}: not a regular file ({_file_kind(st.st_mode)}); give the log file itself"
             return False
         self.error = ""
+        self._skipping = False
         self._fh = os.fdopen(fd, "rb")
         self._ino = (st.st_dev, st.st_ino)
         self._offset = 0 if (self._from_start or not initial) else st.st_size
@@ -145,17 +157,27 @@ class Follower:
         if not data:
             return
         self._offset += len(data)
+        if self._skipping:  # the rest of a runaway line: drop it up to its newline
+            nl = data.find(b"\n")
+            if nl < 0:
+                return
+            data, self._skipping = data[nl + 1 :], False
         data = self._partial + data
         cut = data.rfind(b"\n")
+        self._partial = data if cut < 0 else data[cut + 1 :]
+        if len(self._partial) > MAX_PARTIAL:
+            # A runaway line (no newline in over 1 MiB): skip it whole, count it, read on. Emitted
+            # in 1 MiB pieces it cut a finished log's read short.
+            self._partial, self._skipping = b"", True
+            self.skipped_lines += 1
         if cut < 0:
-            self._partial = data
-            if len(data) > MAX_PARTIAL:  # a runaway line: emit it rather than grow forever
-                self._partial = b""
-                out.append(data.decode("utf-8", "replace"))
             return
-        self._partial = data[cut + 1 :]
         text = data[:cut].decode("utf-8", "replace")
-        out.extend(line[:-1] if line.endswith("\r") else line for line in text.split("\n"))
+        for line in text.split("\n"):
+            if len(line) > MAX_PARTIAL:  # as long as a runaway line, newline or not
+                self.skipped_lines += 1
+                continue
+            out.append(line[:-1] if line.endswith("\r") else line)
 
     def _flush_partial(self, out: list[str]) -> None:
         if self._partial:
@@ -192,6 +214,7 @@ class Follower:
                 lines = []
                 self._offset = 0
                 self._partial = b""
+                self._skipping = False
                 self._reset = True
                 self._head = b""
         if self._fh is None:
@@ -211,7 +234,25 @@ class Follower:
             return records
         if lines or self._reset:
             self._emit(records, host, t, lines)
+        if self.skipped_lines != self._skips_said:
+            self._skips_said = self.skipped_lines
+            text = (
+                f"{self.path}: {self.skipped_lines} line(s) over {MAX_PARTIAL} bytes without a "
+                "newline skipped"
+            )
+            fields = (("kind", "error"), ("text", text), ("path", self.path), ("severity", 0.3))
+            records.append(record("event", host, t, fields))
         return records
+
+    @property
+    def caught_up(self) -> bool:
+        """True when everything the file held at the last poll has been read (or it is gone)."""
+        if self._fh is None:
+            return True
+        try:
+            return os.fstat(self._fh.fileno()).st_size <= self._offset
+        except OSError:
+            return True
 
     def _emit(self, records: list[Wire], host: str, t: float, lines: list[str]) -> None:
         if not lines and not self._reset:
@@ -248,6 +289,38 @@ class Follower:
 
     def close(self) -> None:
         self._close()
+
+
+def follow_roots(path: str) -> set[str]:
+    """The directories a followed file may live in: its folder as given and as resolved, and
+    the folder of what it points to when it is a link already (the user named that link)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    roots = {folder, os.path.realpath(folder)}
+    if os.path.islink(path):
+        roots.add(os.path.dirname(os.path.realpath(path)))
+    return roots
+
+
+def link_problem(path: str, roots: set[str]) -> str:
+    """Why ``path`` must not be read ("" when it may): it is a link to a file outside the
+    job's directories (``roots``, and where its folder resolves to now).
+
+    A followed log that another user replaced by a link to a secret (~/.ssh/id_rsa) would
+    otherwise be read from its start into snapshots and recordings.
+    """
+    if not os.path.islink(path):
+        return ""
+    target = os.path.realpath(path)
+    allowed = set(roots) | {os.path.realpath(os.path.dirname(os.path.abspath(path)))}
+    for root in allowed:
+        try:
+            if os.path.commonpath([root, target]) == root:
+                return ""
+        except ValueError:
+            continue
+    return f"{path}: became a link to {target}, outside the job's directories " + (
+        f"({', '.join(sorted(allowed))}); not read"
+    )
 
 
 def _file_kind(mode: int) -> str:

@@ -37,6 +37,7 @@ def format_text(assessment: Assessment) -> str:
     if assessment.window:
         out.append(f"Covers: {assessment.window}")
     out += inputs_text(verdict.inputs)
+    out += refused_text(assessment.health)
     if assessment.comparison is not None:
         from verl_top.compare import format_text as compare_text
 
@@ -88,6 +89,20 @@ def inputs_text(inputs: dict[str, Any]) -> list[str]:
             f"({info.get('age_text')} ago), last step {inputs.get('last_step')}"
         )
     return out
+
+
+def refused_text(health: dict[str, Any]) -> list[str]:
+    """One line naming what the input boundary refused, per source and reason (none: none)."""
+    dropped = health.get("dropped") or {}
+    parts = [
+        f"{reason} x{n}" + (f" from {host}" if host else "")
+        for host, reasons in sorted(dropped.items())
+        for reason, n in sorted(reasons.items())
+    ]
+    if not parts:
+        return []
+    more = f" (+{len(parts) - 8} more)" if len(parts) > 8 else ""
+    return [f"Refused input (skipped, counted): {', '.join(parts[:8])}{more}"]
 
 
 def flavour_text(verl: dict[str, Any]) -> str:

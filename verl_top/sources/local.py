@@ -228,9 +228,10 @@ class LocalFollowSource:
         for follower in followers:
             while True:
                 dicts = follower.poll(self.host, now)
-                if not dicts:
+                if dicts:
+                    self.malformed += await _decode_paced(dicts, emit)
+                elif follower.caught_up:  # not merely inside a long line: the end
                     break
-                self.malformed += await _decode_paced(dicts, emit)
                 await asyncio.sleep(0)  # and between polls
             # A last line without a newline is complete once the file is finished.
             self.malformed += _decode(follower.flush(self.host, now), emit)

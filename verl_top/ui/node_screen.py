@@ -30,6 +30,7 @@ from textual.widgets import DataTable, Footer, Static
 from textual_plotext import PlotextPlot
 
 from verl_top.assessment import Assessment
+from verl_top.export.redact import redact_lines
 from verl_top.roles import classify, process_map, verl_name
 from verl_top.store import GpuEntry, HostEntry, Store, mean
 from verl_top.ui.widgets import (
@@ -535,7 +536,7 @@ def render_log(h: HostEntry, width: int) -> RenderableType:
             title,
             Text("no followed log on this node (--verl-log HOST:PATH, --nccl-log)", style="dim"),
         )
-    tail = list(h.log_tail)[-LOG_LINES:]
+    tail = redact_lines(list(h.log_tail)[-LOG_LINES:])  # a screen may be shared: no secrets
     cut = max(20, width - 4)
     # clean_text: escapes and controls out (also when a line did not pass the trust boundary),
     # one screen line each, cut with "…".
