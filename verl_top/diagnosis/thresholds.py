@@ -26,6 +26,16 @@ class Thresholds:
     window_s: float = _t(120.0, "s", "data-time window the GPU/host rules average over")
     recent_steps: float = _t(5, "steps", "verl steps (outliers excluded) the stage rules use")
     floor: float = _t(0.3, "severity", "below this no finding can be the bottleneck")
+    material_frac: float = _t(
+        0.1,
+        "fraction of step",
+        "healthy only while no finding could save more than this share of the step",
+    )
+    unknown_save_frac: float = _t(
+        0.5,
+        "fraction of stage",
+        "share of a stage counted as recoverable when its efficiency is not measured",
+    )
     hysteresis_s: float = _t(
         30.0, "s", "a challenger replaces the lead after leading for this much data time"
     )
@@ -79,6 +89,11 @@ class Thresholds:
         0.3, "fraction of step", "a generation tail matters only when rollout is > 30 % of step"
     )
     train_frac: float = _t(0.5, "fraction of step", "update_actor (+critic) > 50 % of step")
+    train_lead_frac: float = _t(
+        0.45,
+        "fraction of step",
+        "…or > 45 %, the largest stage, at an MFU measured below mfu_low",
+    )
     mfu_low: float = _t(0.15, "MFU", "perf/mfu/actor below 0.15 on a supported model")
     driver_frac: float = _t(0.05, "fraction of step", "adv or reward > 5 % of the step")
     logprob_frac: float = _t(0.3, "fraction of step", "old_log_prob + ref > 30 % of the step")
@@ -141,6 +156,6 @@ class Thresholds:
 RETIRED = frozenset({"hysteresis_margin", "hysteresis_evals"})
 
 THRESHOLD_DOCS: dict[str, tuple[float, str, str]] = {
-    f.name: (f.default, f.metadata["unit"], f.metadata["why"])
+    f.name: (float(f.default), f.metadata["unit"], f.metadata["why"])  # type: ignore[arg-type]
     for f in dataclasses.fields(Thresholds)
 }

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any
 
+from verl_top.diagnosis.job import JobFacts, job_facts
 from verl_top.diagnosis.readable import pct
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.store import GpuEntry, HostEntry, Ring, Store
@@ -215,6 +216,7 @@ class View:
         self._phase_of: dict[int, _Phases] = {}
         self._phase_by_points: dict[tuple[tuple[float, ...], tuple[str, ...]], _Phases] = {}
         self._wbands: list[tuple[float, float, str]] | None = None
+        self._facts: JobFacts | None = None
 
     # -- window text ----------------------------------------------------------------------
     @property
@@ -516,6 +518,34 @@ class View:
     def has_config(self) -> bool:
         """True when a resolved config was read."""
         return bool(self.store.config)
+
+    def facts(self) -> JobFacts:
+        """The job's own settings (engine, TP, eager, offload, batch sizes, ...), read once."""
+        if self._facts is None:
+            self._facts = job_facts(self.store.config, self.device_names())
+        return self._facts
+
+    def logs_given(self) -> bool:
+        """True when a verl log was given (followed or read), whatever it held."""
+        return bool(self.store.log_stats)
+
+    def need_steps(self, what: str = "verl steps") -> str:
+        """A no-data detail for a rule that needs ``what`` from verl's step lines: how to give
+        a log, or, when one was given, that it holds no such data."""
+        if self.logs_given():
+            return f"needs {what}: the --verl-log given has no such data (see what was read)"
+        return f"needs {what}: pass --verl-log PATH (console log or file-logger JSONL)"
+
+    def role_seconds(self) -> dict[str, float]:
+        """Median seconds per recent step of each stage role (rollout, train, logprob, ...)."""
+        out: dict[str, float] = {}
+        roles = {role_of(n, s.unknown) for s in self.recent_steps() for n in s.stage_times}
+        for role in sorted(r for r in roles if r):
+            names = {n for s in self.recent_steps() for n in s.role_stages(role)}
+            secs = self.median_seconds(*names) if names else None
+            if secs:
+                out[role] = secs
+        return out
 
     def topology(self) -> dict[str, dict[tuple[int, int], str]] | None:
         """GPU link matrix per host when a topology source filled ``store.topology``."""
