@@ -110,8 +110,9 @@ def test_a_setting_of_the_lead_stage_is_its_advice_not_a_rival() -> None:
     v = Engine().evaluate(store)
     eager = _find(v, "cfg.enforce_eager")
     assert v.bottleneck_rule == "flow.rollout_bound" and eager.save_s
-    assert "your config has actor_rollout_ref.rollout.enforce_eager=True: set it False" in (
-        v.lead.advice
+    assert (
+        "Set actor_rollout_ref.rollout.enforce_eager=False (CUDA graphs; your config has True"
+        in (v.lead.advice)
     )
     assert "keep" not in v.lead.advice
 

@@ -157,6 +157,22 @@ def export_metrics_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--duration", type=float, default=None, metavar="S", help="stop after S seconds"
     )
+    parser.add_argument(
+        "--webhook",
+        metavar="URL",
+        help="also POST each change of the job's state (status and lead) as JSON to URL, with "
+        "retries; Slack-style incoming webhooks show its 'text' (docs/alerting.md)",
+    )
+    parser.add_argument(
+        "--print-rules",
+        action="store_true",
+        help="print the Prometheus alerting rules for these metrics and exit",
+    )
+    parser.add_argument(
+        "--print-dashboard",
+        action="store_true",
+        help="print the Grafana dashboard (JSON) for these metrics and exit",
+    )
     return parser
 
 
@@ -242,6 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = parse_args_with(compare_parser(), args_list[1:], settings)
             return _run_compare(args)
         if command == "export-metrics":
+            if _print_asset(args_list[1:]):
+                return 0
             args = parse_args_with(export_metrics_parser(), args_list[1:], settings)
             return _run_export_metrics(args, settings)
         return _run_app(parse_args_with(app_parser(), args_list, settings), settings)
@@ -379,13 +397,38 @@ def _run_snapshot(args: argparse.Namespace, settings: Settings | None = None) ->
     return 0
 
 
+ASSETS = {
+    "--print-rules": "alerts/verl-top.rules.yml",
+    "--print-dashboard": "grafana/verl-top.json",
+}
+
+
+def _print_asset(argv: list[str]) -> bool:
+    """``export-metrics --print-rules`` / ``--print-dashboard``: print that file (no --listen
+    needed); False when neither flag is given."""
+    from importlib import resources
+
+    for flag, name in ASSETS.items():
+        if flag in argv:
+            print((resources.files("verl_top") / "data" / name).read_text(), end="")
+            return True
+    return False
+
+
 def _run_export_metrics(args: argparse.Namespace, settings: Settings | None = None) -> int:
     from verl_top.export.metrics import parse_listen, serve
+    from verl_top.export.webhook import WebhookError, WebhookNotifier, check_url
 
     try:
         parse_listen(args.listen)
     except ValueError as exc:
         raise InputError(str(exc)) from exc
+    notifier = None
+    if args.webhook:
+        try:
+            notifier = WebhookNotifier(check_url(args.webhook))
+        except WebhookError as exc:
+            raise InputError(str(exc)) from exc
     if not args.refresh > 0:
         raise InputError(f"--refresh must be greater than 0 (got {args.refresh:g})")
     inputs = build_inputs(args)
@@ -398,6 +441,7 @@ def _run_export_metrics(args: argparse.Namespace, settings: Settings | None = No
                 args.listen,
                 args.refresh,
                 args.duration,
+                notifier,
             )
         )
     except OSError as exc:  # the address is taken or not ours
@@ -405,6 +449,8 @@ def _run_export_metrics(args: argparse.Namespace, settings: Settings | None = No
         return 1
     finally:
         inputs.close()
+    for note in notifier.notes if notifier is not None else []:
+        print(f"verl-top export-metrics: {note}", file=sys.stderr)
     return 0
 
 

@@ -23,6 +23,12 @@ def _join(items: list[str]) -> str:
     return "; ".join(items) + "." if items else ""
 
 
+def _sentence(items: list[str]) -> str:
+    """Advice items as one sentence that starts with a capital: 'Raise x; set y.'."""
+    text = _join(items)
+    return text[:1].upper() + text[1:]
+
+
 def now_text(value: float | None) -> str:
     """A config value as advice quotes it: the number, or ``not set``."""
     return "not set" if value is None else number(value)
@@ -35,16 +41,16 @@ def token_budget_target(facts: JobFacts, factor: float = 2.0) -> float | None:
 
 
 def eager_item(facts: JobFacts) -> str:
-    """'your config has enforce_eager=True: set it False (CUDA graphs)' when it is True."""
+    """'set enforce_eager=False (CUDA graphs; your config has True)' when it is True."""
     if facts.engine not in VLLM_LIKE and facts.engine is not None:
         return ""
     if facts.enforce_eager is not True:
         return ""
-    mem = (
-        f" (if it was set for memory, lower {R}gpu_memory_utilization, now "
-        f"{now_text(facts.gpu_memory_utilization)}, instead)"
+    return (
+        f"set {R}enforce_eager=False ({facts.graphs}; your config has True; if it was set "
+        f"for memory, lower gpu_memory_utilization, now {now_text(facts.gpu_memory_utilization)}, "
+        "instead)"
     )
-    return f"your config has {R}enforce_eager=True: set it False ({facts.graphs}){mem}"
 
 
 def tp_item(facts: JobFacts) -> str:
@@ -55,8 +61,8 @@ def tp_item(facts: JobFacts) -> str:
     replicas = facts.replicas
     more = f"{replicas * 2} replicas instead of {replicas}" if replicas else "twice the replicas"
     return (
-        f"a smaller {R}tensor_model_parallel_size (now {tp}; {tp // 2} gives {more}) if the "
-        "model and its KV cache still fit"
+        f"lower {R}tensor_model_parallel_size from {tp} to {tp // 2} ({more}) if the model and "
+        "its KV cache still fit"
     )
 
 
@@ -65,34 +71,35 @@ def rollout_advice(facts: JobFacts, activity_pct: float | None, launch_bound: bo
     engine = facts.engine
     if engine == "hf":
         return (
-            f"The HF rollout ({R}name=hf) runs transformers generate: one Python-launched step "
-            f"per token, no {facts.graphs}, no continuous batching"
+            f"Switch {R}name to vllm or sglang; the HF rollout runs transformers generate: one "
+            f"Python-launched step per token, no {facts.graphs}, no continuous batching"
             + (", so a small batch leaves the GPU waiting on one CPU core" if launch_bound else "")
-            + f". Switch {R}name to vllm or sglang; while on hf, more samples per step "
-            "(data.train_batch_size x rollout.n) give each launch more work."
+            + ". While on hf, more samples per step (data.train_batch_size x rollout.n) give "
+            "each launch more work."
         )
     items = [eager_item(facts), tp_item(facts)]
     if engine in VLLM_LIKE or engine is None:
         busy = activity_pct is not None and activity_pct >= 70
         if not busy:
             items.append(
-                f"more concurrent sequences: raise {R}max_num_seqs (now "
-                f"{now_text(facts.max_num_seqs)}) and max_num_batched_tokens (now "
-                f"{now_text(facts.max_num_batched_tokens)})"
+                f"raise {R}max_num_seqs (now {now_text(facts.max_num_seqs)}) and "
+                f"max_num_batched_tokens (now {now_text(facts.max_num_batched_tokens)}) for "
+                "more concurrent sequences"
             )
         gmu = facts.gpu_memory_utilization
         if gmu is None or gmu < 0.8:
             items.append(
-                f"a larger KV cache: raise {R}gpu_memory_utilization (now {now_text(gmu)}; "
-                "0.5-0.7, 0.8-0.9 with trainer offload)"
+                f"raise {R}gpu_memory_utilization (now {now_text(gmu)}; 0.5-0.7, 0.8-0.9 with "
+                "trainer offload) for a larger KV cache"
             )
     if engine == "trtllm":
-        items.append("more concurrent requests per TensorRT-LLM server (its batch and KV settings)")
-    if facts.rollout_tp == 1 and not any(items):
-        items.append(f"rollout TP is already 1 (one replica per {facts.accelerator})")
-    name = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}.get(engine or "", "")
-    head = f"Speed up {name} generation: " if name else "Speed up generation: "
-    return head + _join(items)
+        items.append("raise the TensorRT-LLM servers' batch and KV-cache limits")
+    if not any(items):
+        items.append(
+            "the engine's own knobs are already set for throughput: fewer samples per step "
+            f"({R}n) or a lower data.max_response_length are what is left"
+        )
+    return _sentence(items)
 
 
 def train_items(facts: JobFacts, critic: bool = False) -> list[str]:
@@ -133,12 +140,12 @@ def train_items(facts: JobFacts, critic: bool = False) -> list[str]:
 
 def train_advice(facts: JobFacts, critic_heavy: bool = False) -> str:
     """How to make this job's update efficient."""
-    return "Make the update efficient: " + _join(train_items(facts, critic=critic_heavy))
+    return _sentence(train_items(facts, critic=critic_heavy))
 
 
 def micro_batch_advice(facts: JobFacts) -> str:
     """cfg.micro_batch_small: dynamic batch size with a token budget, or a larger micro batch."""
-    return _join(train_items(facts)[:1])
+    return _sentence(train_items(facts)[:1])
 
 
 def token_budget_advice(facts: JobFacts, need: float) -> str:
@@ -176,8 +183,8 @@ def logprob_advice(facts: JobFacts) -> str:
             f"set {R}log_prob_use_dynamic_bsz=True"
         )
     if facts.offload:
-        items.append("param offload also slows these passes: turn it off if memory allows")
-    return _join(items)
+        items.append("turn param offload off if memory allows (it slows these passes too)")
+    return _sentence(items)
 
 
 def long_tail_advice(facts: JobFacts, clip: float | None, clip_limit: float) -> str:
@@ -200,7 +207,7 @@ def long_tail_advice(facts: JobFacts, clip: float | None, clip_limit: float) -> 
             f"{pct(clip)} of responses hit data.max_response_length ({number(facts.max_response)}): "
             "a lower cap cuts the tail if the task allows"
         )
-    return "Cut the tail: " + _join(items)
+    return _sentence(items)
 
 
 def clip_advice(facts: JobFacts) -> str:
@@ -221,7 +228,7 @@ def periodic_advice(facts: JobFacts, stages: list[str]) -> str:
         items.append(
             f"raise trainer.save_freq (now {now_text(facts.save_freq)}) or use faster checkpoint storage"
         )
-    return "Run them less often: " + _join(items)
+    return _sentence(items)
 
 
 def driver_advice(facts: JobFacts, stage: str) -> str:
@@ -248,10 +255,8 @@ def seqlen_advice(facts: JobFacts) -> str:
     if facts.dynamic_bsz is not True:
         items.append(f"set {A}use_dynamic_bsz=True so micro batches follow token counts")
     if not items:
-        items.append(
-            "balance_batch and dynamic bsz are on: shorter max_response_length evens ranks"
-        )
-    return _join(items)
+        items.append("lower data.max_response_length: balance_batch and dynamic bsz are on")
+    return _sentence(items)
 
 
 def replicas_advice(facts: JobFacts) -> str:
@@ -262,7 +267,7 @@ def replicas_advice(facts: JobFacts) -> str:
     ]
     if facts.rollout_tp and facts.rollout_tp > 1:
         items.append(tp_item(facts))
-    return _join(items)
+    return _sentence(items)
 
 
 def util_misleading_advice(facts: JobFacts) -> str:
@@ -272,7 +277,7 @@ def util_misleading_advice(facts: JobFacts) -> str:
     ]
     items += train_items(facts)[:1]
     items.append("check for a collective spinning (step 2)")
-    return _join(items)
+    return _sentence(items)
 
 
 def batched_tokens_advice(facts: JobFacts, need: float) -> str:

@@ -27,7 +27,7 @@ Outcome = Literal["bottleneck", "no single bottleneck", "healthy", "no data"]
 # names a cause, and hysteresis never keeps one in front of a cause (docs/diagnosis.md).
 SYMPTOM_RULES = frozenset({"gpu.idle", "tput.drop", "gpu.util_misleading", "sync.wait"})
 # Faults: the job is broken, not slow. These lead even before the first verl step.
-FAULT_RULES = frozenset({"nccl.watchdog", "job.stalled"})
+FAULT_RULES = frozenset({"nccl.watchdog", "job.stalled", "job.hang"})
 # Where the time goes: one finding per stage role (Finding.stage) that a step spends too long in.
 STAGE_RULES = frozenset(
     {

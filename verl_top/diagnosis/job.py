@@ -78,7 +78,8 @@ class JobFacts:
     max_num_batched_tokens: float | None = None
     gpu_memory_utilization: float | None = None
     over_sample_rate: float | None = None
-    rollout_mode: str | None = None  # sync | async
+    rollout_mode: str | None = None  # sync | async (actor_rollout_ref.rollout.mode)
+    trainer_mode: str | None = None  # the flavour's: legacy | sync | one_step_off | fully_async ...
     launch_reward_async: bool | None = None
     balance_batch: bool | None = None
     test_freq: float | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from verl_top.diagnosis import advice
 from verl_top.diagnosis.efficiency import achievable_mfu
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
+from verl_top.diagnosis.guards import mode_guard
 from verl_top.diagnosis.readable import mfu as mfu_text
 from verl_top.diagnosis.readable import number, seconds
 from verl_top.diagnosis.thresholds import Thresholds
@@ -76,6 +77,8 @@ def flow_rollout_bound(view: View, th: Thresholds) -> RuleResult:
     launch-bound: that is evidence for this finding (not a separate host stall), and the advice
     follows the rollout engine in use and the job's own rollout settings (advice.py).
     """
+    if (guard := mode_guard(view, STEP, "flow.rollout_bound")) is not None:
+        return guard  # an async trainer's timing_s/gen is a wait, not generation
     hit = view.median_role_share("rollout")
     if hit is None:
         return no_data(STEP, "flow.rollout_bound", view.need_steps())

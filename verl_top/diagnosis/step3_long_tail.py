@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from verl_top.diagnosis import advice
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
+from verl_top.diagnosis.guards import mode_guard
 from verl_top.diagnosis.readable import seconds, times
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import StepView, View, fmt_pct, median, timing
@@ -92,6 +93,8 @@ def _per_sample_tail(
 def flow_long_tail(view: View, th: Thresholds) -> RuleResult:
     """The slowest sample holds the rollout up while generation is a material share of the
     step: per-sample timings, else the length cap (see the module docstring)."""
+    if (guard := mode_guard(view, STEP, RULE)) is not None:
+        return guard  # async trainers overlap or cut the tail: async.balance judges the wait
     gen = view.median_role_share("rollout")
     samples = [(s, hit) for s in view.recent_steps() if (hit := per_sample(s)) is not None]
     clip = _clip(view)
