@@ -299,3 +299,42 @@ def kv_high_advice(facts: JobFacts) -> str:
     return (
         f"Lower {R}gpu_memory_utilization (now {now_text(facts.gpu_memory_utilization)}){offload}."
     )
+
+
+def memory_headroom_advice(facts: JobFacts) -> str:
+    """cfg.memory_headroom: make room before the rollout wakes up."""
+    items = []
+    if facts.engine != "hf":
+        items.append(
+            f"lower {R}gpu_memory_utilization (now {now_text(facts.gpu_memory_utilization)})"
+        )
+    items.append(f"shrink {A}ppo_max_token_len_per_gpu / the micro batch")
+    items.append("enable entropy_checkpointing" + ("" if facts.offload else " or offload"))
+    return _sentence(items)
+
+
+def tput_drop_advice(facts: JobFacts) -> str:
+    """tput.drop: where to look for what changed."""
+    causes = ["growing response length", "a straggler node (step 4)"]
+    if facts.engine != "hf":
+        causes.insert(
+            1, f"preemption (gpu_memory_utilization, now {now_text(facts.gpu_memory_utilization)})"
+        )
+    return (
+        "Compare the stage shares (step 3) of the slow steps with earlier ones; "
+        + ", ".join(causes[:-1])
+        + f" or {causes[-1]} are common causes."
+    )
+
+
+def visible_devices(facts: JobFacts) -> str:
+    """The environment variable that picks the devices a process sees."""
+    return "ASCEND_RT_VISIBLE_DEVICES" if facts.device == "npu" else "CUDA_VISIBLE_DEVICES"
+
+
+def unused_gpu_advice(facts: JobFacts) -> str:
+    """map.unused_gpu: the pool size and the devices the processes see."""
+    return (
+        f"Check trainer.n_gpus_per_node / trainer.nnodes (now {now_text(facts.gpus_per_node)} x "
+        f"{now_text(facts.nnodes)}) and {visible_devices(facts)} / Ray --num-gpus on the node."
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from verl_top.diagnosis.advice import util_misleading_advice
+from verl_top.diagnosis.advice import tput_drop_advice, util_misleading_advice
 from verl_top.diagnosis.findings import Check, Finding, Rule, RuleResult, no_data, passed, scale
 from verl_top.diagnosis.guards import device_guard
 from verl_top.diagnosis.hang import hang_found
@@ -209,8 +209,7 @@ def tput_drop(view: View, th: Thresholds) -> RuleResult:
             f"{what}: last {n} steps mean {last:.1f}, steps {steps[-n].step}-{steps[-1].step}",
             f"run median {med:.1f} over {len(steps)} steps (testing/save_checkpoint steps excluded)",
         ],
-        "Compare the stage shares (step 3) of the slow steps with earlier ones; growing response length, "
-        "preemption (gpu_memory_utilization) or a straggler node (step 4) are common causes.",
+        tput_drop_advice(view.facts()),
         {"ratio": ratio, "last": last, "median": med, "metric": what},
     )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from verl_top.diagnosis.advice import replicas_advice, seqlen_advice
+from verl_top.diagnosis.advice import replicas_advice, seqlen_advice, unused_gpu_advice
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
 from verl_top.diagnosis.guards import device_guard
 from verl_top.diagnosis.thresholds import Thresholds
@@ -120,7 +120,7 @@ def map_unused_gpu(view: View, th: Thresholds) -> RuleResult:
             f"GPUs without a compute process: {names}",
             f"{len(used)} GPUs hold job processes (latest process list)",
         ],
-        "Check trainer.n_gpus_per_node / trainer.nnodes and CUDA_VISIBLE_DEVICES / Ray --num-gpus on the node.",
+        unused_gpu_advice(view.facts()),
         {"unused": [f"{h}:{i}" for h, i in unused], "gpus": len(roles)},
         **_unused_worth(view, len(unused), len(roles)).fields(),
     )

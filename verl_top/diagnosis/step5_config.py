@@ -414,8 +414,7 @@ def cfg_memory_headroom(view: View, th: Thresholds) -> RuleResult:
             f"perf/max_memory_reserved_gb {reserved:.1f} GiB of {dev:.1f} GiB device, {view.steps_text()}",
             _show(key, value, is_def) if view.has_config() else "config not known",
         ],
-        f"Lower {R}gpu_memory_utilization, shrink {A}ppo_max_token_len_per_gpu / micro batch, or enable "
-        "entropy_checkpointing / offload.",
+        advice.memory_headroom_advice(view.facts()),
         {"reserved_gb": reserved, "device_gb": dev, "frac": frac},
     )
 
