@@ -120,11 +120,11 @@ def train_items(facts: JobFacts, critic: bool = False) -> list[str]:
             items.append(
                 f"raise {A}ppo_max_token_len_per_gpu from {number(budget)} to {number(target)}"
             )
-        elif not critic:
+        else:
             items.append(
                 f"raise {A}ppo_max_token_len_per_gpu (now {now_text(budget)}) while memory allows"
             )
-    elif not critic:
+    else:
         micro = facts.micro_batch
         items.append(
             f"set {A}use_dynamic_bsz=True with {A}ppo_max_token_len_per_gpu{need}"
@@ -187,25 +187,30 @@ def logprob_advice(facts: JobFacts) -> str:
     return _sentence(items)
 
 
-def long_tail_advice(facts: JobFacts, clip: float | None, clip_limit: float) -> str:
+def long_tail_advice(
+    facts: JobFacts, clip: float | None, clip_limit: float, capped: bool = False
+) -> str:
     """flow.long_tail: cut the tail with this job's rollout mode and lengths."""
     items = []
     if not facts.over_sample_rate:
         items.append(
-            f"set {R}over_sample_rate (now {now_text(facts.over_sample_rate)}) to drop the slowest samples"
+            f"set {R}over_sample_rate (now {now_text(facts.over_sample_rate)}) to drop the "
+            "slowest samples"
         )
     else:
         items.append(f"raise {R}over_sample_rate (now {number(facts.over_sample_rate)})")
-    if facts.rollout_mode == "async":
+    if facts.rollout_mode == "async" or (facts.trainer_mode or "").endswith("async"):
         items.append("partial rollout or an off-policy trainer (one-step-off, fully async)")
     else:
         items.append(
             "async rollout (rollout.mode=async), then one-step-off or fully async training"
         )
-    if clip is not None and clip > clip_limit and facts.max_response:
+    hit = capped or (clip is not None and clip > clip_limit)
+    if hit and facts.max_response:
+        share = f"{pct(clip)} of responses hit" if clip else "the longest responses hit"
         items.append(
-            f"{pct(clip)} of responses hit data.max_response_length ({number(facts.max_response)}): "
-            "a lower cap cuts the tail if the task allows"
+            f"{share} data.max_response_length ({number(facts.max_response)}): a lower cap "
+            "cuts the tail if the task allows"
         )
     return _sentence(items)
 

@@ -154,7 +154,7 @@ def _mfu_words(mfus: dict[str, float | None]) -> str:
 
 def flow_train_bound(view: View, th: Thresholds) -> RuleResult:
     """update_actor (+ update_critic) above train_frac of the step with low MFU, or above
-    train_lead_frac as the largest stage at an MFU measured below mfu_low."""
+    train_lead_frac as the largest stage at an MFU below mfu_low or not estimated."""
     hit = view.median_share("update_actor", "update_critic")
     if hit is None:
         return no_data(STEP, "flow.train_bound", view.need_steps())
@@ -163,7 +163,8 @@ def flow_train_bound(view: View, th: Thresholds) -> RuleResult:
     known = [m for m in mfus.values() if m is not None]
     low = bool(known) and min(known) < th.mfu_low
     largest = share >= _runner_up(view, "train")
-    if share <= th.train_frac and not (low and largest and share >= th.train_lead_frac):
+    lead = largest and share >= th.train_lead_frac and (low or not known)
+    if share <= th.train_frac and not lead:
         return passed(STEP, "flow.train_bound", f"update {fmt_pct(share)} of step")
     if known and not low:
         return passed(
@@ -175,7 +176,11 @@ def flow_train_bound(view: View, th: Thresholds) -> RuleResult:
     sev = scale(share, th.train_lead_frac, 0.9, 0.45, 0.8)
     ev = [f"update_actor + update_critic {fmt_pct(share)} of step, {view.steps_text()}"]
     if share <= th.train_frac:
-        ev.append(f"the largest stage, at an MFU below {mfu_text(th.mfu_low)}")
+        ev.append(
+            f"the largest stage, at an MFU below {mfu_text(th.mfu_low)}"
+            if known
+            else "the largest stage, at an MFU verl did not estimate"
+        )
     if not known:
         sev = round(sev * 0.85, 3)
         ev.append(

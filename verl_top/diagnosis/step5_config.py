@@ -12,6 +12,7 @@ from verl_top.diagnosis import advice
 from verl_top.diagnosis.defaults import DEFAULTS  # shared with pane 5 (verl.md §3)
 from verl_top.diagnosis.efficiency import graph_share
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
+from verl_top.diagnosis.readable import mfu as mfu_text
 from verl_top.diagnosis.readable import number
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, fmt_pct
@@ -126,7 +127,8 @@ def cfg_micro_batch_small(view: View, th: Thresholds) -> RuleResult:
         "cfg.micro_batch_small",
         sev,
         f"Micro batch of {number(per_gpu)} x ~{sample[0]:.0f} tokens = {tokens:.0f} tokens per GPU "
-        "without dynamic batch size: small GEMMs, low MFU",
+        "without dynamic batch size: small GEMMs"
+        + (f", MFU {mfu_text(mfu[1])}" if (mfu := view.median_mfu()) else ""),
         [
             _show(key, value, is_def) + note,
             f"tokens per sample ~{sample[0]:.0f} ({sample[1]})",
@@ -379,12 +381,18 @@ def cfg_batched_tokens(view: View, th: Thresholds) -> RuleResult:
 
 
 def _prefill_worth(view: View, prompt: float, response: float) -> Worth:
-    """Small prefill batches slow the prefill only: at most the prompts' share of the tokens."""
+    """Small prefill batches slow the prefill only: at most the prompts' share of the tokens
+    (the logged mean lengths, else the configured maxima)."""
     gen = view.median_role_share("rollout")
+    p, r = view.median_metric("prompt_length/mean"), view.median_metric("response_length/mean")
+    if p is not None and r is not None:
+        prompt, response, what = p[1], r[1], "mean lengths logged"
+    else:
+        what = "configured maxima"
     if not gen or not prompt + response:
         return Worth(basis=NO_STAGE_TIME)
     frac = prompt / (prompt + response)
-    basis = f"prefill: the prompts' share of a sample's tokens ({fmt_pct(frac)}) of the rollout"
+    basis = f"prefill: the prompts' share of a sample's tokens, {fmt_pct(frac)} ({what})"
     return setting_worth(view, gen[2], frac, basis)
 
 

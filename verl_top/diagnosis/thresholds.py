@@ -94,6 +94,14 @@ class Thresholds:
     )
     long_tail_ratio: float = _t(2.0, "x mean", "agent_loop generate_sequences max > 2x mean")
     clip_ratio: float = _t(0.1, "fraction", "response_length/clip_ratio > 0.1 (truncation)")
+    tail_length_r: float = _t(
+        0.7,
+        "correlation",
+        "no per-sample timings: generation time follows response_length/max at least this well",
+    )
+    tail_mean_flat: float = _t(
+        0.15, "fraction", "…while response_length/mean moves less than this over the steps"
+    )
     rollout_lead_frac: float = _t(
         0.45, "fraction of step", "…or rollout > 45 % and the largest stage by lead_margin"
     )
@@ -105,7 +113,7 @@ class Thresholds:
     train_lead_frac: float = _t(
         0.45,
         "fraction of step",
-        "…or > 45 %, the largest stage, at an MFU measured below mfu_low",
+        "…or > 45 %, the largest stage, at an MFU below mfu_low or not estimated",
     )
     mfu_low: float = _t(0.15, "MFU", "perf/mfu/actor below 0.15 on a supported model")
     driver_frac: float = _t(0.05, "fraction of step", "adv or reward > 5 % of the step")
