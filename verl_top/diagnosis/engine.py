@@ -117,6 +117,7 @@ class Engine:
             healthy_detail=healthy_detail(view),
             outcome=outcome,
             window=window_text(view, inputs),
+            phases=view.phases(),
         )
 
     def _headline(
@@ -148,10 +149,20 @@ class Engine:
 
 
 def window_text(view: View, inputs: dict[str, Any]) -> str:
-    """Which data the verdict covers, for people: steps and GPU window."""
+    """Which data the verdict covers, for people: steps (and, for a finished run, which
+    phase) and the GPU window."""
     parts = []
     if view.recent_steps():
-        parts.append(view.steps_text())
+        phases = view.phases()
+        if len(phases) > 1:
+            others = ", ".join(p.span for p in phases[:-1])
+            parts.append(
+                f"last phase: {view.steps_text()}; the run changed shape (earlier: {others})"
+            )
+        elif phases:
+            parts.append(f"whole run: {view.steps_text()}")
+        else:
+            parts.append(view.steps_text())
     if inputs["gpus"]:
         parts.append(f"GPUs: {view.window_text}")
     return "; ".join(parts)

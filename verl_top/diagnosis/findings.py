@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from verl_top.diagnosis.readable import seconds, seconds_pair
 
 if TYPE_CHECKING:
+    from verl_top.diagnosis.phases import Phase
     from verl_top.diagnosis.thresholds import Thresholds
     from verl_top.diagnosis.view import View
 
@@ -123,8 +124,12 @@ class Verdict:
     # "8 GPUs at 71 % activity, 1082 tokens/s/GPU, step 4 took 166 s" ("" when nothing measured)
     healthy_detail: str = ""
     outcome: Outcome = "healthy"
-    # Which data the verdict covers: "steps 12-16 (median of 5); GPUs: last 120 s".
+    # Which data the verdict covers: "steps 12-16 (median of 5); GPUs: last 120 s", or for a
+    # finished run "last phase: steps 28-38 (...)" / "whole run: ...".
     window: str = ""
+    # A finished run's phases, oldest first, where its shape changed (phases.py); the verdict
+    # judges the last. Empty for a live run (its window is the last steps).
+    phases: list[Phase] = field(default_factory=list)
 
     @property
     def lead(self) -> Finding | None:

@@ -36,6 +36,9 @@ def format_text(assessment: Assessment) -> str:
         )
     if assessment.window:
         out.append(f"Covers: {assessment.window}")
+    if len(verdict.phases) > 1:
+        out.append("Phases of the run (the verdict judges the last):")
+        out += [f"  {p.text()}" for p in verdict.phases]
     out += inputs_text(verdict.inputs)
     if assessment.comparison is not None:
         from verl_top.compare import format_text as compare_text
@@ -164,6 +167,8 @@ def to_json(assessment: Assessment) -> dict[str, Any]:
         },
         "status": assessment.status.as_dict(),
         "window": assessment.window,
+        # A finished run's phases, oldest first; the verdict judges the last (docs/diagnosis.md).
+        "phases": [_plain(p.as_dict()) for p in verdict.phases],
         "steps": steps,
         "findings": [_finding_json(f) for f in verdict.findings],
         "history": [

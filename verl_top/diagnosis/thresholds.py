@@ -26,6 +26,16 @@ class Thresholds:
     window_s: float = _t(120.0, "s", "data-time window the GPU/host rules average over")
     recent_steps: float = _t(5, "steps", "verl steps (outliers excluded) the stage rules use")
     floor: float = _t(0.3, "severity", "below this no finding can be the bottleneck")
+    phase_min_steps: float = _t(5, "steps", "a phase of the run has at least this many steps")
+    phase_max: float = _t(3, "phases", "at most this many phases are told apart")
+    phase_change_frac: float = _t(
+        0.2, "fraction", "phases differ when step time or response length moves this much…"
+    )
+    phase_share_points: float = _t(0.1, "fraction of step", "…or a stage's share this much")
+    phase_noise_frac: float = _t(
+        0.05, "fraction", "step-to-step jitter below this share of the median is noise"
+    )
+    phase_noise_share: float = _t(0.02, "fraction of step", "…and of a stage's share")
     material_frac: float = _t(
         0.1,
         "fraction of step",

@@ -42,6 +42,7 @@ from verl_top.verl.stages import (
 )
 
 if TYPE_CHECKING:
+    from verl_top.diagnosis.phases import Phase
     from verl_top.verl.flavour import VerlFlavour
 
 # Stages of one step in execution order (verl.md §1.2), from the verl catalogue: the core stages
@@ -223,6 +224,7 @@ class View:
         self._phase_by_points: dict[tuple[tuple[float, ...], tuple[str, ...]], _Phases] = {}
         self._wbands: list[tuple[float, float, str]] | None = None
         self._facts: JobFacts | None = None
+        self._run_phases: list[Phase] | None = None
         self._flavour: VerlFlavour | None = None
 
     # -- window text ----------------------------------------------------------------------
@@ -337,11 +339,30 @@ class View:
         return self._steps
 
     def recent_steps(self, n: int | None = None) -> list[StepView]:
-        """The last ``n`` non-outlier steps (testing/save_checkpoint excluded)."""
-        n = int(self.th.recent_steps) if n is None else n
-        if n not in self._recent:
-            self._recent[n] = [s for s in self.steps() if not s.is_outlier][-n:]
-        return list(self._recent[n])
+        """The last ``n`` non-outlier steps (testing/save_checkpoint excluded). By default
+        the steps the verdict judges: the last ``recent_steps`` of a live run, every step of
+        the last phase of a finished one (post-mortem, phases.py)."""
+        key = -1 if n is None else n
+        if key not in self._recent:
+            kept = [s for s in self.steps() if not s.is_outlier]
+            if n is None and self.post_mortem() and (phases := self.phases()):
+                self._recent[key] = [s for s in kept if s.step >= phases[-1].first_step]
+            else:
+                self._recent[key] = kept[-(int(self.th.recent_steps) if n is None else n) :]
+        return list(self._recent[key])
+
+    def post_mortem(self) -> bool:
+        """True when the verl logs were read as finished runs (no live data)."""
+        return bool(self.store.post_mortem)
+
+    def phases(self) -> list[Phase]:
+        """The run's phases (phases.py) over every step; only a finished run's (post-mortem)
+        are told apart, a live verdict judges its window of the last steps."""
+        if self._run_phases is None:
+            from verl_top.diagnosis.phases import split_phases  # phases.py reads StepView
+
+            self._run_phases = split_phases(self.steps(), self.th) if self.post_mortem() else []
+        return self._run_phases
 
     def median_share(self, *stages: str) -> tuple[float, int] | None:
         """Median share of ``stages`` over the recent steps, and how many steps had it."""
