@@ -157,7 +157,7 @@ def test_no_single_bottleneck_names_the_improvements_and_their_worth() -> None:
     assert a.verdict.outcome == "no single bottleneck" and a.bottleneck_rule is None
     assert a.status.state == "no single bottleneck"
     assert a.status.text.startswith("no single bottleneck: 1 improvement worth doing")
-    assert "up to 75 s per step, flow.periodic" in a.status.text
+    assert "(up to 75 s of each 380 s step, flow.periodic)" in a.status.text
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -131,14 +131,15 @@ def _leads(f: Finding, t: int, costed: bool, th: Thresholds) -> bool:
 
 
 def improvements_text(worth: Sequence[Finding], step_s: float | None, limit: int = 3) -> str:
-    """The headline of "no single bottleneck": what each improvement is worth."""
+    """The headline of "no single bottleneck": what each improvement is worth.
+
+    '1 improvement worth doing, none leading: <title> (up to 75 s of each 380 s step,
+    flow.periodic)'."""
     parts = []
     for f in worth[:limit]:
-        save = seconds_pair(f.save_s, step_s)[0] if step_s else seconds(f.save_s)
-        parts.append(f"{f.title} (up to {save} per step, {f.rule})")
+        save, step = seconds_pair(f.save_s, step_s) if step_s else (seconds(f.save_s), "")
+        of = f" of each {step} step" if step else " a step"
+        parts.append(f"{f.title} (up to {save}{of}, {f.rule})")
     more = f"; {len(worth) - limit} more below" if len(worth) > limit else ""
-    of = f" of each {seconds(step_s)} step" if step_s else ""
-    return (
-        f"{len(worth)} improvement{'s' if len(worth) != 1 else ''} worth doing, none "
-        f"leading{of}: " + "; ".join(parts) + more
-    )
+    s = "s" if len(worth) != 1 else ""
+    return f"{len(worth)} improvement{s} worth doing, none leading: " + "; ".join(parts) + more

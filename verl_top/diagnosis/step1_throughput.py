@@ -252,7 +252,7 @@ def job_stalled(view: View, th: Thresholds) -> RuleResult:
         STEP,
         "job.stalled",
         sev,
-        f"No verl step for {seconds(gap)} ({times(gap / med)} the median step {seconds(med)}); {state}",
+        f"No verl step for {seconds(gap)}, {times(gap / med)} the median step; {state}",
         [
             f"last step {steps[-1].step} logged {seconds(gap)} before the newest data",
             f"median step time {seconds(med)} over {len(steps)} steps; limit {seconds(limit)}",
