@@ -36,6 +36,9 @@ def format_text(assessment: Assessment) -> str:
         )
     if assessment.window:
         out.append(f"Covers: {assessment.window}")
+    if len(verdict.phases) > 1:
+        out.append("Phases of the run (the verdict judges the last):")
+        out += [f"  {p.text()}" for p in verdict.phases]
     out += inputs_text(verdict.inputs)
     out += refused_text(assessment.health)
     if assessment.comparison is not None:
@@ -179,6 +182,8 @@ def to_json(assessment: Assessment) -> dict[str, Any]:
         },
         "status": assessment.status.as_dict(),
         "window": assessment.window,
+        # A finished run's phases, oldest first; the verdict judges the last (docs/diagnosis.md).
+        "phases": [_plain(p.as_dict()) for p in verdict.phases],
         "steps": steps,
         "findings": [_finding_json(f) for f in verdict.findings],
         "history": [

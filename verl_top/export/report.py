@@ -167,6 +167,9 @@ def _summary(doc: dict[str, Any], assessment: Assessment | None, store: Store) -
     lines += [f"Bottleneck: {where}.", ""]
     if assessment is not None and assessment.window:
         lines += [f"The verdict covers: {assessment.window}.", ""]
+    if len(verdict.phases) > 1:
+        lines += ["Phases of the run (where its shape changed; the verdict judges the last):", ""]
+        lines += [f"- {p.text()}" for p in verdict.phases] + [""]
     return lines
 
 
