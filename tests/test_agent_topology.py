@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pynvml as real
 import pytest
+from assessing import assessment_of
 from rich.console import Console
 
 from verl_top.agent import node_agent as na
@@ -239,7 +240,7 @@ def test_store_pane4_rule_and_snapshot_show_marks(fake_sys: Path) -> None:
     from verl_top.export.schema import validate
     from verl_top.export.snapshot import build_snapshot
 
-    doc = build_snapshot(store, verdict, now=2.0)
+    doc = build_snapshot(store, assessment_of(store, verdict), now=2.0)
     assert validate(doc) == [] and doc["topology"][0]["marks"][0]["gpu"] == 3
 
 

@@ -46,8 +46,8 @@ async def _app_rule(path: Path) -> str | None:
     async with app.run_test(size=(160, 48)) as pilot:
         for _ in range(100):  # the log is read to its end, then the verdict must hold still
             await pilot.pause(0.1)
-            rule = getattr(app.verdict, "bottleneck_rule", None) if app.verdict else None
-            stable = stable + 1 if rule == last and app.verdict is not None else 0
+            rule = app.assessment.bottleneck_rule
+            stable = stable + 1 if rule == last and app.assessment.verdict is not None else 0
             last = rule
             if stable >= 5:
                 break

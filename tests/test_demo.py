@@ -72,27 +72,25 @@ def test_demo_verl_steps_agree_with_gpu_phases() -> None:
 
 
 def test_demo_verdict_is_there_from_the_first_data_and_never_flips() -> None:
-    """The engine fed the demo second by second, as the app evaluates it: one bottleneck from
+    """The monitor fed the demo second by second, as the app assesses it: one bottleneck from
     the first second with data to the end (it flipped at +30 s and +39 s before)."""
-    from verl_top.diagnosis.engine import Engine
+    from verl_top.inputs import Inputs
+    from verl_top.monitor import Monitor
     from verl_top.sources.pipeline import Pipeline
-    from verl_top.status import job_status
     from verl_top.store import Store
-    from verl_top.ui.header import has_data  # the app's rule for running the engine
 
     clock = [records_t0 := read_recording(demo_recording_path())[0].t]
     store = Store(wall_clock=lambda: clock[0])
     store.replay = True
     pipeline = Pipeline(store, parsers={}, wall_clock=lambda: clock[0])
-    engine = Engine()
+    monitor = Monitor(Inputs(store=store, pipeline=pipeline), clock=lambda: clock[0])
     labels: list[str] = []
     due = records_t0
     for rec in read_recording(demo_recording_path()):
         while rec.t >= due + 1.0:
             due += 1.0
             clock[0] = due
-            verdict = engine.evaluate(store) if has_data(store) else None
-            labels.append(job_status(store, verdict).label)
+            labels.append(monitor.assess().status.label)
         clock[0] = rec.t
         pipeline.emit(rec)
     assert len(labels) > 300 and set(labels) == {"step 3 bottleneck"}

@@ -1,4 +1,5 @@
-"""Engine behaviour: hysteresis, thresholds table, text report, no-data honesty."""
+"""Engine behaviour: a stateless ranking, thresholds table, text report, no-data honesty.
+(Hysteresis lives in the monitor: tests/test_monitor.py.)"""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from verl_top.diagnosis.findings import STEP_NAMES
 from verl_top.diagnosis.report import format_text, to_json
 from verl_top.diagnosis.thresholds import THRESHOLD_DOCS, Thresholds
 from verl_top.diagnosis.view import step_view
+from verl_top.monitor import assess_store
 from verl_top.protocol import read_recording
 from verl_top.store import Store
 
@@ -28,18 +30,20 @@ def test_empty_store_is_all_no_data() -> None:
     v = Engine().evaluate(Store())
     assert v.bottleneck_step is None and not v.findings
     assert all(c.status == "no_data" and c.detail for c in v.checks)
-    assert len(v.checks) == 32  # 30 + the two rollout-server rules
+    assert len(v.checks) == 35  # 30 + two rollout-server rules + two async-trainer rules + job.hang
 
 
-def test_hysteresis_keeps_bottleneck_until_challenger_stays_ahead() -> None:
+def test_engine_is_stateless_the_same_store_gives_the_same_verdict() -> None:
     idle, watchdog = _store("gpu_idle"), _store("nccl_watchdog")
-    eng = Engine(Thresholds(hysteresis_evals=3, hysteresis_s=1e9))
-    assert eng.evaluate(idle).bottleneck_step == 1
-    assert eng.evaluate(watchdog).bottleneck_step == 1  # 1st time ahead
-    assert eng.evaluate(watchdog).bottleneck_step == 1  # 2nd
-    v = eng.evaluate(watchdog)
-    assert (v.bottleneck_step, v.bottleneck_rule) == (2, "nccl.watchdog")
-    assert v.history[0][1] == 1 and v.history[-1][1:] == (2, "nccl.watchdog")
+    eng = Engine()
+    first = eng.evaluate(idle)
+    assert eng.evaluate(watchdog).bottleneck_rule == "nccl.watchdog"  # no memory of `idle`
+    again = eng.evaluate(idle)
+    assert (again.bottleneck_step, again.bottleneck_rule) == (
+        first.bottleneck_step,
+        first.bottleneck_rule,
+    )
+    assert again.history == []  # the lead history is the monitor's
 
 
 def test_first_evaluation_has_no_lag_and_healthy_needs_no_finding_over_floor() -> None:
@@ -79,14 +83,16 @@ def test_old_and_new_timing_keys() -> None:
 
 
 def test_text_report_lists_five_steps_verdict_first() -> None:
-    v = Engine().evaluate(_store("flow_long_tail"))
-    text = format_text(v)
-    assert text.splitlines()[0] == v.headline
+    a = assess_store(_store("flow_long_tail"))
+    v = a.verdict
+    assert v is not None
+    text = format_text(a)
+    assert text.splitlines()[0] == a.status.text
     pos = [text.index(f"{n}. {name}") for n, name in STEP_NAMES.items()]
     assert pos == sorted(pos)
     assert "flow.long_tail" in text and "over_sample_rate" in text and "no data:" in text
     assert steps_summary(v)[3][1] >= 1
-    assert to_json(v)["bottleneck"]["rule"] == "flow.long_tail"
+    assert to_json(a)["bottleneck"]["rule"] == "flow.long_tail"
 
 
 def test_host_stall_needs_gpu_samples_not_only_host_ones() -> None:

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from assessing import assessment_of
 from rich.console import Console
 
 from verl_top.cli import app_parser, diagnose_parser
@@ -104,7 +105,7 @@ def test_real_h200_session_is_rollout_bound_launch_bound_with_hf_advice() -> Non
     assert top.step_s == pytest.approx(19.918296663999996, rel=0.01)
     assert top.save_s == pytest.approx(18.05, abs=0.1)  # GPU busy ~0 % of the rollout
     assert "costs 18.1 s of each 19.9 s step" in v.headline
-    worth = to_json(v)["findings"][0]["worth"]
+    worth = to_json(assessment_of(store, v))["findings"][0]["worth"]
     assert worth["cost_s_per_step"] == pytest.approx(18.052, abs=1e-3)
     assert worth["save_s_per_step_max"] <= worth["cost_s_per_step"]
 
@@ -155,7 +156,7 @@ def test_fork_rollout_key_is_rollout_by_name_and_unknown_keys_count() -> None:
     top = v.findings[0]
     assert top.data["stages"] == ["my_rollout"]
     assert "rollout by name" in top.evidence[0]
-    assert "pass --verl-log" not in format_text(v)
+    assert "pass --verl-log" not in format_text(assessment_of(store, v))
     view = StepView.from_step(store.steps[-1], store.config)
     shares = view.shares()
     names = [n for n, _, _ in shares.parts]
@@ -194,10 +195,10 @@ def test_pane3_rows_sum_to_100_percent_and_counters_show() -> None:
 
 def test_mfu_not_estimated_and_tiny_mfu_never_zero() -> None:
     assert fmt_mfu(0.0) == fmt_mfu(None) == fmt_mfu(float("nan")) == "not estimated"
-    assert fmt_mfu(1.5e-6) == "1.5e-06" and fmt_mfu(0.31) == "0.31"
+    assert fmt_mfu(1.5e-6) == "0.00015 %" and fmt_mfu(0.31) == "31 %"  # never an exponent
     store = _store_from_log(LOG40)
     line = verl_summary(store).plain
-    assert "MFU 0.00" not in line and "MFU 1.5e-04" in line  # step 40: 0.000145...
+    assert "MFU 0.00" not in line and "MFU 0.015 %" in line  # step 40: 0.000145...
     # A train-bound step whose MFU verl logged as 0: "not estimated", never "MFU 0.00".
     from tests.test_diagnosis_scenarios import load
 
@@ -217,11 +218,12 @@ def test_mfu_not_estimated_and_tiny_mfu_never_zero() -> None:
 
 
 def test_clip_ratio_alone_is_a_length_setting_and_no_uncomputed_ratio() -> None:
-    v = Engine().evaluate(_store_from_log(LOG40))
+    store = _store_from_log(LOG40)
+    v = Engine().evaluate(store)
     tail = next(f for f in v.findings if f.rule == "flow.long_tail")
     assert tail.severity < Engine().thresholds.floor  # never the bottleneck on its own
     assert "length setting" in tail.title
-    text = format_text(v)
+    text = format_text(assessment_of(store, v))
     assert "max/mean 0.0" not in text and "0.0x" not in text
 
 
@@ -287,7 +289,7 @@ def test_unreadable_log_says_what_was_read_and_exits_3(tmp_path: Path) -> None:
     doc = json.loads(out.stdout)
     assert doc["no_data"] is True and doc["bottleneck"]["step"] is None
     head = doc["bottleneck"]["headline"]
-    assert head.startswith("No data to judge") and "healthy" not in head.lower()
+    assert head.startswith("no data: ") and "healthy" not in head.lower()  # the status words
     assert "3 lines read, 0 matched" in head and "'hello world'" in head
     (stats,) = doc["inputs"]["logs"]
     assert (stats["lines"], stats["matched"], stats["first_unmatched"]) == (3, 0, "hello world")
@@ -321,8 +323,8 @@ def test_banner_never_calls_an_unreadable_log_healthy(tmp_path: Path) -> None:
 
     path = _old_copy(tmp_path, LOG40, "hello world\nstep 3 took 10 s\n")
     inputs = build_inputs(app_parser().parse_args(["--verl-log", str(path)]))
-    verdict = asyncio.run(collect(inputs))
-    text, level = banner(inputs.store, verdict)
+    assessment = asyncio.run(collect(inputs))
+    text, level = banner(inputs.store, assessment)
     assert level == "warning" and text.startswith("no data: ")  # the shared status words
     assert "healthy" not in text.lower() and "2 lines read" in text
 
@@ -330,16 +332,20 @@ def test_banner_never_calls_an_unreadable_log_healthy(tmp_path: Path) -> None:
 def test_untimed_log_verdict_follows_the_data_as_it_is_read() -> None:
     """The app evaluates while a finished log is still being read (no arrival times): the
     verdict must end where `diagnose` ends, with no hysteresis holding an early leader."""
+    from verl_top.inputs import Inputs
+    from verl_top.monitor import Monitor
+    from verl_top.sources.pipeline import Pipeline
+
     log = parse_file(LOG40)
     store = Store()
-    engine = Engine()
+    monitor = Monitor(Inputs(store=store, pipeline=Pipeline(store, parsers={})))
     # Early on only a config: a static config finding may lead for a moment.
     store.ingest(VerlConfig(host="h", t=0.0, values=log.config, source=log.config_source))
-    engine.evaluate(store)
+    monitor.assess(force=True)
     for s in log.steps:
         store.ingest(VerlStep(host="h", t=0.0, step=s.step, metrics=s.metrics))
-    assert engine.evaluate(store).bottleneck_rule == Engine().evaluate(store).bottleneck_rule
-    assert engine.evaluate(store).bottleneck_rule == "flow.rollout_bound"
+    live = monitor.assess(force=True).bottleneck_rule
+    assert live == Engine().evaluate(store).bottleneck_rule == "flow.rollout_bound"
 
 
 async def test_banner_shows_a_quoted_log_line_as_plain_text(tmp_path: Path) -> None:

@@ -92,15 +92,15 @@ def test_diagnose_over_prometheus_uses_dcgm_sm_and_tensor(prom_cluster: dict) ->
 
 
 def test_snapshot_keeps_the_rollout_servers_and_their_verdict(tmp_path: Path) -> None:
-    from verl_top.diagnosis.engine import Engine
     from verl_top.export.snapshot import write_snapshot
+    from verl_top.monitor import assess_store
     from verl_top.protocol import read_recording
 
     scen = ROOT / "tests" / "scenarios" / "flow_rollout_queue" / "recording.ndjson"
     store = Store()
     for rec in read_recording(scen):
         store.ingest(rec)
-    out = write_snapshot(store, Engine().evaluate(store), tmp_path / "snap")
+    out = write_snapshot(store, assess_store(store), tmp_path / "snap")
     replayed = Store(store.limits)
     for rec in read_recording(out / "recording.ndjson.gz"):
         replayed.ingest(rec)
@@ -109,4 +109,4 @@ def test_snapshot_keeps_the_rollout_servers_and_their_verdict(tmp_path: Path) ->
         again = replayed.rollout[name]
         assert len(again.history) == len(entry.history) == 31
         assert (again.latest.waiting, again.latest.model) == (24.0, "facebook/opt-125m")
-    assert Engine().evaluate(replayed).bottleneck_rule == "flow.rollout_queue"
+    assert assess_store(replayed).bottleneck_rule == "flow.rollout_queue"

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
+from assessing import assessment_of
 
 from verl_top import __version__
 from verl_top.diagnosis.findings import Check, Finding, Verdict
@@ -74,7 +75,7 @@ def demo() -> Store:
 @pytest.fixture(scope="module")
 def bundle(demo: Store, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("b") / "snap"
-    return write_snapshot(demo, _verdict(demo), out, now=1_800_000_000.0)
+    return write_snapshot(demo, assessment_of(demo, _verdict(demo)), out, now=1_800_000_000.0)
 
 
 def _strict_json(path: Path) -> dict:

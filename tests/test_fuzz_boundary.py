@@ -21,6 +21,7 @@ from verl_top.diagnosis.engine import Engine
 from verl_top.export.report import build_report
 from verl_top.export.snapshot import build_snapshot
 from verl_top.model import GpuProcess, GpuSample, Hello, HostState, ProcessList, Record
+from verl_top.monitor import assess_store
 from verl_top.nccl.parse import NcclStreamParser, parse_nccl_tests
 from verl_top.protocol import Decoder
 from verl_top.sources.pipeline import Pipeline
@@ -160,11 +161,11 @@ def _store_from(lines: list[str]) -> Store:
 @given(st.lists(wire_record(), min_size=1, max_size=25))
 def test_store_diagnosis_and_exports_survive_fuzzed_records(records: list[dict[str, Any]]) -> None:
     store = _store_from([json.dumps(r, default=str) for r in records])
-    verdict = Engine().evaluate(store)
-    doc = build_snapshot(store, verdict, now=T0)
+    assessment = assess_store(store, Engine())
+    doc = build_snapshot(store, assessment, now=T0)
     assert json_safe(doc)
     json.dumps(doc, allow_nan=False)  # snapshot.json must stay valid JSON
-    report = build_report(store, verdict, doc)
+    report = build_report(store, assessment, doc)
     for line in report.splitlines():
         assert is_clean(line), line
 

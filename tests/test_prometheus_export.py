@@ -18,11 +18,13 @@ import time
 from pathlib import Path
 
 import pytest
+from assessing import assessment_of
 from prometheus_client import generate_latest
 
 from verl_top.diagnosis.findings import Finding, Verdict
 from verl_top.export.metrics import VerdictSnapshot, new_registry, parse_listen, snapshot
 from verl_top.model import GpuInfo, Hello
+from verl_top.monitor import assess_store
 from verl_top.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +48,7 @@ def test_collector_serves_bottleneck_severities_and_host_states() -> None:
     )
     registry, collector = new_registry()
     assert generate_latest(registry) == b""  # nothing before the first evaluation
-    collector.snapshot = snapshot(store, verdict)
+    collector.snapshot = snapshot(store, assessment_of(store, verdict))
     text = generate_latest(registry).decode()
     assert "verl_top_bottleneck_step 3.0" in text
     assert 'verl_top_bottleneck{name="Dataflow",rule="flow.rollout_bound",step="3"} 1.0' in text
@@ -110,22 +112,21 @@ def test_prometheus_scrapes_verl_top_verdicts(prom_cluster: dict) -> None:
 
 def test_stage_shares_and_verdict_of_the_demo_recording() -> None:
     """The bundled demo (pane 3 shows gen at 62 % of the step): shares come from verl's steps."""
-    from verl_top.diagnosis.engine import Engine
     from verl_top.inputs import demo_recording_path
     from verl_top.protocol import read_recording
 
     store = Store()
     for r in read_recording(demo_recording_path()):
         store.ingest(r, received=r.t)
-    verdict = Engine().evaluate(store)
-    snap = snapshot(store, verdict)
+    assessment = assess_store(store)
+    snap = snapshot(store, assessment)
     assert snap.stage_shares["gen"] == pytest.approx(0.62, abs=0.01)
     assert snap.gpus == 32 and set(snap.host_states.values()) == {"up"}
     registry, collector = new_registry()
     collector.snapshot = snap
     text = generate_latest(registry).decode()
     assert 'verl_top_stage_share{stage="gen"} 0.6' in text
-    assert f"verl_top_bottleneck_step {float(verdict.bottleneck_step or 0)}" in text
+    assert f"verl_top_bottleneck_step {float(assessment.bottleneck_step or 0)}" in text
 
 
 def test_a_taken_listen_address_is_one_sentence(capsys) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import io
 from typing import Any
 
+from assessing import FixedEngine
 from rich.console import Console
 from textual.widgets import DataTable, Static, TabbedContent
 from ui_data import T0, build_store, load_trace, trace_sample
@@ -21,18 +22,6 @@ from verl_top.ui.findings_screen import FindingsScreen
 from verl_top.ui.widgets import DASH, TEMP_STOPS, activity_style, gradient
 
 SIZE = (160, 48)
-
-
-class FakeEngine:
-    """Returns a fixed verdict and counts evaluations."""
-
-    def __init__(self, verdict: Verdict | None) -> None:
-        self.verdict = verdict
-        self.calls = 0
-
-    def evaluate(self, store: Store) -> Verdict | None:
-        self.calls += 1
-        return self.verdict
 
 
 def healthy() -> Verdict:
@@ -80,7 +69,7 @@ def make_app(
         store=store, pipeline=Pipeline(store, parsers={}), replay=replay, mode=mode, title="test"
     )
     return VerlTopApp(
-        inputs, engine=engine or FakeEngine(verdict), live=kwargs.pop("live", False), **kwargs
+        inputs, engine=engine or FixedEngine(verdict), live=kwargs.pop("live", False), **kwargs
     )
 
 
@@ -349,7 +338,7 @@ async def test_only_the_visible_pane_is_refreshed() -> None:
 
 
 async def test_engine_runs_once_per_store_change() -> None:
-    engine = FakeEngine(healthy())
+    engine = FixedEngine(healthy())
     app = make_app(engine=engine)
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
@@ -455,7 +444,7 @@ async def test_live_sources_run_and_a_failing_one_does_not_crash() -> None:
     inputs = Inputs(
         store=store, pipeline=Pipeline(store, parsers={}), sources=[BrokenSource(), OneShotSource()]
     )
-    app = VerlTopApp(inputs, refresh=0.1, engine=FakeEngine(healthy()), live=True)
+    app = VerlTopApp(inputs, refresh=0.1, engine=FixedEngine(healthy()), live=True)
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         for _ in range(20):
             await asyncio.sleep(0.05)

@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from assessing import FixedEngine
 from rich.console import Console
 from textual.widgets import DataTable, Static
 from ui_data import FIXTURES
@@ -31,13 +32,6 @@ from verl_top.ui.node_screen import MetricPlot, NodeScreen, downsample, invisibl
 
 SIZE = (160, 48)
 DEMO_END = 1764662769.0  # just after the demo recording's last record
-
-
-class FixedEngine:
-    """No diagnosis: these tests are about the views."""
-
-    def evaluate(self, store: Store) -> None:
-        return None
 
 
 @functools.cache

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from assessing import FixedEngine
 from rich.console import Console
 from textual.app import App, ComposeResult
 from textual.widgets import Button, Static
@@ -35,13 +36,6 @@ from verl_top.ui.probe_screen import NEEDS_LIVE, ProbeScreen
 
 DEMO = Path(__file__).resolve().parents[1] / "verl_top" / "data" / "demo.ndjson.gz"
 SIZE = (170, 60)
-
-
-class FixedEngine:
-    """No diagnosis: the panes are tested on their own content."""
-
-    def evaluate(self, store: Store) -> None:
-        return None
 
 
 def demo_store() -> Store:
@@ -163,7 +157,7 @@ async def test_pane1_summary_has_tokens_step_time_mfu_and_stage_strip() -> None:
         await show(app, pilot, 1)
         text = plain(app.query_one("#verl-summary", Static))
     assert "tokens/s/GPU 3,442" in text and "tokens/s total 110,128" in text
-    assert "step time 30.2 s" in text and "MFU 0.31" in text
+    assert "step time 30.2 s" in text and "MFU 31 %" in text
     strip = re.search(r"stages, last 300 s │(.*)│", text)
     assert strip is not None
     assert {"g", "u", "t"} <= set(strip.group(1))  # gen, update_actor and step 6's validation
@@ -195,7 +189,7 @@ async def test_pane5_names_the_missing_config_and_evidence_from_findings() -> No
         )
     store = build_store(steps=True, config=True)  # enforce_eager True, micro batch 2
     app = make_app(store)
-    app.engine = Engine()
+    app.monitor.engine = Engine()
     async with app.run_test(size=SIZE) as pilot:
         await show(app, pilot, 5)
         text = plain(app.query_one("#cfg-body", Static))

@@ -11,6 +11,7 @@ deterministic; ``received`` wall-clock times are kept for staleness and latency.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from array import array
@@ -18,6 +19,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from verl_top.model import (
     ClockOffset,
@@ -42,6 +44,10 @@ from verl_top.model import (
     VerlConfig,
     VerlStep,
 )
+from verl_top.progress import ProgressTracker
+
+# A ring column: float samples in an array, phase labels in a list (sliced the same way).
+_Column = TypeVar("_Column", array, list)
 
 NAN = float("nan")
 RING_START = 16  # points a new ring allocates; it doubles up to its capacity
@@ -207,7 +213,7 @@ class Ring:
         """True when the held times ascend (no step back, no NaN): windows can be bisected."""
         return self._back_at < self._pushes - self._count
 
-    def _from(self, a: array | list, k: int) -> array | list:
+    def _from(self, a: _Column, k: int) -> _Column:
         """Column ``a`` from its ``k``-th held point on, oldest first (sliced in C, one copy)."""
         n, start = self._count, (self._head - self._count) % self._alloc
         first = min(n, self._alloc - start)  # held points before the wrap
@@ -368,8 +374,12 @@ class Store:
         self.events: deque[LogEvent] = deque(maxlen=self.limits.events)
         self.latencies: deque[float] = deque(maxlen=self.limits.latencies)
         self.now: float = 0.0  # newest data time seen
+        self.first_t: float | None = None  # data time of the first timed record
         self.version = 0  # bumps on every ingest; lets views skip work when nothing changed
         self.replay = False  # set by replay sources: the header says REPLAY
+        # Where the data comes from (verl_top/origin.py: local, ssh, ray, prometheus, replay,
+        # demo, post-mortem), so messages say what to do in this session's terms.
+        self.origin = "local"
         self.notes: deque[str] = deque(maxlen=50)  # source-level messages for the UI
         # Ray cluster (--ray): nodes, the job's live actors by (host, pid), the driver log.
         self.ray_nodes: list[RayNode] = []
@@ -385,6 +395,11 @@ class Store:
         self.rollout: dict[str, RolloutEntry] = {}
         # Sources that are not one host (Prometheus): their last state, by source name.
         self.sources: dict[str, SourceStatus] = {}
+        # verl version / trainer mode / engine of the job: (inputs signature, VerlFlavour),
+        # kept by verl_top.verl.flavour.store_flavour until its inputs change.
+        self.verl_flavour: tuple[object, Any] | None = None
+        # The method each job process runs, since when, and each method's recent durations.
+        self.progress = ProgressTracker()
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -463,6 +478,8 @@ class Store:
             and (self.replay or received is None or record.t <= received + self.limits.future_s)
         ):
             self.now = record.t
+            if self.first_t is None:
+                self.first_t = record.t
         handler = self._HANDLERS.get(type(record))
         if handler is not None:
             handler(self, record, received)
@@ -518,6 +535,7 @@ class Store:
 
     def _on_procs(self, rec: ProcessList, received: float | None) -> None:
         self._touch(rec, received).procs = rec
+        self.progress.observe(rec)
 
     def _on_state(self, rec: HostState, received: float | None) -> None:
         h = self.host(rec.host)
@@ -536,7 +554,12 @@ class Store:
 
     def _on_step(self, rec: VerlStep, received: float | None) -> None:
         # A restarted run reuses step numbers: keep arrival order, replace same-step duplicates.
+        # Two lines of one step that agree on every key they share are one step printed in
+        # parts (fully async: the rollouter's dict, then the trainer's): merge them.
         if self.steps and self.steps[-1].step == rec.step:
+            prev = self.steps[-1]
+            if all(prev.metrics[k] == v for k, v in rec.metrics.items() if k in prev.metrics):
+                rec = dataclasses.replace(rec, metrics={**prev.metrics, **rec.metrics})
             self.steps[-1] = rec
         else:
             self.steps.append(rec)
@@ -610,7 +633,7 @@ class Store:
                     f"{rec.host}: {rec.state}" + (f": {rec.reason}" if rec.reason else "")
                 )
 
-    _HANDLERS: dict[type, Callable[[Store, Record, float | None], None]] = {
+    _HANDLERS: dict[type, Callable[[Store, Any, float | None], None]] = {
         Hello: _on_hello,
         GpuSample: _on_gpu,
         HostSample: _on_host,
@@ -629,7 +652,7 @@ class Store:
         RolloutSample: _on_rollout,
         SourceStatus: _on_source,
         NodeTopology: _on_topo,
-    }  # type: ignore[dict-item]
+    }
 
     def mark_stale(self, stale_after: float, now_wall: float | None = None) -> list[str]:
         """Mark hosts silent for ``stale_after`` seconds (wall clock) as stale; return them."""

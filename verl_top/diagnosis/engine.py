@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 from verl_top.diagnosis import (
+    hang,
     step1_throughput,
     step2_comm,
+    step3_async,
     step3_dataflow,
     step3_rollout,
     step4_mapping,
@@ -17,16 +17,16 @@ from verl_top.diagnosis import (
 from verl_top.diagnosis.findings import STEP_NAMES, Check, Finding, Rule, Verdict, worth_text
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, mean
+from verl_top.origin import rephrase_asks
 from verl_top.store import Store
 
 STEP_RULES: dict[int, list[Rule]] = {
-    1: step1_throughput.RULES,
+    1: step1_throughput.RULES + [hang.job_hang],  # job.hang: docs/hangs.md
     2: step2_comm.RULES,
-    3: step3_dataflow.RULES + step3_rollout.RULES,  # rollout servers' metrics (--prometheus)
+    3: step3_dataflow.RULES + step3_rollout.RULES + step3_async.RULES,  # + async trainers
     4: step4_mapping.RULES,
     5: step5_config.RULES,
 }
-HISTORY_LEN = 20
 # Step-5 rules that judge a setting alone, not a measurement: once verl's step timings are known
 # they are advice about a stage, never the lead (the measured stage rules of step 3 are).
 # cfg.kv_cache (preemptions, OOM lines), cfg.offload (measured headroom) and
@@ -70,30 +70,21 @@ def steps_summary(verdict: Verdict) -> dict[int, tuple[float, int]]:
     return out
 
 
-@dataclass
-class _Challenger:
-    step: int | None
-    since_t: float
-    count: int
-
-
 class Engine:
-    """Evaluates the store; keeps the bottleneck stable unless another step stays ahead."""
+    """Runs every rule over a read-only view of the store and ranks the findings.
+
+    Stateless: the same store gives the same verdict. Which lead every surface shows over time
+    (hysteresis on data time) is the monitor's business (verl_top/monitor.py)."""
 
     def __init__(self, thresholds: Thresholds | None = None) -> None:
         self.thresholds = thresholds or Thresholds()
-        self._current: int | None = None
-        self._evaluated = False
-        self._challenger: _Challenger | None = None
-        self._history: deque[tuple[float, int | None, str | None]] = deque(maxlen=HISTORY_LEN)
 
     def evaluate(self, store: Store) -> Verdict:
         """Run all rules over ``store`` (never mutated) and return the verdict at ``store.now``."""
         th = self.thresholds
         view = View(store, th)
         findings, checks = run_rules(view, th)
-        if getattr(store, "log_stats", None):
-            _given_logs(checks)
+        rephrase_asks(checks, store)  # "pass --verl-log PATH" in this session's terms
         timed = any(s.stage_times for s in view.steps())
         if timed:
             for f in findings:
@@ -107,55 +98,25 @@ class Engine:
         for f in findings:
             scores[f.step] = max(scores[f.step], f.severity)
         best = max(scores, key=lambda s: (scores[s], -s))
-        leader: int | None = best if scores[best] >= th.floor else None
+        step: int | None = best if scores[best] >= th.floor else None
         if nothing and inputs["logs"]:
             # A verl log was given but no timed step came out of it (and no GPU was seen):
             # nothing measured to judge, whatever the printed config says.
-            leader = None
-        self._decide(leader, scores, store.now)
-        step = self._current
+            step = None
         rule = next((f.rule for f in findings if f.step == step), None) if step else None
-        if (
-            self._history
-            and (self._history[-1][1], self._history[-1][2]) != (step, rule)
-            or not self._history
-        ):
-            self._history.append((store.now, step, rule))
         return Verdict(
             bottleneck_step=step,
             bottleneck_rule=rule,
             headline=self._headline(view, findings, step, inputs, nothing),
             findings=findings,
             checks=checks,
-            history=list(self._history),
             t=store.now,
             inputs=inputs,
             no_data=nothing and step is None,
+            healthy_detail=healthy_detail(view),
+            outcome="bottleneck" if step else ("no data" if nothing else "healthy"),
+            window=window_text(view, inputs),
         )
-
-    def _decide(self, leader: int | None, scores: dict[int, float], now: float) -> None:
-        th = self.thresholds
-        if not self._evaluated or not now:
-            # First look, or data without times (finished logs read post-mortem, where the app
-            # evaluates while the file is still being read): no history to be stable over, so
-            # the verdict follows the data, as `diagnose` does.
-            self._evaluated, self._current, self._challenger = True, leader, None
-            return
-        if leader == self._current:
-            self._challenger = None
-            return
-        cur = scores[self._current] if self._current is not None else th.floor
-        new = scores[leader] if leader is not None else th.floor
-        ahead = new > cur + th.hysteresis_margin or (self._current is not None and cur < th.floor)
-        if not ahead:
-            self._challenger = None
-            return
-        ch = self._challenger
-        if ch is None or ch.step != leader:
-            ch = self._challenger = _Challenger(leader, now, 0)
-        ch.count += 1
-        if ch.count >= th.hysteresis_evals or now - ch.since_t >= th.hysteresis_s:
-            self._current, self._challenger = leader, None
 
     def _headline(
         self,
@@ -187,43 +148,42 @@ class Engine:
                     "no verl step yet"
                 )
             return "No data to judge: nothing was read yet"
-        parts = []
-        acts = [m for g in view.gpus() if (m := view.gpu_mean(g, "activity")) is not None]
-        if acts:
-            parts.append(f"{len(acts)} GPUs at {mean(acts) or 0:.0f} % activity")
-        rec = view.recent_steps()
-        if rec and rec[-1].throughput is not None:
-            parts.append(f"{rec[-1].throughput:.0f} tokens/s/GPU")
-        if rec and rec[-1].step_time_core:
-            parts.append(f"step {rec[-1].step} took {rec[-1].step_time_core:.0f} s")
-        if not parts:
+        detail = healthy_detail(view)
+        if not detail:
             return "No verdict: too little data to judge" + (f". {unread}" if unread else "")
-        return "Job looks healthy: " + ", ".join(parts) + (f". {unread}" if unread else "")
+        return "Job looks healthy: " + detail + (f". {unread}" if unread else "")
 
 
-GIVEN_LOG_NOTE = "the --verl-log given has no such data (see what was read)"
+def window_text(view: View, inputs: dict[str, Any]) -> str:
+    """Which data the verdict covers, for people: steps and GPU window."""
+    parts = []
+    if view.recent_steps():
+        parts.append(view.steps_text())
+    if inputs["gpus"]:
+        parts.append(f"GPUs: {view.window_text}")
+    return "; ".join(parts)
 
 
-def _given_logs(checks: list[Check]) -> None:
-    """A log was given: a 'no data' check must not tell the user to pass one."""
-    for c in checks:
-        if c.status != "no_data":
-            continue
-        for ask in (
-            "pass --verl-log PATH (console log or file-logger JSONL)",
-            "pass --verl-log PATH",
-        ):
-            if ask in c.detail:
-                c.detail = c.detail.replace(ask, GIVEN_LOG_NOTE)
-                break
+def healthy_detail(view: View) -> str:
+    """What a healthy job does, in numbers: '8 GPUs at 71 % activity, 1082 tokens/s/GPU, ...'."""
+    parts = []
+    acts = [m for g in view.gpus() if (m := view.gpu_mean(g, "activity")) is not None]
+    if acts:
+        parts.append(f"{len(acts)} GPUs at {mean(acts) or 0:.0f} % activity")
+    rec = view.recent_steps()
+    if rec and rec[-1].throughput is not None:
+        parts.append(f"{rec[-1].throughput:.0f} tokens/s/GPU")
+    if rec and rec[-1].step_time_core:
+        parts.append(f"step {rec[-1].step} took {rec[-1].step_time_core:.0f} s")
+    return ", ".join(parts)
 
 
 def describe_inputs(view: View) -> dict[str, Any]:
     """What the verdict rests on, for the banner, ``diagnose`` and ``--json``."""
     store = view.store
-    logs = [dict(v) for v in getattr(store, "log_stats", {}).values()]
+    logs = [dict(v) for v in store.log_stats.values()]
     steps = view.steps()
-    post = getattr(store, "post_mortem", {}) or {}
+    post = store.post_mortem
     return {
         "logs": logs,
         "config": {"keys": len(store.config), "source": store.config_source or None},
@@ -232,6 +192,7 @@ def describe_inputs(view: View) -> dict[str, Any]:
         "gpus": len(view.gpus()),
         "hosts": len(store.hosts),
         "post_mortem": {path: dict(info) for path, info in post.items()},
+        "verl": view.flavour().as_dict(),
     }
 
 

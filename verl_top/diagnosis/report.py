@@ -1,11 +1,15 @@
-"""Render a verdict as text (five steps in order) or as the stable JSON of docs/diagnose-json.md."""
+"""Render an assessment as text (five steps in order) or as the stable JSON of
+docs/diagnose-json.md."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verl_top.diagnosis.engine import steps_summary
 from verl_top.diagnosis.findings import STEP_NAMES, Check, Finding, Verdict, worth_text
+
+if TYPE_CHECKING:  # the assessment wraps the verdict; the diagnosis package imports no surface
+    from verl_top.assessment import Assessment
 
 SCHEMA = "verl-top.diagnose/1"
 
@@ -20,14 +24,24 @@ def _finding_text(f: Finding) -> list[str]:
     return lines
 
 
-def format_text(verdict: Verdict) -> str:
-    """Human report: the verdict first, then each step's findings and checks."""
-    out = [verdict.headline]
+def format_text(assessment: Assessment) -> str:
+    """Human report: the status first, then each step's findings and checks."""
+    out = [assessment.status.text]
+    verdict = assessment.verdict
+    if verdict is None:
+        return "\n".join(out) + "\n"
     if verdict.bottleneck_step is not None:
         out.append(
             f"Bottleneck: step {verdict.bottleneck_step} {STEP_NAMES[verdict.bottleneck_step]} ({verdict.bottleneck_rule})"
         )
+    if assessment.window:
+        out.append(f"Covers: {assessment.window}")
     out += inputs_text(verdict.inputs)
+    if assessment.comparison is not None:
+        from verl_top.compare import format_text as compare_text
+
+        out += ["", "Against the baseline (--baseline):"]
+        out += ["  " + line for line in compare_text(assessment.comparison).splitlines()]
     summary = steps_summary(verdict)
     for step, name in STEP_NAMES.items():
         worst, n = summary[step]
@@ -60,6 +74,9 @@ def inputs_text(inputs: dict[str, Any]) -> list[str]:
         if log.get("malformed"):
             line += f", {log.get('malformed')} unreadable metric lines"
         out.append(line)
+    verl = inputs.get("verl") or {}
+    if verl.get("trainer_mode") or verl.get("version_range") not in (None, "unknown"):
+        out.append("verl: " + flavour_text(verl))
     cfg = inputs.get("config", {})
     out.append(
         f"Config: {cfg.get('keys', 0)} keys"
@@ -71,6 +88,14 @@ def inputs_text(inputs: dict[str, Any]) -> list[str]:
             f"({info.get('age_text')} ago), last step {inputs.get('last_step')}"
         )
     return out
+
+
+def flavour_text(verl: dict[str, Any]) -> str:
+    """The ``verl`` object of the inputs in words, with the first clues it rests on."""
+    from verl_top.verl.flavour import describe
+
+    clues = verl.get("evidence") or []
+    return describe(verl) + (f" (from: {'; '.join(clues[:3])})" if clues else "")
 
 
 def _worth_json(f: Finding) -> dict[str, Any] | None:
@@ -115,8 +140,9 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def to_json(verdict: Verdict) -> dict[str, Any]:
-    """The verdict as the stable ``verl-top.diagnose/1`` document."""
+def to_json(assessment: Assessment) -> dict[str, Any]:
+    """The assessment as the stable ``verl-top.diagnose/1`` document."""
+    verdict = assessment.verdict or Verdict(None, None, assessment.status.text, no_data=True)
     summary = steps_summary(verdict)
     steps = []
     for step, name in STEP_NAMES.items():
@@ -134,12 +160,29 @@ def to_json(verdict: Verdict) -> dict[str, Any]:
         "bottleneck": {
             "step": verdict.bottleneck_step,
             "rule": verdict.bottleneck_rule,
-            "headline": verdict.headline,
+            "headline": assessment.status.text,
         },
+        "status": assessment.status.as_dict(),
+        "window": assessment.window,
         "steps": steps,
         "findings": [_finding_json(f) for f in verdict.findings],
-        "history": [{"t": t, "step": s, "rule": r} for t, s, r in verdict.history],
+        "history": [
+            {"t": c.t, "step": c.step, "rule": c.rule, "title": c.title} for c in assessment.history
+        ],
         "time": verdict.t,
         "no_data": verdict.no_data,
-        "inputs": _plain(verdict.inputs),
+        # verl version range, trainer mode, engine, backend, device, pools (verl/flavour.py).
+        "verl": _plain(verdict.inputs.get("verl")),
+        # What the verdict rests on (logs read) plus refused input per host and clock offsets.
+        "inputs": _plain({**verdict.inputs, **assessment.health}),
+        "comparison": _comparison_json(assessment),
     }
+
+
+def _comparison_json(assessment: Assessment) -> dict[str, Any] | None:
+    """``--baseline``: the verl-top.compare/1 document of this run against it (else null)."""
+    if assessment.comparison is None:
+        return None
+    from verl_top.compare import to_json as compare_json
+
+    return _plain(compare_json(assessment.comparison))

@@ -14,30 +14,49 @@ for 10 minutes"::
     verl_top_host_state{host="node1",state="up"}   1 (one series per host, its current state)
     verl_top_hosts{state="up"}                     hosts per state
     verl_top_gpus                                  GPUs known
+    verl_top_status{state="bottleneck"}            1 for the job's status word (the banner's)
+    verl_top_lead_save_seconds                     recoverable seconds per step of the lead
+    verl_top_inputs_ended                          1 once finite inputs (a replay) ended: final
+    verl_top_tokens_per_second_per_gpu             verl perf/throughput, median of the recent steps
+    verl_top_step_seconds                          verl step time (no validation/checkpoint), median
+    verl_top_last_step                             number of the newest verl step
+    verl_top_last_step_timestamp_seconds           data time the newest verl step ended
     verl_top_evaluation_timestamp_seconds          wall time of the last evaluation
     verl_top_data_timestamp_seconds                data time the verdict is about
 
-The event loop evaluates every ``refresh`` seconds and publishes an immutable snapshot; the
-HTTP thread of ``prometheus_client`` only reads the newest snapshot, never the store.
+The event loop asks the same Monitor as the app for its Assessment every ``refresh`` seconds
+and publishes an immutable snapshot of it; the HTTP thread of ``prometheus_client`` only reads
+the newest snapshot, never the store.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import statistics
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from verl_top.diagnosis.findings import STEP_NAMES, Verdict
+from verl_top.assessment import Assessment
+from verl_top.diagnosis.findings import STEP_NAMES
+from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View
+from verl_top.export.webhook import WebhookNotifier
+from verl_top.status import STATES
 from verl_top.store import Store
 from verl_top.verl.stages import DISPLAY_STAGES
 
+if TYPE_CHECKING:
+    from verl_top.diagnosis.engine import Engine
+    from verl_top.inputs import Inputs
+
 MIN_STALE_S = 5.0
+WEBHOOK_DRAIN_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -54,35 +73,49 @@ class VerdictSnapshot:
     stage_shares: dict[str, float] = field(default_factory=dict)
     host_states: dict[str, str] = field(default_factory=dict)
     gpus: int = 0
+    status: str = "no data"
+    lead_save_s: float | None = None
+    settled: bool = False
+    tokens_per_gpu: float | None = None
+    step_s: float | None = None
+    last_step: int | None = None
+    last_step_t: float | None = None
 
 
-def snapshot(store: Store, verdict: Verdict, view: View | None = None) -> VerdictSnapshot:
-    """The numbers of one evaluation (reads the store: call it from the event loop)."""
+def snapshot(
+    store: Store, assessment: Assessment, thresholds: Thresholds | None = None
+) -> VerdictSnapshot:
+    """The numbers of one assessment (reads the store: call it from the event loop)."""
     severity = {step: 0.0 for step in STEP_NAMES}
     counts = {step: 0 for step in STEP_NAMES}
-    for f in verdict.findings:
+    for f in assessment.findings:
         severity[f.step] = max(severity[f.step], f.severity)
         counts[f.step] += 1
-    view = view if view is not None else View(store, _thresholds())
+    view = View(store, thresholds or Thresholds())
     shares = {s: hit[0] for s in DISPLAY_STAGES if (hit := view.median_share(s)) is not None}
+    lead = assessment.lead
+    recent = view.recent_steps()
+    rates = [s.throughput for s in recent if s.throughput is not None]
+    newest = store.steps[-1] if store.steps else None
     return VerdictSnapshot(
         evaluated_at=time.time(),
-        data_t=verdict.t,
-        bottleneck_step=verdict.bottleneck_step,
-        bottleneck_rule=verdict.bottleneck_rule,
+        data_t=assessment.t,
+        bottleneck_step=assessment.bottleneck_step,
+        bottleneck_rule=assessment.bottleneck_rule,
+        status=assessment.status.state,
+        settled=assessment.settled,
+        tokens_per_gpu=statistics.median(rates) if rates else None,
+        step_s=view.median_step_s(),
+        last_step=newest.step if newest is not None else None,
+        last_step_t=newest.t if newest is not None and newest.t else None,
+        lead_save_s=lead.save_s if lead is not None else None,
         step_severity=severity,
         step_findings=counts,
-        findings=tuple((f.step, f.rule, f.severity) for f in verdict.findings),
+        findings=tuple((f.step, f.rule, f.severity) for f in assessment.findings),
         stage_shares=shares,
         host_states={h.name: h.state for h in store.hosts.values()},
         gpus=store.gpu_count(),
     )
-
-
-def _thresholds():  # noqa: ANN202 - default thresholds for a View built outside the engine
-    from verl_top.diagnosis.thresholds import Thresholds
-
-    return Thresholds()
 
 
 class VerdictCollector(Collector):
@@ -138,6 +171,28 @@ def _verdict_families(snap: VerdictSnapshot) -> Iterator[Metric]:
     for stage, share in snap.stage_shares.items():
         shares.add_metric([stage], share)
     yield shares
+    status = GaugeMetricFamily(
+        "verl_top_status",
+        "1 for the job's status word (the banner's), 0 for the others",
+        labels=["state"],
+    )
+    for word in STATES:
+        status.add_metric([word], 1.0 if word == snap.status else 0.0)
+    yield status
+    if snap.lead_save_s is not None:
+        save = GaugeMetricFamily(
+            "verl_top_lead_save_seconds",
+            "Seconds per step the lead finding's advised change could save (upper bound)",
+        )
+        save.add_metric([], snap.lead_save_s)
+        yield save
+    yield from _step_families(snap)
+    ended = GaugeMetricFamily(
+        "verl_top_inputs_ended",
+        "1 once every input was finite and ended (a replay, finished logs): the verdict is final",
+    )
+    ended.add_metric([], 1.0 if snap.settled else 0.0)
+    yield ended
     evaluated = GaugeMetricFamily(
         "verl_top_evaluation_timestamp_seconds", "Wall time of the last diagnosis evaluation"
     )
@@ -148,6 +203,32 @@ def _verdict_families(snap: VerdictSnapshot) -> Iterator[Metric]:
     )
     data_t.add_metric([], snap.data_t)
     yield data_t
+
+
+def _step_families(snap: VerdictSnapshot) -> Iterator[Metric]:
+    """verl's own progress: throughput, step time, newest step (absent until a step came)."""
+    for name, help_text, value in (
+        (
+            "verl_top_tokens_per_second_per_gpu",
+            "verl perf/throughput (tokens/s/GPU), median of the recent steps",
+            snap.tokens_per_gpu,
+        ),
+        (
+            "verl_top_step_seconds",
+            "verl step time without validation/checkpoint, median of the recent steps",
+            snap.step_s,
+        ),
+        ("verl_top_last_step", "Number of the newest verl step", snap.last_step),
+        (
+            "verl_top_last_step_timestamp_seconds",
+            "Data time (epoch s) the newest verl step ended",
+            snap.last_step_t,
+        ),
+    ):
+        if value is not None:
+            family = GaugeMetricFamily(name, help_text)
+            family.add_metric([], float(value))
+            yield family
 
 
 def _host_families(snap: VerdictSnapshot) -> Iterator[Metric]:
@@ -187,30 +268,48 @@ def new_registry() -> tuple[CollectorRegistry, VerdictCollector]:
 
 
 async def serve(
-    inputs,  # noqa: ANN001 - verl_top.inputs.Inputs (imported by the caller)
-    engine,  # noqa: ANN001 - verl_top.diagnosis.engine.Engine
+    inputs: Inputs,
+    engine: Engine,
     listen: str,
     refresh: float = 5.0,
     duration: float | None = None,
+    webhook: WebhookNotifier | None = None,
 ) -> None:
-    """Run the sources, evaluate every ``refresh`` s and serve the verdicts on ``listen``."""
+    """Run the sources, assess every ``refresh`` s and serve the verdicts on ``listen``;
+    with ``webhook``, also push each change of the job's state to it.
+
+    The same Monitor as the app: when every source is finite and has ended (a replay, finished
+    logs), the monitor settles and the last word keeps being served."""
     from prometheus_client import start_http_server
+
+    from verl_top.monitor import Monitor
 
     host, port = parse_listen(listen)
     registry, collector = new_registry()
     server, thread = start_http_server(port, addr=host, registry=registry)
+    monitor = Monitor(inputs, engine)
     tasks = [asyncio.create_task(src.run(inputs.pipeline.emit)) for src in inputs.sources]
+    sender = asyncio.create_task(webhook.run()) if webhook is not None else None
     loop = asyncio.get_running_loop()
     end = None if duration is None else loop.time() + duration
+    settled = False
     try:
         while end is None or loop.time() < end:
             await asyncio.sleep(min(refresh, 0.5) if collector.snapshot is None else refresh)
             inputs.store.mark_stale(stale_after=max(MIN_STALE_S, 3 * refresh))
-            verdict = engine.evaluate(inputs.store)
-            collector.snapshot = snapshot(
-                inputs.store, verdict, View(inputs.store, engine.thresholds)
-            )
+            if inputs.finite and not settled and all(t.done() for t in tasks):
+                assessment, settled = monitor.settle(), True
+            else:
+                assessment = monitor.assess()
+            collector.snapshot = snapshot(inputs.store, assessment, engine.thresholds)
+            if webhook is not None:
+                webhook.observe(assessment)
     finally:
+        if sender is not None and webhook is not None:
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await sender
+            await webhook.drain(within_s=WEBHOOK_DRAIN_S)  # the last word reaches the team
         for task in tasks:
             task.cancel()
         for task in tasks:

@@ -14,7 +14,8 @@ from collections import Counter
 from datetime import datetime, timezone
 from typing import Any
 
-from verl_top.diagnosis.findings import STEP_NAMES
+from verl_top.assessment import Assessment
+from verl_top.diagnosis.findings import STEP_NAMES, worth_text
 from verl_top.export.redact import redact_text
 from verl_top.status import job_status
 from verl_top.store import Store
@@ -109,7 +110,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 # -- sections ---------------------------------------------------------------------------------
 
 
-def _summary(doc: dict[str, Any], verdict: Any, store: Store) -> list[str]:
+def _summary(doc: dict[str, Any], assessment: Assessment | None, store: Store) -> list[str]:
     hosts = doc["hosts"]
     states = Counter(h["state"] for h in hosts)
     state_text = ", ".join(f"{n} {s}" for s, n in states.most_common())
@@ -127,7 +128,8 @@ def _summary(doc: dict[str, Any], verdict: Any, store: Store) -> list[str]:
         f" · {len(doc['gpus'])} GPU(s) · {len(doc['steps'])} verl step(s) in this snapshot",
         "",
     ]
-    status = job_status(store, verdict)
+    verdict = assessment.verdict if assessment is not None else None
+    status = assessment.status if assessment is not None else job_status(store, None)
     lines += [f"**Status:** {status.text}", ""]
     if verdict is None:
         lines += ["Verdict: no diagnosis was run for this snapshot.", ""]
@@ -140,10 +142,13 @@ def _summary(doc: dict[str, Any], verdict: Any, store: Store) -> list[str]:
         else "no bottleneck"
     )
     lines += [f"Bottleneck: {where}.", ""]
+    if assessment is not None and assessment.window:
+        lines += [f"The verdict covers: {assessment.window}.", ""]
     return lines
 
 
-def _five_steps(verdict: Any) -> list[str]:
+def _five_steps(assessment: Assessment | None) -> list[str]:
+    verdict = assessment.verdict if assessment is not None else None
     if verdict is None:
         return []
     names = STEP_NAMES
@@ -167,6 +172,8 @@ def _five_steps(verdict: Any) -> list[str]:
         for f in findings:
             lines.append(f"- **{f.title}** (rule `{f.rule}`, severity {f.severity:.2f})")
             lines += [f"  - {e}" for e in f.evidence]
+            if worth := worth_text(f):
+                lines.append(f"  - *Worth:* {worth}")
             if f.advice:
                 lines.append(f"  - *Advice:* {f.advice}")
         if findings:
@@ -182,7 +189,7 @@ def _five_steps(verdict: Any) -> list[str]:
 
 def _malformed(store: Store, name: str) -> str:
     """Records of a host refused at the trust boundary (all reasons), when the store counts them."""
-    drops = getattr(store, "drops", None)
+    drops = store.drops
     if not isinstance(drops, dict):
         return "-"  # a store that does not count refused records
     return str(sum(v for v in (drops.get(name) or {}).values() if isinstance(v, int)))
@@ -439,11 +446,13 @@ def _files(doc: dict[str, Any], store: Store) -> list[str]:
     ]
 
 
-def build_report(store: Store, verdict: Any, doc: dict[str, Any], screen: bool = False) -> str:
+def build_report(
+    store: Store, assessment: Assessment | None, doc: dict[str, Any], screen: bool = False
+) -> str:
     """The Markdown report of a snapshot document (``snapshot.build_snapshot``)."""
     lines: list[str] = []
-    lines += _summary(doc, verdict, store)
-    lines += _five_steps(verdict)
+    lines += _summary(doc, assessment, store)
+    lines += _five_steps(assessment)
     lines += _hosts(doc, store)
     lines += _gpus(doc)
     lines += _steps(doc)

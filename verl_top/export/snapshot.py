@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_top import __version__
+from verl_top.assessment import Assessment
 from verl_top.export.redact import REDACTED, redact_mapping, redact_text, redact_tree
 from verl_top.export.schema import SNAPSHOT_VERSION
 from verl_top.model import (
@@ -367,17 +368,17 @@ def snapshot_steps(store: Store) -> list[Any]:
     return in_window if len(in_window) >= MIN_STEPS else steps[-MIN_STEPS:]
 
 
-def diagnosis_json(verdict: Any) -> dict[str, Any] | None:
-    """The verdict as ``verl-top diagnose --json`` prints it (None when there is no verdict)."""
-    if verdict is None:
+def diagnosis_json(assessment: Assessment | None) -> dict[str, Any] | None:
+    """The assessment as ``verl-top diagnose --json`` prints it (None: no diagnosis ran)."""
+    if assessment is None or assessment.verdict is None:
         return None
     from verl_top.diagnosis.report import to_json
 
-    return to_json(verdict)
+    return to_json(assessment)
 
 
 def build_snapshot(
-    store: Store, verdict: Any, now: float | None = None, screen: bool = False
+    store: Store, assessment: Assessment | None, now: float | None = None, screen: bool = False
 ) -> dict[str, Any]:
     """The ``snapshot.json`` document (redacted, JSON-safe)."""
     created = time.time() if now is None else now
@@ -411,7 +412,7 @@ def build_snapshot(
         "nccl": [_fields(n) for n in store.nccl.values()],
         "topology": _topology_json(store),
         "events": [_fields(e) for e in store.events],
-        "diagnosis": diagnosis_json(verdict),
+        "diagnosis": diagnosis_json(assessment),
         "files": {
             "report": REPORT_FILE,
             "recording": RECORDING_FILE,
@@ -579,17 +580,17 @@ def _sigterm_as_exit() -> Iterator[None]:
 def _fill(
     tmp: Path,
     store: Store,
-    verdict: Any,
+    assessment: Assessment | None,
     screen_svg: str | None,
     created: float,
 ) -> None:
     from verl_top.export.report import build_report
 
-    doc = build_snapshot(store, verdict, now=created, screen=screen_svg is not None)
+    doc = build_snapshot(store, assessment, now=created, screen=screen_svg is not None)
     # Compact: the series make up most of it; `jq .` pretty-prints when a person reads it.
     text = json.dumps(doc, separators=(",", ":"), allow_nan=False, ensure_ascii=False) + "\n"
     _write_file(tmp / SNAPSHOT_FILE, [text.encode()])
-    report = build_report(store, verdict, doc, screen=screen_svg is not None)
+    report = build_report(store, assessment, doc, screen=screen_svg is not None)
     _write_file(tmp / REPORT_FILE, [report.encode()])
     records = recording_records(store)
     _write_gzip(tmp / RECORDING_FILE, (encode(r) + "\n" for r in records))
@@ -615,7 +616,7 @@ def _install(tmp: Path, target: Path, exists: bool) -> None:
 
 def write_snapshot(
     store: Store,
-    verdict: Any,
+    assessment: Assessment | None,
     output_dir: str | os.PathLike[str],
     force: bool = False,
     screen_svg: str | None = None,
@@ -623,7 +624,7 @@ def write_snapshot(
 ) -> Path:
     """Write the bundle to ``output_dir`` and return its path; raise ``SnapshotError``.
 
-    ``verdict`` is the diagnosis ``Verdict`` (or None); ``screen_svg`` the app's screenshot
+    ``assessment`` is the monitor's Assessment (None: no diagnosis ran); ``screen_svg`` the app's screenshot
     (``App.export_screenshot()``), written as ``screen.svg`` when given; ``now`` the creation
     time (default: the wall clock). An existing non-empty directory is replaced only with
     ``force``, and only after the new bundle is complete.
@@ -639,7 +640,7 @@ def write_snapshot(
     try:
         with _sigterm_as_exit():
             os.chmod(tmp, 0o755)  # mkdtemp makes 0700; a bundle is meant to be read and shared
-            _fill(tmp, store, verdict, screen_svg, created)
+            _fill(tmp, store, assessment, screen_svg, created)
             _write_manifest(tmp, created)
             _fsync_dir(tmp)
             _install(tmp, target, exists)

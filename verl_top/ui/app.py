@@ -1,15 +1,16 @@
 """The verl-top Textual app: header, five step panes, findings screen, replay keys.
 
 Data flow: sources (async workers) -> ``inputs.pipeline.emit`` -> store. A timer (``refresh``
-seconds) then evaluates the diagnosis engine at most once per tick and only when the store
-changed, redraws the header, and refreshes only the visible pane: hidden tabs cost nothing.
+seconds) asks the Monitor (verl_top/monitor.py, the same one ``diagnose`` runs) for its
+Assessment, redraws the header, and refreshes only the visible pane: hidden tabs cost nothing.
+When every source of a finite input (a replay) has ended, the monitor settles: the app then
+says exactly what ``diagnose`` says about the same data.
 Tests build the app with ``live=False`` (no sources, no timers) and call ``refresh_now()``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -19,23 +20,20 @@ from textual.color import Color
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, TabbedContent, TabPane
 
+from verl_top.assessment import Assessment
+from verl_top.diagnosis.engine import Engine
 from verl_top.inputs import Inputs
-from verl_top.store import Store
+from verl_top.monitor import LIVE_PERIOD_S, Monitor
 from verl_top.store_summary import SummaryCache
 from verl_top.ui.filter_bar import FilterBar
 from verl_top.ui.findings_screen import FindingsScreen
-from verl_top.ui.header import VerlTopHeader, has_data
+from verl_top.ui.header import VerlTopHeader
 from verl_top.ui.node_screen import NodeScreen, row_target
 from verl_top.ui.panes import PANE_CLASSES, Pane, ThroughputPane
 from verl_top.ui.snapshot_action import SnapshotExporter
-from verl_top.ui.widgets import severity_class, step_findings
+from verl_top.ui.widgets import severity_class
 
 MIN_STALE_S = 5.0
-# Live, the diagnosis runs every DIAGNOSIS_PERIOD_S whatever the cluster size (its rules read
-# 30-300 s windows with hysteresis, so a verdict a few seconds old says the same); only an
-# evaluation slower than that period's share (a pathological cluster) stretches it further.
-DIAGNOSIS_PERIOD_S = 5.0
-DIAGNOSIS_MAX_SHARE = 0.25  # at most this share of one core on the diagnosis
 # History windows that + and - step through (seconds).
 WINDOW_STEPS = (30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
 # Footer groups: one label for a pair of keys ("> < Speed").
@@ -50,15 +48,6 @@ TAB_NAMES = {1: "Throughput", 2: "Communication", 3: "Dataflow", 4: "Mapping", 5
 def tab_label(step: int, bottleneck: bool) -> str:
     """Label of a step's tab; the bottleneck's tab carries a ● mark."""
     return f"{'● ' if bottleneck else ''}{step} {TAB_NAMES[step]}"
-
-
-def default_engine() -> Any:
-    """The diagnosis engine, or None while the package does not provide one."""
-    try:
-        from verl_top.diagnosis.engine import Engine
-    except ImportError:
-        return None
-    return Engine()
 
 
 class VerlTopApp(App):
@@ -83,6 +72,13 @@ class VerlTopApp(App):
         Binding("s", "snapshot", "Snapshot"),
         Binding("p", "probe", "Probe"),
         Binding("o", "sort", "Sort"),
+        # htop/nvtop habits (docs/keys.md): F1 help, F10 quit, F6 sort, j/k down/up. Same
+        # actions and descriptions as ? q o, so the help lists them on the same line.
+        Binding("f1", "help", "Help", key_display="F1", show=False, priority=True),
+        Binding("f10", "quit", "Quit", key_display="F10", show=False, priority=True),
+        Binding("f6", "sort", "Sort", key_display="F6", show=False),
+        Binding("j", "nav('down')", "Down (like ↓)", show=False),
+        Binding("k", "nav('up')", "Up (like ↑)", show=False),
         Binding("h", "hosts", "Show / fold the host table", show=False),  # the host line says so
         Binding("O", "sort_reverse", "Reverse sort", key_display="O", show=False),
         Binding("space", "toggle_pause", "Pause"),
@@ -108,18 +104,21 @@ class VerlTopApp(App):
         inputs: Inputs,
         refresh: float = 1.0,
         theme_name: str | None = None,
-        engine: Any = None,
+        engine: Engine | None = None,
         live: bool = True,
+        assessment: Assessment | None = None,
     ) -> None:
         super().__init__()
         self.inputs = inputs
         self.store = inputs.store
         self.refresh_s = max(0.05, float(refresh))
         self.live = live
-        self.engine = engine if engine is not None else default_engine()
-        self.verdict: Any = None
-        self._eval_version = -1
-        self._engine_next = 0.0  # monotonic time before which the engine is not run again
+        live_period = LIVE_PERIOD_S if live and inputs.mode == "LIVE" else 0.0
+        self.monitor = Monitor(inputs, engine, period_s=live_period)
+        # A fixed assessment (headless screenshots) is shown as it is; else the monitor's.
+        self._fixed = assessment
+        self.assessment: Assessment = assessment or self.monitor.assessment
+        self._sources_left = len(inputs.sources) if live else 0
         self.summaries = SummaryCache()  # one per-tick summary of the store, shared by the panes
         self._marked_step: int | None = -1
         self._replay_t0: float | None = None
@@ -186,6 +185,11 @@ class VerlTopApp(App):
             message = f"source {name} failed: {type(exc).__name__}: {exc}"
             self.store.notes.append(message)
             self.notify(message, severity="error", timeout=10, markup=False)
+        self._sources_left -= 1
+        if self._sources_left == 0 and self.inputs.finite and self._fixed is None:
+            # A replay played out: the final word, as `diagnose` gives it on the same data.
+            self.assessment = self.monitor.settle()
+            self.refresh_now()
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -244,21 +248,12 @@ class VerlTopApp(App):
         store = self.store
         if self.live and self.inputs.mode == "LIVE":
             store.mark_stale(stale_after=max(MIN_STALE_S, 3 * self.refresh_s))
-        if self._engine_due(store):
-            self._eval_version = store.version
-            started = time.monotonic()
-            try:
-                self.verdict = self.engine.evaluate(store)
-            except Exception as exc:  # noqa: BLE001 - keep the last verdict, say why once
-                if not self._engine_failed:
-                    self._engine_failed = True
-                    self.notify(
-                        f"diagnosis failed: {type(exc).__name__}: {exc}",
-                        severity="error",
-                        markup=False,
-                    )
-            cost = time.monotonic() - started
-            self._engine_next = started + self._diagnosis_period(cost)
+        if self._fixed is None:
+            self.assessment = self.monitor.assess()
+            if self.monitor.failure and not self._engine_failed:
+                self._engine_failed = True  # keep the last verdict, say why once
+                self.notify(self.monitor.failure, severity="error", markup=False)
+        assessment = self.assessment
         has_gpus = bool(store.gpu_count())
         if has_gpus != self._had_gpus:  # the footer's GPU-table keys come or go
             self._had_gpus = has_gpus
@@ -268,34 +263,18 @@ class VerlTopApp(App):
             self._replay_t0 = replay.position
         with self.batch_update():
             self._header.update_header(
-                store, self.verdict, self.inputs.mode, self.inputs.title, replay, self._replay_t0
+                store, assessment, self.inputs.mode, self.inputs.title, replay, self._replay_t0
             )
             self._mark_bottleneck()
             if isinstance(self.screen, NodeScreen):  # the node screen replaces the panes
-                self.screen.refresh_screen(store, self.verdict)
+                self.screen.refresh_screen(store, assessment)
             else:
-                self.pane(self.visible_step()).refresh_pane(store, self.verdict)
+                self.pane(self.visible_step()).refresh_pane(store, assessment)
         self._show_notes()
         self.refresh_count += 1
 
-    def _diagnosis_period(self, cost: float) -> float:
-        """Seconds between evaluations: fixed live (not tied to the number of hosts), every
-        refresh in replays and tests (deterministic), stretched only past the share cap."""
-        base = DIAGNOSIS_PERIOD_S if self.live and self.inputs.mode == "LIVE" else 0.0
-        return max(base, cost / DIAGNOSIS_MAX_SHARE)
-
-    def _engine_due(self, store: Store) -> bool:
-        return (
-            self.engine is not None
-            and store.version != self._eval_version
-            and time.monotonic() >= self._engine_next
-            # Not on an empty store: the engine's first verdict anchors its hysteresis, and an
-            # empty "healthy" one would hold the first real bottleneck back for 3 evaluations.
-            and has_data(store)
-        )
-
     def _mark_bottleneck(self) -> None:
-        step = None if self.verdict is None else getattr(self.verdict, "bottleneck_step", None)
+        step = self.assessment.bottleneck_step
         if step == self._marked_step:
             return
         self._marked_step = step
@@ -307,7 +286,7 @@ class VerlTopApp(App):
             level = None
             if s == step:
                 worst = max(
-                    (float(f.severity) for f in step_findings(self.verdict, s)), default=0.5
+                    (float(f.severity) for f in self.assessment.step_findings(s)), default=0.5
                 )
                 level = severity_class(worst)
             for lv in ("error", "warning", "info"):
@@ -327,7 +306,7 @@ class VerlTopApp(App):
         """A tab just became visible: draw it now rather than at the next tick."""
         pane = self.pane(self.visible_step())
         pane.force_next()
-        pane.refresh_pane(self.store, self.verdict)
+        pane.refresh_pane(self.store, self.assessment)
 
     # -- actions ---------------------------------------------------------------------------
 
@@ -410,6 +389,17 @@ class VerlTopApp(App):
         """Ctrl+C / Ctrl+Q: quit from anywhere, also from a dialog."""
         self.exit()
 
+    def action_nav(self, direction: str) -> None:
+        """Keys j/k (vi, htop, less): what ↓/↑ do on the focused table or scrolling pane."""
+        widget = self.focused
+        if widget is None:
+            return
+        for name in (f"action_cursor_{direction}", f"action_scroll_{direction}"):
+            action = getattr(widget, name, None)
+            if callable(action):
+                action()
+                return
+
     def action_sort(self) -> None:
         """Key o: next sort column of the GPU table."""
         self.show_step(1)
@@ -473,7 +463,7 @@ class VerlTopApp(App):
             self.pop_screen()
             return
         await self._to_main()
-        self.push_screen(FindingsScreen(self.verdict, self.palette()))
+        self.push_screen(FindingsScreen(self.assessment, self.palette()))
 
     def action_toggle_pause(self) -> None:
         """Space: pause or resume a replay."""

@@ -9,8 +9,10 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from verl_top.status import BOTTLENECK, HEALTHY, NO_DATA, job_status
+from verl_top.assessment import Assessment
+from verl_top.status import BOTTLENECK, HEALTHY, NO_DATA
 from verl_top.store import Store
+from verl_top.ui.banner import fit_banner, saving_text, status_label
 from verl_top.ui.widgets import DEAD_STATES, severity_class
 from verl_top.untrusted import clean_text
 
@@ -57,14 +59,14 @@ def host_summary(store: Store) -> str:
 def has_data(store: Store) -> bool:
     """True once any GPU or host sample, or a verl step, has arrived, or a followed log was
     read (an unreadable log is something to report, not something to wait for)."""
-    if store.steps or getattr(store, "log_stats", None):
+    if store.steps or store.log_stats:
         return True
     return any(h.latest is not None or h.gpus for h in store.hosts.values())
 
 
-def banner(store: Store, verdict: Any) -> tuple[str, str]:
+def banner(store: Store, assessment: Assessment) -> tuple[str, str]:
     """Banner text (the shared status vocabulary) and its level (error/warning/info/ok/wait)."""
-    status = job_status(store, verdict)
+    status = assessment.status
     if status.state == BOTTLENECK:
         return f"● {status.text}", severity_class(status.severity)
     if status.state == HEALTHY:
@@ -72,6 +74,16 @@ def banner(store: Store, verdict: Any) -> tuple[str, str]:
     if status.state == NO_DATA and has_data(store):
         return status.text, "warning"  # hosts answer but give nothing to judge (no GPU)
     return status.text, "wait"
+
+
+def banner_lines(assessment: Assessment, width: int) -> tuple[str, str]:
+    """The banner's (at most) two lines for ``width`` cells: the lead with its saving, then
+    its advice; without a lead, the status words (waiting, healthy, no data ...)."""
+    status = assessment.status
+    lead = status.lead
+    if status.state == BOTTLENECK and lead is not None:
+        return fit_banner(lead.title, saving_text(lead), lead.advice, status_label(lead), width)
+    return fit_banner("", "", "", status.text, width)
 
 
 def fit_parts(parts: list[tuple[int, Text]], width: int) -> Text:
@@ -94,7 +106,7 @@ def fit_parts(parts: list[tuple[int, Text]], width: int) -> Text:
 
 
 class VerlTopHeader(Vertical):
-    """Two lines: the status line and the bottleneck banner."""
+    """The status line and the banner (one line, or two when a lead brings its advice)."""
 
     def compose(self) -> ComposeResult:
         yield Static("", id="status-line")
@@ -103,7 +115,7 @@ class VerlTopHeader(Vertical):
     def update_header(
         self,
         store: Store,
-        verdict: Any,
+        assessment: Assessment,
         mode: str,
         title: str,
         replay: Any,
@@ -139,10 +151,14 @@ class VerlTopHeader(Vertical):
         line = fit_parts(parts, self.size.width or 200)
         self.query_one("#status-line", Static).update(line)
         self.set_class(mode != "LIVE", "-replay")
-        text, level = banner(store, verdict)
+        _, level = banner(store, assessment)
         b = self.query_one("#banner", Static)
         for lv in ("error", "warning", "info", "ok", "wait"):
             b.set_class(lv == level, f"-{lv}")
-        b.update(
-            Text(clean_text(text), no_wrap=True, overflow="ellipsis")
-        )  # verdicts quote host names and reasons: never markup
+        # The banner's padding takes a cell each side; the lines are fitted to what is left.
+        first, second = banner_lines(assessment, max(20, (self.size.width or 200) - 2))
+        text = Text(clean_text(first), no_wrap=True, overflow="ellipsis")
+        if second:  # verdicts quote host names and reasons: plain text, never markup
+            text.append("\n")
+            text.append(clean_text(second), style="not bold")
+        b.update(text)

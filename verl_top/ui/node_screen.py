@@ -29,6 +29,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 from textual_plotext import PlotextPlot
 
+from verl_top.assessment import Assessment
 from verl_top.roles import classify, process_map, verl_name
 from verl_top.store import GpuEntry, HostEntry, Store, mean
 from verl_top.ui.widgets import (
@@ -660,7 +661,9 @@ class NodeScreen(Screen):
 
     # -- refresh ---------------------------------------------------------------------------
 
-    def refresh_screen(self, store: Store, verdict: Any, force: bool = False) -> None:
+    def refresh_screen(
+        self, store: Store, assessment: Assessment | None, force: bool = False
+    ) -> None:
         """Redraw from the store when it changed (or ``force``)."""
         if not self.is_mounted or (store.version == self._seen_version and not force):
             return

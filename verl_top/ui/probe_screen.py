@@ -86,7 +86,7 @@ def plan_probe(app: Any) -> ProbePlan:
         elif isinstance(src, SshSource):
             plan.remote_hosts.append(src.name)
             plan.remote_sources.append(src)
-    plan.inventory = dict(getattr(app.store, "node_topology", {}) or {})
+    plan.inventory = dict(app.store.node_topology)
     for name in plan.remote_hosts:
         remote = app.store.hosts.get(name)
         if remote is not None and remote.hello is not None:

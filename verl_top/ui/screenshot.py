@@ -2,31 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from verl_top.assessment import Assessment
 from verl_top.inputs import Inputs
 
 SCREEN_SIZE = (160, 48)
 
 
 async def render_screen_svg(
-    inputs: Inputs, verdict: Any, size: tuple[int, int] = SCREEN_SIZE
+    inputs: Inputs, assessment: Assessment, size: tuple[int, int] = SCREEN_SIZE
 ) -> str:
-    """Lay the app out headless over the collected store, with ``verdict``, and screenshot it.
+    """Lay the app out headless over the collected store, with ``assessment``, and screenshot it.
 
     The app runs without sources or timers (``live=False``): it shows exactly what was
     collected, with the bottleneck pane in front, as the live app would.
     """
     from verl_top.ui.app import VerlTopApp
 
-    class _Fixed:
-        def evaluate(self, store: Any) -> Any:
-            return verdict
-
-    app = VerlTopApp(inputs, live=False, engine=_Fixed())
+    app = VerlTopApp(inputs, live=False, assessment=assessment)
     async with app.run_test(size=size) as pilot:
         app.refresh_now()
-        step = getattr(verdict, "bottleneck_step", None)
+        step = assessment.bottleneck_step
         if step:
             await pilot.press(str(step))
             app.refresh_now()

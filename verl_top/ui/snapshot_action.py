@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from verl_top.assessment import Assessment
 from verl_top.export.snapshot import SnapshotError, write_snapshot
 from verl_top.store import GpuEntry, HostEntry, Ring, Store
 
@@ -97,14 +98,14 @@ class SnapshotExporter:
             target = self.directory()
             svg = app.export_screenshot()
             frozen = freeze_store(app.store)
-            verdict = app.verdict
+            assessment = app.assessment
         except Exception as exc:  # noqa: BLE001 - a failed export must not take the UI down
             self._done(SnapshotOutcome(error=f"snapshot failed: {type(exc).__name__}: {exc}"))
             return False
         self.busy = True
         app.notify(f"writing snapshot… {target}", timeout=4, markup=False)
         app.run_worker(
-            lambda: self._write(frozen, verdict, target, svg),
+            lambda: self._write(frozen, assessment, target, svg),
             name="snapshot",
             group="snapshot",
             thread=True,
@@ -112,10 +113,10 @@ class SnapshotExporter:
         )
         return True
 
-    def _write(self, store: Store, verdict: Any, target: Path, svg: str) -> None:
+    def _write(self, store: Store, assessment: Assessment, target: Path, svg: str) -> None:
         """Worker thread: write the bundle, then report on the event loop."""
         try:
-            path = write_snapshot(store, verdict, target, screen_svg=svg)
+            path = write_snapshot(store, assessment, target, screen_svg=svg)
             outcome = SnapshotOutcome(path=path)
         except SnapshotError as exc:
             outcome = SnapshotOutcome(error=f"snapshot failed: {exc}")

@@ -17,6 +17,8 @@ from rich.text import Span, Text
 from textual.color import Color
 from textual.widgets import DataTable, Static
 
+from verl_top.assessment import Assessment
+from verl_top.diagnosis.findings import Check, Finding, worth_text
 from verl_top.store_summary import DEAD_STATES, IDLE_THRESHOLD
 from verl_top.untrusted import clean_text, is_clean
 
@@ -303,76 +305,74 @@ def activity_style(value: float | None, theme_vars: dict[str, str] | None = None
     return gradient(value, ACTIVITY_STOPS, theme_vars)
 
 
-def step_findings(verdict: Any, step: int) -> list[Any]:
-    """The verdict's findings of one step, worst first (empty without a verdict)."""
-    if verdict is None:
-        return []
-    found = [f for f in getattr(verdict, "findings", []) or [] if getattr(f, "step", None) == step]
-    return sorted(found, key=lambda f: -float(getattr(f, "severity", 0.0) or 0.0))
+def step_findings(assessment: Assessment | None, step: int) -> list[Finding]:
+    """The findings of one step, worst first (empty before any assessment)."""
+    return [] if assessment is None else assessment.step_findings(step)
 
 
-def step_checks(verdict: Any, step: int) -> list[Any]:
-    """The verdict's checks of one step."""
-    if verdict is None:
-        return []
-    return [c for c in getattr(verdict, "checks", []) or [] if getattr(c, "step", None) == step]
+def step_checks(assessment: Assessment | None, step: int) -> list[Check]:
+    """The checks of one step."""
+    return [] if assessment is None else assessment.step_checks(step)
 
 
-def render_finding(finding: Any, theme_vars: dict[str, str] | None = None) -> Text:
-    """One finding: severity-coloured title, its evidence lines and the advice."""
+def render_finding(finding: Finding, theme_vars: dict[str, str] | None = None) -> Text:
+    """One finding: severity-coloured title, its evidence lines, its worth and the advice."""
     tv = theme_vars or {}
-    level = severity_class(getattr(finding, "severity", None))
+    level = severity_class(finding.severity)
     colour = tv.get(level if level != "info" else "accent", severity_style(finding.severity))
     text = Text()
     text.append("● ", style=colour)
-    text.append(clean_text(getattr(finding, "title", "")), style=f"bold {colour}")
-    text.append(
-        f"  [{getattr(finding, 'rule', '')} · severity {finding.severity:.2f}]", style="dim"
-    )
-    for line in getattr(finding, "evidence", []) or []:
+    text.append(clean_text(finding.title), style=f"bold {colour}")
+    text.append(f"  [{finding.rule} · severity {finding.severity:.2f}]", style="dim")
+    for line in finding.evidence:
         text.append(f"\n    {clean_text(line)}")  # evidence quotes foreign values
-    advice = getattr(finding, "advice", "")
+    if worth := worth_text(finding):
+        text.append(f"\n    {clean_text(worth)}", style="bold")
+    advice = finding.advice
     if advice:
         text.append("\n    → ", style=colour)
         text.append(clean_text(advice), style="italic")
     return text
 
 
-def render_finding_line(finding: Any, more: int, theme_vars: dict[str, str] | None = None) -> Text:
+def render_finding_line(
+    finding: Finding, more: int, theme_vars: dict[str, str] | None = None
+) -> Text:
     """A finding on one line (a dense pane): title, how many more, the first evidence and the
     advice; what does not fit ends in ``…`` (``d`` shows every finding in full)."""
     tv = theme_vars or {}
-    level = severity_class(getattr(finding, "severity", None))
+    level = severity_class(finding.severity)
     colour = tv.get(level if level != "info" else "accent", severity_style(finding.severity))
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append("● ", style=colour)
-    text.append(clean_text(getattr(finding, "title", "")), style=f"bold {colour}")
+    text.append(clean_text(finding.title), style=f"bold {colour}")
     if more:
         text.append(f" (+{more} more, d: all)", style="bold")
-    evidence = list(getattr(finding, "evidence", []) or [])
-    if evidence:
-        text.append(" · " + clean_text(evidence[0]))  # evidence quotes foreign values
-    advice = getattr(finding, "advice", "")
-    if advice:
+    if finding.evidence:
+        text.append(" · " + clean_text(finding.evidence[0]))  # evidence quotes foreign values
+    if finding.advice:
         text.append(" → ", style=colour)
-        text.append(clean_text(advice), style="italic")
-    text.append(f"  [{getattr(finding, 'rule', '')}]", style="dim")
+        text.append(clean_text(finding.advice), style="italic")
+    text.append(f"  [{finding.rule}]", style="dim")
     return text
 
 
 def render_step_findings(
-    verdict: Any, step: int, theme_vars: dict[str, str] | None = None, compact: bool = False
+    assessment: Assessment | None,
+    step: int,
+    theme_vars: dict[str, str] | None = None,
+    compact: bool = False,
 ) -> RenderableType:
     """The findings block at the top of a pane (``compact``: the worst one on one line)."""
-    if verdict is None:
+    if assessment is None or assessment.verdict is None:
         return Text("reading: no diagnosis yet", style="dim")
-    findings = step_findings(verdict, step)
-    checks = step_checks(verdict, step)
+    findings = assessment.step_findings(step)
+    checks = assessment.step_checks(step)
     if findings and compact:
         return render_finding_line(findings[0], len(findings) - 1, theme_vars)
     if not findings:
-        passed = sum(1 for c in checks if getattr(c, "status", "") == "passed")
-        no_data = [c for c in checks if getattr(c, "status", "") == "no_data"]
+        passed = sum(1 for c in checks if c.status == "passed")
+        no_data = [c for c in checks if c.status == "no_data"]
         msg = Text(f"No finding for step {step}", style="bold")
         msg.append(f" ({passed} checks passed, {len(no_data)} without data", style="dim")
         msg.append("; press d for details)" if checks else ")", style="dim")
@@ -395,17 +395,18 @@ class FindingsBox(Static):
         self.compact = compact  # one line: the worst finding and how many more (pane 1)
         self._verdict_id: int | None = -1
 
-    def show(self, verdict: Any, theme_vars: dict[str, str] | None = None) -> None:
-        """Render the step's findings if the verdict object changed."""
+    def show(self, assessment: Assessment | None, theme_vars: dict[str, str] | None = None) -> None:
+        """Render the step's findings if the verdict changed (one object per evaluation)."""
+        verdict = assessment.verdict if assessment is not None else None
         vid = None if verdict is None else id(verdict)
         if vid == self._verdict_id:
             return
         self._verdict_id = vid
-        findings = step_findings(verdict, self.step)
+        findings = step_findings(assessment, self.step)
         worst = max((float(f.severity) for f in findings), default=None)
         for level in ("error", "warning", "info"):
             self.set_class(worst is not None and severity_class(worst) == level, f"-{level}")
-        self.update(render_step_findings(verdict, self.step, theme_vars, self.compact))
+        self.update(render_step_findings(assessment, self.step, theme_vars, self.compact))
 
 
 CELL_PAD = 2  # DataTable's cell padding: one column each side

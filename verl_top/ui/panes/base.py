@@ -7,6 +7,7 @@ from typing import Any
 from textual.containers import VerticalScroll
 from textual.css.query import NoMatches
 
+from verl_top.assessment import Assessment
 from verl_top.store import Store
 from verl_top.ui.widgets import FindingsBox
 
@@ -31,19 +32,19 @@ class Pane(VerticalScroll):
         getter = getattr(app, "palette", None)
         return getter() if callable(getter) else {}
 
-    def refresh_pane(self, store: Store, verdict: Any) -> None:
+    def refresh_pane(self, store: Store, assessment: Assessment) -> None:
         """Update the findings and, when the store changed, the content."""
-        self.findings.show(verdict, self.palette())
+        self.findings.show(assessment, self.palette())
         if store.version != self._seen_version:
             self._seen_version = store.version
             try:
-                self.update_content(store, verdict)
+                self.update_content(store, assessment)
             except NoMatches:
                 # A timer tick can land between mounting the pane and composing its children
                 # (seen under load at 1024 GPUs): skip this tick and redraw on the next.
                 self._seen_version = -1
 
-    def update_content(self, store: Store, verdict: Any) -> None:
+    def update_content(self, store: Store, assessment: Assessment) -> None:
         """Redraw the pane's data from the store (subclasses)."""
 
     def on_resize(self) -> None:
@@ -52,10 +53,11 @@ class Pane(VerticalScroll):
         self.call_after_refresh(self._redraw)
 
     def _redraw(self) -> None:
+        from verl_top.ui.app import VerlTopApp  # the app imports the panes
+
         app = self.app
-        store = getattr(app, "store", None)
-        if store is not None and self.display:
-            self.refresh_pane(store, getattr(app, "verdict", None))
+        if isinstance(app, VerlTopApp) and self.display:
+            self.refresh_pane(app.store, app.assessment)
 
     def force_next(self) -> None:
         """Make the next ``refresh_pane`` redraw the content even if the store is unchanged."""

@@ -20,11 +20,13 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import Static
 
+from verl_top.assessment import Assessment
 from verl_top.diagnosis.step2_comm import judge_probe, node_waits
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View
 from verl_top.model import ProbeResult
 from verl_top.nccl.expected import ratio
+from verl_top.origin import missing_steps_text
 from verl_top.store import Store
 from verl_top.ui.panes.base import Pane
 from verl_top.ui.panes.dataflow import StepViews
@@ -221,7 +223,7 @@ def sync_block(
     """Weight-sync time per step (``update_weights``, older ``reshard``) and its share of step."""
     tv = palette or {}
     if not store.steps:
-        return Text("no verl log: give --verl-log PATH (weight-sync time per step)", style="italic")
+        return Text(missing_steps_text(store, "weight-sync time per step"), style="italic")
     rows = [v for v in views if "update_weights" in v.stage_times][-SYNC_STEPS:]
     if not rows:
         return Text(
@@ -312,17 +314,18 @@ class CommunicationPane(Pane):
         yield self.findings
         yield Static("", id="comm-body", classes="body")
 
-    def update_content(self, store: Store, verdict: Any) -> None:
+    def update_content(self, store: Store, assessment: Assessment) -> None:
         self.query_one("#comm-body", Static).update(self.body(store, self.palette()))
 
     def _thresholds(self) -> Thresholds | None:
-        """The app engine's thresholds (with --expect-busbw), None outside an app."""
+        """The thresholds the app's diagnosis uses (with --expect-busbw), None outside an app."""
+        from verl_top.ui.app import VerlTopApp  # the app imports the panes
+
         try:
-            engine = getattr(self.app, "engine", None)
+            app = self.app
         except Exception:  # noqa: BLE001 - no active app (a pane rendered on its own)
             return None
-        th = getattr(engine, "thresholds", None)
-        return th if isinstance(th, Thresholds) else None
+        return app.monitor.engine.thresholds if isinstance(app, VerlTopApp) else None
 
     def body(self, store: Store, palette: dict[str, str] | None = None) -> RenderableType:
         """Everything below the findings."""

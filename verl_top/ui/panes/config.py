@@ -19,7 +19,9 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import Static
 
+from verl_top.assessment import Assessment
 from verl_top.diagnosis.defaults import VERL_DEFAULTS, VerlDefault, fmt_default
+from verl_top.diagnosis.findings import Finding, Verdict
 from verl_top.store import Store
 from verl_top.ui.panes.base import Pane
 from verl_top.ui.widgets import add_plain_row, severity_style, step_findings
@@ -65,43 +67,41 @@ def shown_defaults(config: dict[str, object]) -> list[VerlDefault]:
     return out
 
 
-def findings_for(verdict: Any, key: str) -> list[Any]:
+def findings_for(assessment: Assessment | None, key: str) -> list[Finding]:
     """Findings whose evidence or advice names ``key``: step 5 first, then the others, worst first."""
     hits = []
     for step in (5, 1, 2, 3, 4):
-        for f in step_findings(verdict, step):
-            lines = [str(x) for x in (getattr(f, "evidence", None) or [])]
-            if any(key in line for line in lines) or key in str(getattr(f, "advice", "")):
+        for f in step_findings(assessment, step):
+            if any(key in line for line in f.evidence) or key in f.advice:
                 hits.append(f)
     return hits
 
 
-def recommendation_of(finding: Any) -> str:
+def recommendation_of(finding: Finding) -> str:
     """The finding's ``recommendation: …`` evidence line, else its advice."""
-    for line in getattr(finding, "evidence", None) or []:
-        text = str(line)
+    for text in finding.evidence:
         if text.startswith("recommendation:"):
             return text[len("recommendation:") :].strip()
-    return str(getattr(finding, "advice", ""))
+    return finding.advice
 
 
-def advice_cell(d: VerlDefault, verdict: Any) -> Text:
+def advice_cell(d: VerlDefault, assessment: Assessment | None) -> Text:
     """Recommendation and evidence: the worst finding naming the key, else the standing advice."""
-    hits = findings_for(verdict, d.key)
+    hits = findings_for(assessment, d.key)
     if not hits:
         return Text(d.advice, style="dim")
     worst = hits[0]
-    style = severity_style(getattr(worst, "severity", None))
+    style = severity_style(worst.severity)
     text = Text("● ", style=style)
-    text.append(str(getattr(worst, "title", "")), style=style)
-    text.append(f" [{getattr(worst, 'rule', '')}]", style="dim")
+    text.append(worst.title, style=style)
+    text.append(f" [{worst.rule}]", style="dim")
     rec = recommendation_of(worst)
     if rec:
         text.append(f"\n→ {rec}", style="italic")
     return text
 
 
-def config_table(config: dict[str, object], verdict: Any = None) -> Table:
+def config_table(config: dict[str, object], assessment: Assessment | None = None) -> Table:
     """Value found vs verl default for each key the rules use, with recommendation and evidence."""
     table = Table(box=None, pad_edge=False, header_style="bold", expand=False)
     table.add_column("key", no_wrap=True)
@@ -127,7 +127,7 @@ def config_table(config: dict[str, object], verdict: Any = None) -> Table:
             value,
             fmt_default(d.default),
             Text(d.governs, style="dim"),
-            advice_cell(d, verdict),
+            advice_cell(d, assessment),
         )
     return table
 
@@ -135,7 +135,7 @@ def config_table(config: dict[str, object], verdict: Any = None) -> Table:
 WIDE_TABLE = 150  # below this many columns the keys are listed one block each
 
 
-def config_list(config: dict[str, object], verdict: Any = None) -> Group:
+def config_list(config: dict[str, object], assessment: Assessment | None = None) -> Group:
     """The same rows for a narrow terminal: key = value (default), then what it governs and the
     recommendation, indented under it; nothing is cut."""
     parts: list[RenderableType] = []
@@ -156,7 +156,7 @@ def config_list(config: dict[str, object], verdict: Any = None) -> Group:
         parts.append(line)
         detail = Text(d.governs, style="dim")
         detail.append("\n")
-        detail.append_text(advice_cell(d, verdict))
+        detail.append_text(advice_cell(d, assessment))
         parts.append(Padding(detail, (0, 0, 0, 4)))
     return Group(*parts)
 
@@ -230,20 +230,21 @@ class ConfigPane(Pane):
     """Pane 5: config values against verl's defaults, recommendations, memory headroom."""
 
     STEP = 5
+    _last_verdict: Verdict | None = None
 
     def compose(self) -> ComposeResult:
         yield self.findings
         yield Static("", id="cfg-body", classes="body")
 
-    def update_content(self, store: Store, verdict: Any) -> None:
+    def update_content(self, store: Store, assessment: Assessment) -> None:
         width = self.scrollable_content_region.width or WIDE_TABLE
-        body = self.body(store, verdict, self.palette(), width)
+        body = self.body(store, assessment, self.palette(), width)
         self.query_one("#cfg-body", Static).update(body)
 
     @staticmethod
     def body(
         store: Store,
-        verdict: Any,
+        assessment: Assessment | None,
         palette: dict[str, str] | None = None,
         width: int = WIDE_TABLE,
     ) -> RenderableType:
@@ -260,14 +261,14 @@ class ConfigPane(Pane):
         else:
             parts.append(Text(MISSING_CONFIG, style="italic"))
         if width >= WIDE_TABLE:
-            parts.append(config_table(store.config, verdict))
+            parts.append(config_table(store.config, assessment))
         else:
-            parts.append(config_list(store.config, verdict))
+            parts.append(config_list(store.config, assessment))
         return Group(*parts)
 
-    def refresh_pane(self, store: Store, verdict: Any) -> None:
+    def refresh_pane(self, store: Store, assessment: Assessment) -> None:
         """Findings feed the table's evidence column: redraw when the verdict changes too."""
-        if verdict is not getattr(self, "_last_verdict", None):
-            self._last_verdict = verdict
+        if assessment.verdict is not self._last_verdict:
+            self._last_verdict = assessment.verdict
             self.force_next()
-        super().refresh_pane(store, verdict)
+        super().refresh_pane(store, assessment)

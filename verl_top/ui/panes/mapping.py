@@ -19,6 +19,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Static
 
+from verl_top.assessment import Assessment
 from verl_top.model import GpuProcess
 from verl_top.nccl.expected import rdma_ports
 from verl_top.nccl.topo import slow_tp_groups, topology_marks
@@ -409,7 +410,7 @@ def _gpu_links(matrix: Any) -> dict[tuple[int, int], str]:
 
 def inventory_lines(store: Store, palette: dict[str, str]) -> Text | None:
     """Per host: where the topology came from, NVLink state, RDMA NICs, and marked GPUs."""
-    records = getattr(store, "node_topology", None)
+    records = store.node_topology
     if not isinstance(records, dict) or not records:
         return None
     warn = palette.get("warning", "yellow")
@@ -450,7 +451,7 @@ def inventory_lines(store: Store, palette: dict[str, str]) -> Text | None:
 def topology_block(store: Store, palette: dict[str, str]) -> RenderableType:
     """Each node's inventory line, the GPU link matrix per distinct pattern, and whether each
     rollout TP group is on NVLink."""
-    topo = getattr(store, "topology", None)
+    topo = store.topology
     inv = inventory_lines(store, palette)
     if not isinstance(topo, dict) or not topo:
         if inv is not None:
@@ -548,7 +549,7 @@ class MappingPane(Pane):
         self.map_sync = TableSync(table, columns)
         self._map_width = width
 
-    def update_content(self, store: Store, verdict: Any) -> None:
+    def update_content(self, store: Store, assessment: Assessment) -> None:
         palette = self.palette()
         stats = gpu_stats(store)
         self.stats = stats

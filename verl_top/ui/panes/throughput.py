@@ -20,6 +20,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Static
 
+from verl_top.assessment import Assessment
 from verl_top.model import THROTTLE_MASK, clock_reason_names
 from verl_top.store import GpuEntry, HostEntry, Store, mean
 from verl_top.store_summary import GpuSummary, StoreSummary, SummaryCache
@@ -309,11 +310,15 @@ def verl_summary(store: Store, width: int = 0) -> Text:
     as wide as ``width`` leaves beside its legend (0: the default width). Each line stays one
     line: what does not fit ends in ``…``.
     """
+    from verl_top.origin import missing_steps_text
+    from verl_top.status import waited_s, waiting_for_first_step
     from verl_top.ui.panes.dataflow import STAGE_STYLE, STRIP_WIDTH, stage_strip
     from verl_top.verl.stages import StepView, fmt_mfu
 
     if not store.steps:
-        return Text("no verl log: give --verl-log PATH", style="dim")
+        if waiting_for_first_step(store):
+            return Text(f"verl: waiting for the first step ({waited_s(store):.0f} s)", style="dim")
+        return Text(missing_steps_text(store), style="dim")
     last = store.steps[-1]
     view = StepView.from_step(last, store.config)
     step_s = view.step_time_core if view.step_time_core is not None else view.step_time
@@ -521,7 +526,7 @@ class ThroughputPane(Pane):
 
     # -- refresh ---------------------------------------------------------------------------
 
-    def update_content(self, store: Store, verdict: Any) -> None:
+    def update_content(self, store: Store, assessment: Assessment) -> None:
         if self.gpu_sync is None or self.host_sync is None:
             return
         palette = self.palette()

@@ -1,0 +1,300 @@
+"""One monitor for every surface: sources -> pipeline -> store -> engine -> one Assessment.
+
+The app, ``diagnose``, ``snapshot`` and ``export-metrics`` all own a ``Monitor`` and read its
+``Assessment``; none of them calls the engine or the status words itself, so they cannot
+disagree about the same data (issue 27). "Headless" is the same monitor run to the end of its
+data.
+
+The engine is stateless; the monitor keeps the lead steady over time (hysteresis) in *data*
+time, so a paced replay, a replay read at full speed and a live run of the same records reach
+the same lead:
+
+- a challenger replaces the lead only after it has led for ``hysteresis_s`` seconds of data;
+- a lead whose finding is gone is dropped at once (no "its findings cleared" ghost);
+- a symptom (GPUs idle, throughput drop) never stays in front of a cause;
+- before the first verl step of a followed log, only faults lead ("waiting for the first verl
+  step"): GPUs idle during start-up are warm-up, not a verdict;
+- when the inputs end (``settle``), the verdict follows the data: hysteresis only exists to
+  stop a live banner from flickering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from collections import deque
+from collections.abc import Callable
+
+from verl_top.assessment import Assessment, LeadChange
+from verl_top.compare import Comparison, compare_runs, summarize
+from verl_top.diagnosis.engine import Engine
+from verl_top.diagnosis.findings import FAULT_RULES, SYMPTOM_RULES, Finding, Verdict
+from verl_top.inputs import Inputs
+from verl_top.status import job_status, waiting_for_first_step
+from verl_top.store import Store
+
+HISTORY_LEN = 20
+# Live, the diagnosis runs every LIVE_PERIOD_S whatever the cluster size (its rules read 30-300 s
+# windows, so a verdict a few seconds old says the same); only an evaluation slower than
+# MAX_SHARE of that period (a pathological cluster) stretches it further.
+LIVE_PERIOD_S = 5.0
+MAX_SHARE = 0.25
+# Headless runs look at the data this often (wall seconds) while they collect.
+HEADLESS_TICK_S = 1.0
+DEFAULT_LIVE_DURATION = 10.0
+
+
+@dataclasses.dataclass
+class _Challenger:
+    rule: str | None
+    since_t: float
+
+
+class LeadKeeper:
+    """Which lead to show, given the lead the data ranks first now (hysteresis on data time)."""
+
+    def __init__(self, hold_s: float) -> None:
+        self.hold_s = hold_s
+        self.rule: str | None = None
+        self._started = False
+        self._challenger: _Challenger | None = None
+
+    def update(self, verdict: Verdict, raw: Finding | None, now: float, settle: bool) -> str | None:
+        """The rule to lead with after seeing ``verdict`` (whose ranked lead is ``raw``)."""
+        want = raw.rule if raw is not None else None
+        held = self._held(verdict)
+        if settle or not now or not self._started or self._switch_at_once(held, raw):
+            # Settled inputs, data without times (post-mortem logs), the first look, or a
+            # lead that must go now: follow the data.
+            return self._take(want)
+        if want == self.rule:
+            self._challenger = None
+            return self.rule
+        ch = self._challenger
+        if ch is None or ch.rule != want:
+            ch = self._challenger = _Challenger(want, now)
+        if now - ch.since_t >= self.hold_s:
+            return self._take(want)
+        return self.rule
+
+    def _held(self, verdict: Verdict) -> Finding | None:
+        if self.rule is None:
+            return None
+        return next((f for f in verdict.findings if f.rule == self.rule), None)
+
+    def _switch_at_once(self, held: Finding | None, raw: Finding | None) -> bool:
+        if self.rule is not None and held is None:
+            return True  # the held lead's finding cleared
+        if self.rule is None and raw is not None:
+            return True  # nothing was shown: show the first lead without delay
+        if held is not None and raw is not None:
+            if held.rule in SYMPTOM_RULES and raw.rule not in SYMPTOM_RULES:
+                return True  # never keep a symptom over a cause
+            if raw.rule in FAULT_RULES and held.rule not in FAULT_RULES:
+                return True  # a broken job is news now
+        return False
+
+    def _take(self, rule: str | None) -> str | None:
+        self._started = True
+        self.rule = rule
+        self._challenger = None
+        return rule
+
+
+class Monitor:
+    """Runs the inputs' sources into the store and keeps the one Assessment of the job.
+
+    ``period_s`` is the least wall time between two evaluations (0: whenever the store
+    changed); an evaluation that costs more than ``MAX_SHARE`` of it stretches it."""
+
+    def __init__(
+        self,
+        inputs: Inputs,
+        engine: Engine | None = None,
+        period_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.inputs = inputs
+        self.engine = engine if engine is not None else Engine()
+        self.period_s = period_s
+        self._clock = clock
+        self._keeper = LeadKeeper(self.engine.thresholds.hysteresis_s)
+        self._history: deque[LeadChange] = deque(maxlen=HISTORY_LEN)
+        self._verdict: Verdict | None = None
+        self._raw_lead: str | None = None
+        self._eval_version = -1
+        self._next_eval = 0.0
+        self._settled = False
+        self._comparison: Comparison | None = None
+        self._assembled_version = -1
+        self.failure: str | None = None  # why the last evaluation failed (kept verdict)
+        self.assessment: Assessment = self._assemble()
+
+    @property
+    def store(self) -> Store:
+        """The store the sources fill."""
+        return self.inputs.store
+
+    # -- evaluation ------------------------------------------------------------------------
+
+    def due(self) -> bool:
+        """True when the store changed since the last evaluation and the period has passed."""
+        return (
+            self.store.version != self._eval_version
+            and self._clock() >= self._next_eval
+            and _has_data(self.store)
+        )
+
+    def assess(self, force: bool = False) -> Assessment:
+        """Evaluate when due (or ``force``d) and return the latest Assessment.
+
+        Host states and counts change between evaluations: the status is refreshed on every
+        call, the engine runs only when due."""
+        if force or self.due():
+            self._evaluate(settle=False)
+        elif self.store.version != self._assembled_version:
+            self.assessment = self._assemble()
+        return self.assessment
+
+    def settle(self) -> Assessment:
+        """The inputs ended: hand over what the parsers hold, and give the final word."""
+        self.inputs.pipeline.finish()
+        self._settled = True
+        self._evaluate(settle=True)
+        return self.assessment
+
+    def _evaluate(self, settle: bool) -> None:
+        store = self.store
+        self._eval_version = store.version
+        started = self._clock()
+        try:
+            verdict = self.engine.evaluate(store)
+        except Exception as exc:  # noqa: BLE001 - a broken rule set must not stop the monitor
+            self.failure = f"diagnosis failed: {type(exc).__name__}: {exc}"
+            self.assessment = self._assemble()
+            return
+        self.failure = None
+        cost = self._clock() - started
+        self._next_eval = started + max(self.period_s, cost / MAX_SHARE)
+        raw = verdict.lead
+        if raw is not None and waiting_for_first_step(store) and raw.rule not in FAULT_RULES:
+            raw = None  # warm-up: nothing but a fault leads before the first verl step
+        self._raw_lead = raw.rule if raw is not None else None
+        rule = self._keeper.update(verdict, raw, store.now, settle)
+        verdict = self._with_lead(verdict, rule)
+        self._note_change(verdict)
+        # One verdict object per evaluation: views redraw findings only when it changes. Its
+        # ``headline`` stays the engine's; people read ``Assessment.status.text``.
+        history = [(c.t, c.step, c.rule) for c in self._history]
+        self._verdict = dataclasses.replace(verdict, history=history)
+        self._comparison = self._compare()
+        self.assessment = self._assemble()
+
+    def _with_lead(self, verdict: Verdict, rule: str | None) -> Verdict:
+        """The engine's verdict with the lead the keeper holds, and the lead history."""
+        lead = next((f for f in verdict.findings if f.rule == rule), None) if rule else None
+        outcome = verdict.outcome
+        if lead is not None:
+            outcome = "bottleneck"
+        elif outcome == "bottleneck":
+            outcome = "healthy"  # held back (warm-up, or a challenger still confirming)
+        return dataclasses.replace(
+            verdict,
+            bottleneck_step=lead.step if lead is not None else None,
+            bottleneck_rule=lead.rule if lead is not None else None,
+            outcome=outcome,
+        )
+
+    def _note_change(self, verdict: Verdict) -> None:
+        last = self._history[-1] if self._history else None
+        if last is None or last.rule != verdict.bottleneck_rule:
+            lead = verdict.lead
+            self._history.append(
+                LeadChange(
+                    verdict.t,
+                    verdict.bottleneck_step,
+                    verdict.bottleneck_rule,
+                    lead.title if lead is not None else "",
+                )
+            )
+
+    def _assemble(self) -> Assessment:
+        store = self.store
+        self._assembled_version = store.version
+        verdict = self._verdict
+        waiting = waiting_for_first_step(store) and (verdict is None or verdict.lead is None)
+        status = job_status(store, verdict, waiting=waiting)
+        return Assessment(
+            verdict=verdict,
+            status=status,
+            t=store.now,
+            window=verdict.window if verdict is not None else "",
+            raw_lead=self._raw_lead,
+            history=tuple(self._history),
+            health=store.input_health(),
+            settled=self._settled,
+            comparison=self._comparison,
+        )
+
+    def _compare(self) -> Comparison | None:
+        """This run against ``--baseline``, when one was given and steps arrived."""
+        base = self.inputs.baseline
+        if base is None or not self.store.steps:
+            return None
+        current = summarize("this run", "live", self.store, gpu_activity=False)
+        return compare_runs(base, current)
+
+    # -- running ---------------------------------------------------------------------------
+
+    async def run(self, duration: float | None = None) -> Assessment:
+        """Headless: run every source until all end (finite inputs) or ``duration`` seconds
+        pass, looking at the data as it comes, then settle and return the final Assessment."""
+        inputs = self.inputs
+        speed = inputs.replay.speed if inputs.replay is not None else None
+        if inputs.replay is not None:
+            inputs.replay.speed = 1e9  # no pacing: the data carries its own times
+        tasks = [asyncio.create_task(src.run(inputs.pipeline.emit)) for src in inputs.sources]
+        limit = (
+            duration if duration is not None else (None if inputs.finite else DEFAULT_LIVE_DURATION)
+        )
+        loop = asyncio.get_running_loop()
+        end = None if limit is None else loop.time() + limit
+        try:
+            pending = set(tasks)
+            while pending:
+                left = None if end is None else end - loop.time()
+                if left is not None and left <= 0:
+                    break
+                step = HEADLESS_TICK_S if left is None else min(HEADLESS_TICK_S, left)
+                done, pending = await asyncio.wait(pending, timeout=step)
+                for task in done:
+                    if not task.cancelled() and task.exception() is not None:
+                        inputs.store.notes.append(f"a source failed: {task.exception()}")
+                self.assess()
+        finally:
+            if inputs.replay is not None and speed is not None:
+                inputs.replay.speed = speed  # what a screenshot of the session should show
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        return self.settle()
+
+
+def _has_data(store: Store) -> bool:
+    """True once anything to judge or report arrived (a sample, a step, a followed log).
+
+    Not on an empty store: the first verdict would be an empty one."""
+    if store.steps or store.log_stats:
+        return True
+    return any(h.latest is not None or h.gpus for h in store.hosts.values())
+
+
+def assess_store(store: Store, engine: Engine | None = None) -> Assessment:
+    """The settled assessment of a store as it stands (one-off reports, benchmarks, tests)."""
+    from verl_top.sources.pipeline import Pipeline
+
+    return Monitor(Inputs(store=store, pipeline=Pipeline(store, parsers={})), engine).settle()
