@@ -508,9 +508,14 @@ class StepViews:
 
 
 def stage_strip(
-    steps: Iterable[VerlStep], since: float, until: float, width: int = STRIP_WIDTH
+    steps: Iterable[VerlStep],
+    since: float,
+    until: float,
+    width: int = STRIP_WIDTH,
+    mode: str | None = None,
 ) -> Text | None:
-    """The stage running in each of ``width`` cells of [since, until], from ``stage_bands``.
+    """The stage running in each of ``width`` cells of [since, until], from ``stage_bands``
+    (read in trainer mode ``mode``: an async trainer's timing_s/gen is a wait).
 
     None when no step falls in the window. Cells no band covers show a space.
     """
@@ -519,7 +524,7 @@ def stage_strip(
     recent = [s for s in steps if s.t >= since]
     if not recent:
         return None
-    bands = [b for b in stage_bands(recent) if b[1] > since and b[0] < until]
+    bands = [b for b in stage_bands(recent, mode) if b[1] > since and b[0] < until]
     cell_s = (until - since) / width
     text = Text()
     j = 0
