@@ -224,7 +224,8 @@ def _entry(key: str, raw: Mapping[str, Any]) -> KeyInfo:
 
 def parse_catalogue(text: str) -> Catalogue:
     """Build a catalogue from the data file's text (checked; ValueError on a bad entry)."""
-    doc = yaml.safe_load(text)
+    # libyaml's loader when present: ~5x faster than the pure-Python one (startup cost).
+    doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
     if not isinstance(doc, dict) or not isinstance(doc.get("keys"), dict):
         raise ValueError("verl key catalogue: no 'keys' mapping")
     keys = {str(k): _entry(str(k), v or {}) for k, v in doc["keys"].items()}
