@@ -242,6 +242,7 @@ def _add_replay(inputs: Inputs, args: argparse.Namespace) -> None:
     inputs.replay = control
     inputs.finite = True
     inputs.store.replay = True
+    inputs.store.origin = "demo" if args.demo else "replay"
     inputs.mode = "DEMO" if args.demo else "REPLAY"
     inputs.title = f"verl-top — {'demo' if args.demo else path.name}"
 
@@ -322,6 +323,7 @@ def _add_post_mortem(
     was only quiet (a long step) shows its next steps live."""
     _add_local_logs(inputs, logs, finite=True, then_follow=not headless)
     inputs.store.post_mortem = info
+    inputs.store.origin = "post-mortem"
     inputs.finite = headless
     inputs.mode = "POST-MORTEM"
     names = ", ".join(os.path.basename(p) for p in info)
@@ -369,6 +371,7 @@ def _add_live(inputs: Inputs, args: argparse.Namespace, logs: list[LogSpec]) -> 
                     "among the monitored hosts"
                 )
     inputs.sources.extend(prom)
+    inputs.store.origin = "ssh" if remote else "prometheus" if prom else "local"
     if (not specs and not prom) or local_specs:
         # This machine is monitored when nothing else is (or it is in the hosts list);
         # with --prometheus alone the GPUs come from the cluster's exporters.
@@ -456,6 +459,7 @@ def _add_ray(inputs: Inputs, args: argparse.Namespace, logs: list[LogSpec]) -> N
     except (RayError, ValueError) as exc:
         raise InputError(str(exc)) from exc
     inputs.sources.append(source)
+    inputs.store.origin = "ray"
     _add_local_logs(inputs, logs, finite=False)
     inputs.title = f"verl-top — ray {source.url}"
 

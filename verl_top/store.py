@@ -44,6 +44,7 @@ from verl_top.model import (
     VerlConfig,
     VerlStep,
 )
+from verl_top.progress import ProgressTracker
 
 # A ring column: float samples in an array, phase labels in a list (sliced the same way).
 _Column = TypeVar("_Column", array, list)
@@ -376,6 +377,9 @@ class Store:
         self.first_t: float | None = None  # data time of the first timed record
         self.version = 0  # bumps on every ingest; lets views skip work when nothing changed
         self.replay = False  # set by replay sources: the header says REPLAY
+        # Where the data comes from (verl_top/origin.py: local, ssh, ray, prometheus, replay,
+        # demo, post-mortem), so messages say what to do in this session's terms.
+        self.origin = "local"
         self.notes: deque[str] = deque(maxlen=50)  # source-level messages for the UI
         # Ray cluster (--ray): nodes, the job's live actors by (host, pid), the driver log.
         self.ray_nodes: list[RayNode] = []
@@ -394,6 +398,8 @@ class Store:
         # verl version / trainer mode / engine of the job: (inputs signature, VerlFlavour),
         # kept by verl_top.verl.flavour.store_flavour until its inputs change.
         self.verl_flavour: tuple[object, Any] | None = None
+        # The method each job process runs, since when, and each method's recent durations.
+        self.progress = ProgressTracker()
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -529,6 +535,7 @@ class Store:
 
     def _on_procs(self, rec: ProcessList, received: float | None) -> None:
         self._touch(rec, received).procs = rec
+        self.progress.observe(rec)
 
     def _on_state(self, rec: HostState, received: float | None) -> None:
         h = self.host(rec.host)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from verl_top.diagnosis.findings import Check, Finding, Rule, RuleResult, no_data, passed, scale
 from verl_top.diagnosis.guards import device_guard
+from verl_top.diagnosis.hang import hang_found
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, fmt_pct, mean, median
 from verl_top.model import clock_reason_names
@@ -232,6 +233,9 @@ def job_stalled(view: View, th: Thresholds) -> RuleResult:
     limit = min(th.stall_factor * med, th.stall_max_s)
     if gap <= limit:
         return passed(STEP, "job.stalled", f"last step {gap:.0f} s ago (limit {limit:.0f} s)")
+    if hang_found(view, th):
+        # The process lists name the stuck process: job.hang says it, with its cost.
+        return passed(STEP, "job.stalled", f"no step for {gap:.0f} s: job.hang names the process")
     last = steps[-1].t
     acts = [v for g in view.store.iter_gpus() for v in view.gpu_values(g, "activity", last)]
     utils = [v for g in view.store.iter_gpus() for v in view.gpu_values(g, "util_gpu", last)]

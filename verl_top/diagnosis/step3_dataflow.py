@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
 from verl_top.diagnosis.guards import mode_guard
+from verl_top.diagnosis.readable import seconds
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, fmt_pct, mean, median, timing
 from verl_top.verl.stages import fmt_mfu
@@ -219,7 +220,7 @@ def flow_long_tail(view: View, th: Thresholds) -> RuleResult:
             ev = [
                 f"{src}: slowest {ratio:.1f}x the mean (> {th.long_tail_ratio:.0f}x), "
                 f"{view.steps_text()}",
-                f"the slowest sample ran {tail:.3g} s past the mean sample (median per step)",
+                f"the slowest sample ran {seconds(tail)} past the mean sample (median per step)",
             ]
             if share is not None:
                 ev.append(f"rollout {fmt_pct(share)} of the step")

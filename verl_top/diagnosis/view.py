@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
+from verl_top.diagnosis.readable import pct
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.store import GpuEntry, HostEntry, Ring, Store
 from verl_top.verl.stages import (
@@ -157,8 +158,8 @@ def median(values: Iterable[float]) -> float | None:
 
 
 def fmt_pct(x: float) -> str:
-    """A fraction as a percentage string."""
-    return f"{100 * x:.0f} %"
+    """A fraction as a percentage string (readable.pct: ``57 %``, ``0.4 %``)."""
+    return pct(x)
 
 
 class _Phases:

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl_top.diagnosis.readable import mfu as mfu_text  # one formatting module everywhere
 from verl_top.model import VerlStep
 from verl_top.verl.config import n_gpus as config_n_gpus
 from verl_top.verl.config import samples_per_step
@@ -157,12 +158,9 @@ def mfu_value(value: float | None) -> float | None:
 
 
 def fmt_mfu(value: float | None) -> str:
-    """An MFU for people: ``0.31``; a tiny one in scientific notation (``1.5e-06``, never
-    ``0.00``); ``not estimated`` when verl logged 0 or nothing."""
-    mfu = mfu_value(value)
-    if mfu is None:
-        return MFU_NOT_ESTIMATED
-    return f"{mfu:.2f}" if mfu >= 0.01 else f"{mfu:.1e}"
+    """An MFU for people, as a percentage: ``31 %``; a tiny one ``0.015 %`` (never ``0.00``,
+    never scientific notation); ``not estimated`` when verl logged 0 or nothing."""
+    return mfu_text(mfu_value(value))
 
 
 def timing_name(key: str) -> str | None:

@@ -26,6 +26,8 @@ from textual.widgets import Static
 from verl_top.assessment import Assessment
 from verl_top.compare import Comparison
 from verl_top.model import VerlStep
+from verl_top.origin import missing_steps_text
+from verl_top.status import waited_s, waiting_for_first_step
 from verl_top.store import Store
 from verl_top.ui.panes.base import Pane
 from verl_top.ui.widgets import add_plain_row
@@ -91,9 +93,6 @@ def stage_label(stage: str) -> str:
     return f"{stage} (rollout by name)" if is_rollout_name(stage) else f"{stage} (not in catalogue)"
 
 
-MISSING_VERL = (
-    "no verl log: give --verl-log PATH (the driver's console log or the file logger's JSONL)"
-)
 LAST_STEPS = 12
 BAR_WIDTH = 60  # the longest bar before the pane's width is known
 NOTE_WIDTH = 16  # the outlier mark beside a bar at least ("⚑ outlier: test…")
@@ -586,8 +585,12 @@ class DataflowPane(Pane):
                 head: RenderableType = Group(
                     Text("no verl step read from the log yet", style="italic"), counts
                 )
+            elif waiting_for_first_step(store):
+                head = Text(
+                    f"waiting for the first verl step ({waited_s(store):.0f} s)", style="italic"
+                )
             else:
-                head = Text(MISSING_VERL, style="italic")
+                head = Text(missing_steps_text(store, "stage times per step"), style="italic")
             return head if servers is None else Group(head, Text(""), servers)
         views = self._views.views(store)
         shown = views[-LAST_STEPS:]
