@@ -109,7 +109,7 @@ def test_fully_async_trainer_starved_reads_the_doubled_param_sync(
     assert lead["data"]["slow_side"] == "rollout"
     assert lead["data"]["split"] == {"trainer": 6, "rollout": 10}
     detail = next(
-        c["detail"] for s in doc["steps"] for c in s["checks"] if c["rule"] == "async.weight_sync"
+        c["detail"] for s in doc["steps"] for c in s["checks"] if c["rule"] == "sync.weight_push"
     )
     assert "timing_s/timing_s/param_sync 5.1 s" in detail
 
@@ -123,7 +123,9 @@ def test_one_step_off_weight_sync_counts_update_weights_once(
     assert lead["data"]["share"] == pytest.approx(0.51, abs=0.01)
     assert any("contains timing_s/update_weights" in e for e in lead["evidence"])
     # The split is balanced once the sync is taken out of the rollout's window.
-    balance = next(c for s in doc["steps"] for c in s["checks"] if c["rule"] == "async.balance")
+    balance = next(
+        c for s in doc["steps"] for c in s["checks"] if c["rule"] == "flow.async_balance"
+    )
     assert balance["status"] == "passed" and "balanced" in balance["detail"]
 
 
@@ -171,7 +173,7 @@ def test_verls_rollouter_idle_ratio_and_the_gpus_disagree() -> None:
         {"trainer": 95.0, "rollout": 30.0},
     )
     verdict = Engine().evaluate(store)
-    lead = next(f for f in verdict.findings if f.rule == "async.balance")
+    lead = next(f for f in verdict.findings if f.rule == "flow.async_balance")
     text = " ".join(lead.evidence)
     assert "rollouter/idle_ratio 0 %, but the rollout GPUs were 30 % busy: they disagree" in text
     assert "rollout GPUs 30 % busy" in text and "trainer GPUs 95 % busy" in text

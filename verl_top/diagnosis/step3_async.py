@@ -7,12 +7,12 @@ here read the mode's own keys (``verl_top.verl.async_stats``), GPU activity per 
 nodes are monitored, and verl's own idle ratios, and say when verl's ratio and the timers or
 the GPUs disagree.
 
-- ``async.balance`` (step 3): the trainer starved for samples, or the rollout side idle (at the
+- ``flow.async_balance`` (step 3): the trainer starved for samples, or the rollout side idle (at the
   staleness or queue cap in fully async), and how many GPUs moved from one side to the other
   balance them, from the measured GPU-seconds each side spends per step; in colocate_async the
   GPUs take turns, so the wait is the rollout's time on them; in one-step-off, how much of the
   generation hides behind training.
-- ``async.weight_sync`` (step 2): the weight push between separate pools
+- ``sync.weight_push`` (step 2): the weight push between separate pools
   (``update_weights``, ``sync_rollout_weights``, the doubled ``timing_s/timing_s/param_sync``),
   its rate against the link pane 2 knows.
 

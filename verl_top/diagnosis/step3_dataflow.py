@@ -195,7 +195,7 @@ def flow_long_tail(view: View, th: Thresholds) -> RuleResult:
     cannot be the bottleneck, as a length setting.
     """
     if (guard := mode_guard(view, STEP, "flow.long_tail")) is not None:
-        return guard  # async trainers overlap or cut the tail: async.balance judges the wait
+        return guard  # async trainers overlap or cut the tail: flow.async_balance judges the wait
     gen = view.median_role_share("rollout")
     samples = [(s, hit) for s in view.recent_steps() if (hit := _per_sample(s)) is not None]
     clips = [
