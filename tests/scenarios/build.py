@@ -322,8 +322,7 @@ def pool_procs(host: str, used: list[int], cmd: str, role: str) -> ProcessList:
         host=host,
         t=T_END - 1,
         procs=[
-            GpuProcess(pid=2000 + i, gpu_index=i, used_mib=60000, cmd=cmd, role=role)
-            for i in used
+            GpuProcess(pid=2000 + i, gpu_index=i, used_mib=60000, cmd=cmd, role=role) for i in used
         ],
     )
 
