@@ -192,3 +192,17 @@ def test_config_mismatch_counts_the_rollout_pool() -> None:
     )
     found = next(f for f in Engine().evaluate(store).findings if f.rule == "map.config_mismatch")
     assert "8 trainer + 8 rollout GPUs" in found.title and "= 16, GPUs seen = 8" in found.title
+
+
+def test_a_standalone_rollout_pool_is_always_generating() -> None:
+    """The scenario's 8 rollout GPUs replay real decode rows (98 % NVML util, low tensor
+    util) beside 8 training GPUs: decode on a rollout pool is its job, not misleading util."""
+    from verl_top.protocol import read_recording
+
+    scen = Path(__file__).resolve().parent / "scenarios" / "flow_async_balance"
+    store = Store()
+    for rec in read_recording(scen / "recording.ndjson"):
+        store.ingest(rec)
+    checks = {c.rule: c for c in Engine().evaluate(store).checks}
+    assert checks["gpu.util_misleading"].status != "finding", checks["gpu.util_misleading"]
+    assert checks["flow.async_balance"].status == "finding"
