@@ -21,6 +21,7 @@ from verl_top.export.redact import redact_text
 from verl_top.status import job_status
 from verl_top.store import Store
 from verl_top.untrusted import clean_text
+from verl_top.verl.flavour import store_flavour
 from verl_top.verl.stages import DISPLAY_STAGES, timing_name
 
 MAX_GPU_ROWS = 64  # beyond this, one row per host
@@ -154,6 +155,10 @@ def _summary(doc: dict[str, Any], assessment: Assessment | None, store: Store) -
     verdict = assessment.verdict if assessment is not None else None
     status = assessment.status if assessment is not None else job_status(store, None)
     lines += [f"**Status:** {status.text}", ""]
+    flavour = store_flavour(store)
+    if flavour.trainer_mode is not None or flavour.version_range != "unknown":
+        # What the job is read as: the trainer mode decides what timing_s/gen means.
+        lines += [f"**verl:** {flavour.text()}", ""]
     if verdict is None:
         lines += ["Verdict: no diagnosis was run for this snapshot.", ""]
         return lines

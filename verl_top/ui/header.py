@@ -15,6 +15,7 @@ from verl_top.store import Store
 from verl_top.ui.banner import fit_banner, saving_text, status_label
 from verl_top.ui.widgets import DEAD_STATES, severity_class
 from verl_top.untrusted import clean_text
+from verl_top.verl.flavour import store_flavour
 
 RATE_STEPS = 20  # steps used for the step rate
 
@@ -53,6 +54,20 @@ def host_summary(store: Store) -> str:
         parts.append(f"connecting {total - connecting}/{total}")
     if other - connecting:
         parts.append(f"{other - connecting} other")
+    return " · ".join(parts)
+
+
+def flavour_part(store: Store) -> str:
+    """``verl 0.9 · fully async · vllm``: what verl-top reads the job as (verl/flavour.py), or
+    "" before any config, step or line prefix told it."""
+    fl = store_flavour(store)
+    if fl.trainer_mode is None and fl.version_range == "unknown":
+        return ""
+    parts = [f"verl {fl.version_range}", fl.mode_name]
+    if fl.engine:
+        parts.append(fl.engine)
+    if fl.device == "npu":
+        parts.append("NPU")
     return " · ".join(parts)
 
 
@@ -137,6 +152,8 @@ class VerlTopHeader(Vertical):
         rate = step_rate(store)
         steps = "—" if rate is None else f"{rate:.2f}"
         parts.append((6, Text.assemble(" steps/min ", (steps, "bold"))))
+        if verl := flavour_part(store):  # the trainer mode decides what timing_s/gen means
+            parts.append((1, Text(f" {clean_text(verl)}", style="dim")))
         if replay is not None:
             pos = getattr(replay, "position", 0.0) or 0.0
             rel = pos - replay_t0 if replay_t0 is not None and pos else 0.0
