@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -178,19 +178,32 @@ class ProgressTracker:
 
     def __init__(self, max_procs: int = 65_536, max_methods: int = 64, keep: int = 32) -> None:
         self._cur: dict[tuple[str, int], _Current] = {}
+        self._now: dict[str, list[ProcNow]] = {}  # host -> its latest list's processes
         self._occ: dict[str, _Occurrences] = {}
         self.max_procs = max_procs
         self.max_methods = max_methods
         self.keep = keep
 
     def observe(self, plist: ProcessList) -> None:
-        """Take one host's process list: close the episodes of processes that changed method."""
-        seen: set[int] = set()
-        for p in processes(plist):
-            seen.add(p.pid)
+        """Take one host's process list: close the episodes of processes that changed method,
+        and keep the list's processes with their ``since`` for ``current``."""
+        procs = processes(plist)
+        for p in procs:
             self._see(plist.host, p, plist.t)
+        seen = {p.pid for p in procs}
         for key in [k for k in self._cur if k[0] == plist.host and k[1] not in seen]:
             del self._cur[key]  # gone: its last method's end is unknown, so it is not counted
+        self._now[plist.host] = [self._timed(plist.host, p) for p in procs]
+
+    def _timed(self, host: str, p: ProcNow) -> ProcNow:
+        if p.since is not None or not p.method:
+            return p
+        return dataclasses.replace(p, since=self.since(host, p.pid, p.method))
+
+    def current(self) -> list[ProcNow]:
+        """Every job process of each host's latest list, with the time it entered its method
+        (read at ingest: an evaluation costs no title parsing)."""
+        return [p for procs in self._now.values() for p in procs]
 
     def _see(self, host: str, p: ProcNow, t: float) -> None:
         key = (host, p.pid)
@@ -225,19 +238,3 @@ class ProgressTracker:
         """Seconds of the method's recent occurrences, oldest first."""
         occ = self._occ.get(method)
         return occ.values() if occ is not None else []
-
-
-def current(plists: Iterable[ProcessList | None], tracker: ProgressTracker) -> list[ProcNow]:
-    """Every job process of the latest lists, with ``since`` filled from the tracker when the
-    agent did not send it."""
-    out: list[ProcNow] = []
-    for plist in plists:
-        if plist is None:
-            continue
-        for p in processes(plist):
-            if p.since is None and p.method:
-                since = tracker.since(plist.host, p.pid, p.method)
-                if since is not None:
-                    p = dataclasses.replace(p, since=since)
-            out.append(p)
-    return out

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from verl_top.diagnosis.findings import Finding, RuleResult, no_data, passed
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, median
 from verl_top.nccl.parse import WatchdogTies, watchdog_ties
-from verl_top.progress import METHOD_TIMERS, STATE_WORDS, ProcNow, current
+from verl_top.progress import METHOD_TIMERS, STATE_WORDS, ProcNow
 
 STEP = 1
 RULE = "job.hang"
@@ -171,25 +171,34 @@ def gpu_now(view: View, p: ProcNow, since: float) -> GpuNow:
     return GpuNow(max(acts) if acts else None, max(utils) if utils else None)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Running:
-    """A process in a method, how long, and against which limit."""
+    """A process in a method, how long, and against which limit; its GPUs are read only when
+    asked (most evaluations find nothing overrunning and read none)."""
 
     proc: ProcNow
     elapsed: float
     limit: float
     basis: str
     hist: MethodHistory | None
-    gpu: GpuNow
+    view: View = field(repr=False, compare=False)
+    quiet_since: float = 0.0
+    _gpu: GpuNow | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def gpu(self) -> GpuNow:
+        """Its GPUs over the quiet window."""
+        if self._gpu is None:
+            self._gpu = gpu_now(self.view, self.proc, self.quiet_since)
+        return self._gpu
 
 
 def running(view: View, th: Thresholds) -> list[Running] | None:
     """Every job process in a method (not idle) with its time in it; None without process
     lists."""
-    plists = [h.procs for h in view.hosts()]
-    if not any(p is not None for p in plists):
+    if not any(h.procs is not None for h in view.hosts()):
         return None
-    procs = current(plists, view.store.progress)
+    procs = view.store.progress.current()
     quiet = view.now - th.hang_quiet_s
     out: list[Running] = []
     limits: dict[str, tuple[float, str, MethodHistory | None]] = {}
@@ -200,7 +209,7 @@ def running(view: View, th: Thresholds) -> list[Running] | None:
             hist = method_history(view, p.method)
             limits[p.method] = (*overrun_limit(view, th, hist), hist)
         limit, basis, hist = limits[p.method]
-        out.append(Running(p, view.now - p.since, limit, basis, hist, gpu_now(view, p, quiet)))
+        out.append(Running(p, view.now - p.since, limit, basis, hist, view, quiet))
     return out
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from bisect import bisect_left
 from dataclasses import dataclass, field
 
 from verl_top.diagnosis.findings import Finding, scale
@@ -100,20 +101,27 @@ class _Recent:
 
 
 def throttled_gpus(view: View, th: Thresholds, recent: _Recent) -> list[Straggler]:
-    """GPUs held down by power/thermal/HW slowdown while slower than their busy peers."""
-    clocks: dict[tuple[str, int], float] = {}
-    for g in view.gpus():
-        mhz = _mean(recent.gpu(g, "sm_mhz"))
-        act = _mean(recent.gpu(g, "activity"))
-        if mhz is not None and act is not None and act >= th.busy_pct:
-            clocks[g.key] = mhz
+    """GPUs held down by power/thermal/HW slowdown while slower than their busy peers.
+
+    Only GPUs whose latest sample is throttled are read back (most evaluations read none);
+    the peers' clock is the median of the busy GPUs' latest samples."""
+    clocks: list[float] = []
+    cands: list[GpuEntry] = []
+    for g in view.store.iter_gpus():
+        lt = g.latest
+        if lt is None or lt.t < recent.since:
+            continue
+        if lt.throttled:
+            cands.append(g)
+        elif lt.sm_mhz is not None and (lt.activity or 0.0) >= th.busy_pct:
+            clocks.append(lt.sm_mhz)
+    peers = _median(clocks)
     out: list[Straggler] = []
-    for g in view.gpus():
+    for g in cands:
         flags = recent.gpu(g, "throttled")
         if not flags or sum(flags) / len(flags) < 0.5:
             continue
         mine = _mean(recent.gpu(g, "sm_mhz"))
-        peers = _median([v for k, v in clocks.items() if k != g.key])
         if mine is None or not peers or mine >= th.straggler_clock_ratio * peers:
             continue
         mask = 0
@@ -136,7 +144,7 @@ def throttled_gpus(view: View, th: Thresholds, recent: _Recent) -> list[Straggle
                     f"{g.host}:gpu{g.index} throttled in {sum(flags):.0f} of {len(flags)} samples "
                     f"of the last {th.straggler_window_s:.0f} s ({', '.join(reasons)})",
                     f"SM clock {mine:.0f} MHz = {ratio:.2f}x the median of {len(clocks)} busy "
-                    f"GPUs ({peers:.0f} MHz)",
+                    f"GPUs' latest ({peers:.0f} MHz)",
                 ],
             )
         )
@@ -283,24 +291,43 @@ def _net_seconds(h: HostEntry, since: float) -> dict[int, float]:
     return out
 
 
-def _low_share(
-    host: str, rates: dict[str, dict[int, float]], ratio: float
-) -> tuple[float, float, float] | None:
-    """(share of seconds below ``ratio`` x the other hosts' median that second, the host's
-    mean rate, the others' mean median) over the seconds the host has data."""
-    mine = rates.get(host, {})
-    low = n = 0
-    mine_sum = others_sum = 0.0
-    for sec, rate in mine.items():
-        peers = _median([r[sec] for k, r in rates.items() if k != host and sec in r])
-        if not peers or peers < 1e6:  # < 1 MB/s: nothing to compare that second
-            continue
-        n += 1
-        low += rate < ratio * peers
-        mine_sum, others_sum = mine_sum + rate, others_sum + peers
-    if n < 3:
-        return None
-    return low / n, mine_sum / n, others_sum / n
+class _Medians:
+    """Per whole second, every host's rate sorted: the other hosts' median in O(log n)."""
+
+    def __init__(self, rates: dict[str, dict[int, float]]) -> None:
+        by_sec: dict[int, list[float]] = {}
+        for per in rates.values():
+            for sec, v in per.items():
+                by_sec.setdefault(sec, []).append(v)
+        self.rates = rates
+        self.sorted = {sec: sorted(v) for sec, v in by_sec.items()}
+
+    def without(self, sec: int, value: float) -> float | None:
+        """The median of second ``sec``'s rates with one ``value`` (the host's own) left out."""
+        xs = self.sorted.get(sec)
+        if not xs or len(xs) < 2:
+            return None
+        i = bisect_left(xs, value)
+        n = len(xs) - 1
+
+        def at(k: int) -> float:
+            return xs[k] if k < i else xs[k + 1]
+
+        return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
+
+    def low_share(self, host: str, ratio: float) -> tuple[float, float, float] | None:
+        """(share of the host's seconds below ``ratio`` x the other hosts' median, its mean
+        rate, the others' mean median); None with fewer than 3 comparable seconds."""
+        low = n = 0
+        mine_sum = others_sum = 0.0
+        for sec, rate in self.rates.get(host, {}).items():
+            peers = self.without(sec, rate)
+            if not peers or peers < 1e6:  # < 1 MB/s: nothing to compare that second
+                continue
+            n += 1
+            low += rate < ratio * peers
+            mine_sum, others_sum = mine_sum + rate, others_sum + peers
+        return (low / n, mine_sum / n, others_sum / n) if n >= 3 else None
 
 
 def failing_nics(view: View, th: Thresholds, recent: _Recent) -> list[Straggler]:
@@ -311,14 +338,18 @@ def failing_nics(view: View, th: Thresholds, recent: _Recent) -> list[Straggler]
         if e.kind == "nccl_warn" and e.t >= view.since and any(m in e.text for m in NIC_MARKS):
             errors.setdefault(e.host, []).append(e.text)
     hosts = [h for h in view.hosts() if len(h.history)]
-    now = {h.name: _net_seconds(h, recent.since) for h in hosts}
-    before = {h.name: _net_seconds(h, view.since) for h in hosts}
+    now = _Medians({h.name: _net_seconds(h, recent.since) for h in hosts})
+    before: _Medians | None = None  # the whole window, read only for a host that dropped
     out: list[Straggler] = []
     for h in hosts:
         lines = errors.get(h.name, [])
-        drop = _low_share(h.name, now, th.nic_rate_ratio) if len(hosts) > 1 else None
-        past = _low_share(h.name, before, th.nic_rate_ratio) if drop else None
-        dropped = drop is not None and drop[0] >= 0.8 and past is not None and past[0] <= 0.5
+        drop = now.low_share(h.name, th.nic_rate_ratio) if len(hosts) > 1 else None
+        dropped = False
+        if drop is not None and drop[0] >= 0.8:
+            if before is None:
+                before = _Medians({o.name: _net_seconds(o, view.since) for o in hosts})
+            past = before.low_share(h.name, th.nic_rate_ratio)
+            dropped = past is not None and past[0] <= 0.5
         if not lines and not dropped:
             continue
         parts, ev = [], []
