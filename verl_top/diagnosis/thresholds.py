@@ -107,6 +107,19 @@ class Thresholds:
     )
     kv_cache_pct: float = _t(90.0, "%", "vLLM/SGLang KV cache in use above this: no room left")
     preempt_per_min: float = _t(1.0, "per min", "preempted requests: the KV cache ran out")
+    # -- step 3, async trainers (diagnosis/step3_async.py) ---------------------------------
+    async_wait_frac: float = _t(
+        0.2, "fraction of step", "the trainer waits for samples > 20 % of the step: rollout short"
+    )
+    async_idle_frac: float = _t(
+        0.2, "fraction", "the rollout side idles > 20 % while the trainer waits < 20 %"
+    )
+    async_move_min_frac: float = _t(
+        0.05, "fraction of step", "a GPU split that saves < 5 % of the step is not worth a move"
+    )
+    idle_disagree: float = _t(
+        0.05, "fraction", "verl's idle ratio and verl-top's reading differ by more: say so"
+    )
     # -- step 4 ---------------------------------------------------------------------------
     imbalance_points: float = _t(30.0, "points", "activity spread (max-min) across one role")
     node_ratio: float = _t(0.6, "x cluster mean", "a node's mean below 0.6x the cluster mean")
