@@ -1,7 +1,7 @@
 """Fault injection: how fast and how precisely verl-top names a hung rank or a straggler.
 
     python benchmarks/faults.py --json-out faults.json            # 128 hosts x 8 GPUs, 20 trials
-    python benchmarks/faults.py --quick                           # 8 hosts, 3 trials (smoke test)
+    python benchmarks/faults.py --quick                           # 4 hosts, 2 trials (smoke test)
     python benchmarks/faults.py --faults hang,throttle --trials 50 --seed 7
 
 A simulated verl PPO job (GAE: generate, log-prob, ref, values, adv on the driver, critic and
@@ -629,11 +629,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--faults", default=",".join(FAULTS))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--eval-period", type=float, default=LIVE_PERIOD_S)
-    ap.add_argument("--quick", action="store_true", help="8 hosts, 3 trials: the smoke test")
+    ap.add_argument("--quick", action="store_true", help="4 hosts, 2 trials: the smoke test")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
     if args.quick:
-        args.hosts, args.trials = min(args.hosts, 8), min(args.trials, 3)
+        args.hosts, args.trials = min(args.hosts, 4), min(args.trials, 2)
     kinds = [k for k in args.faults.split(",") if k]
     bad = [k for k in kinds if k not in FAULTS]
     if bad:

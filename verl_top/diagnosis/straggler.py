@@ -91,6 +91,7 @@ class _Recent:
         self.view = view
         self.th = th
         self.since = view.now - th.straggler_window_s
+        self._means: dict[str, dict[str, float]] = {}
 
     def gpu(self, g: GpuEntry, column: str) -> list[float]:
         return self.view.gpu_values(g, column, self.since)
@@ -98,6 +99,16 @@ class _Recent:
     def host(self, h: HostEntry, column: str, since: float | None = None) -> list[float]:
         vals = h.history.recent_column(column, self.since if since is None else since)
         return [v for v in vals if v == v]
+
+    def host_means(self, hosts: list[HostEntry], column: str) -> dict[str, float]:
+        """Each host's mean of ``column`` over the last half window (read once per column)."""
+        hit = self._means.get(column)
+        if hit is None:
+            since = self.view.now - self.th.straggler_window_s / 2  # the latest seconds: fast
+            hit = self._means[column] = {
+                h.name: m for h in hosts if (m := _mean(self.host(h, column, since))) is not None
+            }
+        return hit
 
 
 def throttled_gpus(view: View, th: Thresholds, recent: _Recent) -> list[Straggler]:
@@ -166,27 +177,22 @@ def lost_gpus(view: View) -> list[Straggler]:
     ]
 
 
-def _host_cause(recent: _Recent, h: HostEntry, others: list[HostEntry], th: Thresholds) -> str:
-    """Why the host's own side is slow, when it stands out from the other hosts: iowait, CPU
-    saturated, one core pinned ("" when nothing does)."""
+def _host_cause(recent: _Recent, h: HostEntry, hosts: list[HostEntry], th: Thresholds) -> str:
+    """Why the host's own side is slow, when it stands out from the other hosts over the last
+    seconds: iowait, CPU saturated, one core pinned ("" when nothing does)."""
     checks = (
         ("iowait_pct", th.host_iowait_pct, "host iowait {:.0f} % (storage stalls its data)"),
         ("cpu_pct", th.host_cpu_pct, "host CPU saturated ({:.0f} %)"),
         ("cpu_max_core", th.host_core_pct, "one host CPU core pinned ({:.0f} %)"),
     )
-    since = recent.view.now - recent.th.straggler_window_s / 2  # the latest seconds: fast
     for column, limit, text in checks:
-        mine = _mean(recent.host(h, column, since))
+        means = recent.host_means(hosts, column)
+        mine = means.get(h.name)
         if mine is None or mine < limit:
             continue
-        peers = _median(
-            [
-                m
-                for o in others
-                if o is not h and (m := _mean(recent.host(o, column, since))) is not None
-            ]
-        )
-        if peers is None or peers < limit:
+        # most hosts below the limit: the others' median is too (no need to leave h out)
+        below = sum(1 for k, v in means.items() if k != h.name and v < limit)
+        if below * 2 > len(means) - 1:
             return text.format(mine)
     return ""
 
