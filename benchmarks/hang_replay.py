@@ -120,6 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("recording")
     ap.add_argument("--stop-file", required=True)
     ap.add_argument("--every", type=float, default=1.0, help="evaluation period (s of data)")
+    ap.add_argument(
+        "--target-s",
+        type=float,
+        default=None,
+        help="exit 1 unless the stopped pid was named within this many s of its method's overrun",
+    )
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
     stop = read_stop(args.stop_file)
@@ -140,7 +146,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"  {res.title_at_flag}")
     write_json(args.json_out, {"benchmark": "hang_replay", **asdict(res)})
+    if args.target_s is not None and not met(res, args.target_s):
+        print(f"target missed: named within {args.target_s:g} s of the overrun")
+        return 1
     return 0
+
+
+def met(res: Outcome, target_s: float) -> bool:
+    """The stopped process was named within ``target_s`` of its method's overrun."""
+    return res.after_overrun_s is not None and res.after_overrun_s <= target_s
 
 
 if __name__ == "__main__":

@@ -155,7 +155,7 @@ fi
 # ---- summary and the one archive ----------------------------------------------------------------
 cat "$R/stop.txt" 2> /dev/null
 (cd "$SRC" && python3 benchmarks/hang_replay.py "$R/watch/session.ndjson.gz" --stop-file "$R/stop.txt" \
-  --json-out "$R/hang_replay.json" > "$R/hang_replay.txt" 2>&1)
+  --target-s 20 --json-out "$R/hang_replay.json" > "$R/hang_replay.txt" 2>&1)
 cat "$R/hang_replay.txt"
 tar -czf "$OUT/real_hang.tar.gz" -C "$WORK" r
 ls -la "$OUT/real_hang.tar.gz"
