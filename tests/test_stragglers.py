@@ -16,8 +16,9 @@ from verl_top.diagnosis.step4_mapping import map_imbalance
 from verl_top.diagnosis.straggler import GPU_STAGES
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View
-from verl_top.model import HostSample, LogLines
+from verl_top.model import HostSample, LogEvent, LogLines
 from verl_top.sources.pipeline import Pipeline
+from verl_top.sources.prometheus import XID_TEXT
 from verl_top.store import Store
 
 TH = Thresholds()
@@ -141,3 +142,13 @@ def test_a_lost_gpu_leads_the_stragglers() -> None:
     store, _ = _fleet(lambda h, i, t: {"lost": True} if (h, i) == ("a", 3) and t == NOW else {})
     f, found = _culprits(store)
     assert found[0] == ("a", 3, "lost") and f.severity == 0.9
+
+
+def test_an_xid_from_dcgm_names_its_gpu() -> None:
+    store, pipe = _fleet()
+    # The event the Prometheus source makes from DCGM_FI_DEV_XID_ERRORS (sources/prometheus.py).
+    text = f"GPU 1: XID 79 ({XID_TEXT[79]}), from DCGM_FI_DEV_XID_ERRORS"
+    pipe.emit(LogEvent(host="c", t=NOW - 2, kind="xid", text=text, path="prom", severity=0.9))
+    f, found = _culprits(store)
+    assert found == [("c", 1, "xid")] and f.severity == 0.9
+    assert f"XID 79 ({XID_TEXT[79]})" in f.title

@@ -38,6 +38,7 @@ GPU_STAGES = ("gen", "old_log_prob", "ref", "values", "update_critic", "update_a
 # NCCL WARN text that points at the network (gpu_comm.md §2.4).
 NIC_MARKS = ("NET/IB", "NET/Socket", "ibv_", "Connection closed by remote peer", "NET/OFI")
 STEP = 4
+_XID_GPU = re.compile(r"GPU (\d+): XID \d+")
 _HCA = re.compile(r"\bhca (\w[\w.:-]*)")
 SHARED_GAP_SHARE = 0.25  # gaps on more than this share of hosts are the client's, not a host's
 STRETCH_BASIS = "the last step's GPU-bound stages beyond the run's median"
@@ -174,6 +175,25 @@ def lost_gpus(view: View) -> list[Straggler]:
         )
         for g in view.store.iter_gpus()
         if g.latest is not None and g.latest.lost
+    ]
+
+
+def xid_gpus(view: View) -> list[Straggler]:
+    """GPUs with an XID error in the window (``event`` kind ``xid``: the Prometheus source's
+    DCGM_FI_DEV_XID_ERRORS, "GPU 3: XID 79 (...)"), the latest per GPU."""
+    latest: dict[tuple[str, int], str] = {}
+    for e in view.store.events:
+        if e.kind == "xid" and e.t >= view.since and (m := _XID_GPU.match(e.text)):
+            latest[(e.host, int(m.group(1)))] = e.text
+    return [
+        Straggler(
+            host,
+            gpu,
+            "xid",
+            text.split(": ", 1)[-1].split(", from")[0],
+            evidence=[f"{host}: {text}"],
+        )
+        for (host, gpu), text in sorted(latest.items())
     ]
 
 
@@ -432,12 +452,13 @@ def stragglers(view: View, th: Thresholds) -> list[Straggler]:
     recent = _Recent(view, th)
     found = (
         lost_gpus(view)
+        + xid_gpus(view)
         + throttled_gpus(view, th, recent)
         + slow_nodes(view, th, recent)
         + failing_nics(view, th, recent)
         + flapping_hosts(view, th)
     )
-    return sorted(found, key=lambda s: (-(s.cost_s or 0.0), s.kind != "lost", s.name))
+    return sorted(found, key=lambda s: (s.kind not in ("lost", "xid"), -(s.cost_s or 0.0), s.name))
 
 
 def straggler_finding(view: View, th: Thresholds, found: list[Straggler]) -> Finding:
@@ -457,7 +478,7 @@ def straggler_finding(view: View, th: Thresholds, found: list[Straggler]) -> Fin
         evidence.append(f"cost ~{cost:.3g} s per step: {top.cost_basis}")
     share = cost / step if cost is not None and step else None
     sev = scale(share, 0.05, 0.5, 0.5, 0.85) if share is not None else 0.6
-    if top.kind == "lost":
+    if top.kind in ("lost", "xid"):
         sev = 0.9
     return Finding(
         STEP,
@@ -484,6 +505,8 @@ ADVICE = {
     "throttle": "Cool or re-seat the GPU, check its power limit (nvidia-smi -q -d PERFORMANCE) "
     "and the node's fans; drain it from the job until it runs at its peers' clock.",
     "lost": "The GPU fell off the bus: drain the node and reset the GPU (XID 79 in dmesg).",
+    "xid": "Look the XID up in NVIDIA's XID catalogue; 48/63/64/79/94/95 mean a GPU to drain "
+    "and reset (memory errors, fell off the bus).",
     "host": "Find what loads the host (dataloader workers, storage, other jobs); move data to "
     "local disk or raise data.dataloader_num_workers.",
     "nic": "Check the NIC (ibstat, port counters, cable) and NCCL_IB_HCA; drain the node until "
