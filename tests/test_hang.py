@@ -26,7 +26,7 @@ from tests.hang_data import (
 )
 from verl_top.diagnosis.engine import Engine
 from verl_top.diagnosis.findings import Finding
-from verl_top.diagnosis.hang import duration_text, job_hang
+from verl_top.diagnosis.hang import job_hang
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View
 from verl_top.model import LogLines, ProcessList
@@ -200,16 +200,6 @@ def test_tracker_keeps_each_occurrence_as_its_slowest_rank() -> None:
     assert tr.durations("update_actor") == [4.0, 2.0]
     tr.observe(ProcessList(host="a", t=50, procs=[]))  # processes gone: forgotten
     assert tr.since("a", 101, "") is None
-
-
-def test_durations_read_like_people_write_them() -> None:
-    assert [duration_text(x) for x in (2.14, 45, 192, 5400, 9000)] == [
-        "2.1 s",
-        "45 s",
-        "3.2 min",
-        "90.0 min",
-        "2.5 h",
-    ]
 
 
 def test_watchdog_lines_in_a_followed_verl_log_become_events_with_rank_and_pid() -> None:

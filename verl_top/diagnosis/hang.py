@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from verl_top.diagnosis.findings import Finding, RuleResult, no_data, passed
+from verl_top.diagnosis.readable import seconds
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, median
 from verl_top.nccl.parse import WatchdogTies, watchdog_ties
@@ -37,17 +38,6 @@ FLIGHT_RECORDER_ENV = (
 )
 BAD_STATES = ("T", "t", "Z", "D")  # stopped, traced, zombie, blocked: never normal for long
 MAX_GROUP_LINES = 6
-
-
-def duration_text(seconds: float) -> str:
-    """Seconds for people: ``2.1 s``, ``45 s``, ``3.2 min``, ``1.5 h``."""
-    if seconds < 10:
-        return f"{seconds:.1f} s"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -116,8 +106,8 @@ def overrun_limit(view: View, th: Thresholds, hist: MethodHistory | None) -> tup
     if hist is not None and hist.n >= th.hang_min_history:
         limit = max(th.hang_factor * hist.p95, th.hang_min_s)
         return limit, (
-            f"{th.hang_factor:g}x its p95 {duration_text(hist.p95)} ({hist.basis}), "
-            f"at least {duration_text(th.hang_min_s)}"
+            f"{th.hang_factor:g}x its p95 {seconds(hist.p95)} ({hist.basis}), "
+            f"at least {seconds(th.hang_min_s)}"
         )
     steps = [s.step_time for s in view.steps() if s.step_time]
     med = median(steps)
@@ -125,7 +115,7 @@ def overrun_limit(view: View, th: Thresholds, hist: MethodHistory | None) -> tup
         limit = max(min(th.stall_factor * med, th.stall_max_s), th.hang_min_s)
         return limit, (
             f"too little history of this method: {th.stall_factor:g}x the median step "
-            f"{duration_text(med)}"
+            f"{seconds(med)}"
         )
     return th.stall_max_s, "no history of this method or of verl steps yet"
 
@@ -297,7 +287,7 @@ def group_line(role: str, method: str, group: list[Running]) -> str:
     longest = max(r.elapsed for r in group)
     return (
         f"{role or 'process'} · {method}: {len(group)} process(es), state {state}; CPU {cpu}; "
-        f"GPU SM activity {act}, NVML util {util}; in it for up to {duration_text(longest)}"
+        f"GPU SM activity {act}, NVML util {util}; in it for up to {seconds(longest)}"
     )
 
 
@@ -394,7 +384,7 @@ def analyse(view: View, th: Thresholds) -> RuleResult:
             STEP,
             RULE,
             f"{len(runs)} process(es) in a method; longest ratio: {top.proc.method} for "
-            f"{duration_text(top.elapsed)} (overruns after {duration_text(top.limit)})",
+            f"{seconds(top.elapsed)} (overruns after {seconds(top.limit)})",
         )
     worst = max(over, key=lambda r: r.elapsed - r.limit)
     method = worst.proc.method
@@ -404,8 +394,8 @@ def analyse(view: View, th: Thresholds) -> RuleResult:
         return passed(
             STEP,
             RULE,
-            f"{method} has run {duration_text(worst.elapsed)} (limit "
-            f"{duration_text(worst.limit)}) but {busy} of its {len(group)} processes' GPUs "
+            f"{method} has run {seconds(worst.elapsed)} (limit "
+            f"{seconds(worst.limit)}) but {busy} of its {len(group)} processes' GPUs "
             "compute: a long stage, not a hang",
         )
     return _finding(view, th, worst, group, runs)
@@ -421,7 +411,7 @@ def _finding(
     usual = worst.hist.p50 if worst.hist is not None else worst.limit / th.hang_factor
     cost = max(0.0, elapsed - usual)
     waiting = [r for r in group if odd is None or r.proc not in odd.procs]
-    span = f"in {method} for {duration_text(elapsed)} (usually {duration_text(usual)})"
+    span = f"in {method} for {seconds(elapsed)} (usually {seconds(usual)})"
     if odd is not None:
         title = f"Hang: {_names(odd.procs)} {span}: {odd.why}"
         if waiting:
@@ -432,7 +422,7 @@ def _finding(
             "nobody returns from, or the driver"
         )
     evidence = [
-        f"{method} running {duration_text(elapsed)}; overruns after {duration_text(worst.limit)}: "
+        f"{method} running {seconds(elapsed)}; overruns after {seconds(worst.limit)}: "
         f"{worst.basis}",
     ]
     evidence += _group_lines(runs)
@@ -460,7 +450,7 @@ def _finding(
         save_s=round(cost, 1),
         step_s=med,
         save_basis=(
-            f"seconds {method} has run past its usual {duration_text(usual)} so far; it grows "
+            f"seconds {method} has run past its usual {seconds(usual)} so far; it grows "
             "until the process resumes, and no other stage runs meanwhile"
         ),
     )

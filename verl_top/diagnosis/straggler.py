@@ -28,6 +28,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 
 from verl_top.diagnosis.findings import Finding, scale
+from verl_top.diagnosis.readable import seconds
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View
 from verl_top.model import THROTTLE_MASK, clock_reason_names
@@ -150,7 +151,7 @@ def throttled_gpus(view: View, th: Thresholds, recent: _Recent) -> list[Straggle
                 "on its busy peers",
                 ratio,
                 _cost(view, ratio),
-                cost_basis=f"the GPU-bound stages ({gpu_bound_seconds(view) or 0:.3g} s/step) "
+                cost_basis=f"the GPU-bound stages ({seconds(gpu_bound_seconds(view))}/step) "
                 f"at {ratio:.2f}x its peers' clock; every other rank waits for it",
                 evidence=[
                     f"{g.host}:gpu{g.index} throttled in {sum(flags):.0f} of {len(flags)} samples "
@@ -468,14 +469,14 @@ def straggler_finding(view: View, th: Thresholds, found: list[Straggler]) -> Fin
     cost = top.cost_s
     title = f"Straggler {top.name}: {top.cause}"
     if cost is not None:
-        title += f"; costs ~{cost:.3g} s per step"
+        title += f"; costs ~{seconds(cost)} per step"
     if len(found) > 1:
         title += f" (+{len(found) - 1} more)"
     evidence: list[str] = []
     for s in found[:6]:
         evidence += s.evidence
     if cost is not None:
-        evidence.append(f"cost ~{cost:.3g} s per step: {top.cost_basis}")
+        evidence.append(f"cost ~{seconds(cost)} per step: {top.cost_basis}")
     share = cost / step if cost is not None and step else None
     sev = scale(share, 0.05, 0.5, 0.5, 0.85) if share is not None else 0.6
     if top.kind in ("lost", "xid"):
