@@ -11,8 +11,10 @@
 #   on the GPU machine, after benchmarks/real_job/prepare.sh staged DEVRUN (src, verl-real, whl):
 #   bash DEVRUN/src/benchmarks/real_hang.sh
 #
-# env: STOP_AFTER_STEPS=3  STOP_METHOD=update_critic  STOP_S=60  WATCH_S=260
-#      ALGO=gae MODEL=small STEPS=20 RESP_LEN=128 (the recipe's knobs; gae has the critic)
+# env: STOP_AFTER_STEPS=3  STOP_METHOD=update_critic  STOP_S=60  WATCH_S=240
+#      ALGO=gae MODEL=small STEPS=14 RESP_LEN=128 (the recipe's knobs; gae has the critic)
+# Budget (one device call, 600 s): ~60 s payload and model, ~40 s Ray and model load, a ~22 s
+# first step, ~8 s a step after it, the 60 s stop: verl ends after ~5 min.
 #      FAKE_JOB=1: no verl, no GPU -- a stand-in worker titled ray::WorkerDict.critic_update_critic
 #                  and a log of step lines, verl-top with --backend replay: tests this script's
 #                  own logic (tests/test_real_hang_script.py).
@@ -22,8 +24,8 @@ export SRC=${SRC:-$(cd "$HERE/.." && pwd)}
 DEVRUN=${DEVRUN:-$(cd "$SRC/.." && pwd)}
 OUT=${OUT:-/tmp/real-hang-out}
 export STOP_AFTER_STEPS=${STOP_AFTER_STEPS:-3} STOP_METHOD=${STOP_METHOD:-update_critic}
-export STOP_S=${STOP_S:-60} WATCH_S=${WATCH_S:-260}
-export ALGO=${ALGO:-gae} MODEL=${MODEL:-small} STEPS=${STEPS:-20} RESP_LEN=${RESP_LEN:-128}
+export STOP_S=${STOP_S:-60} WATCH_S=${WATCH_S:-240}
+export ALGO=${ALGO:-gae} MODEL=${MODEL:-small} STEPS=${STEPS:-14} RESP_LEN=${RESP_LEN:-128}
 export FAKE_JOB=${FAKE_JOB:-0}
 
 el() { echo "[real_hang $(date +%T)] $*" | tee -a "$R/real_hang.log"; }
@@ -86,6 +88,7 @@ sidecar() {
   python3 -m verl_top snapshot $ARGS --duration "$WATCH_S" --record "$W/session.ndjson.gz" \
     -o "$W/snapshot" > "$W/snapshot.log" 2>&1 &
   local SNAP=$!
+  echo "$SNAP" > "$R/snapshot.pid"  # main waits for it: device_run.sh kills this sidecar
   # the TUI under tmux, its screen every 2 s
   if command -v tmux > /dev/null; then
     tmux new-session -d -s vthang -x 160 -y 48 "PYTHONPATH=$PYTHONPATH python3 -m verl_top $ARGS"
@@ -149,7 +152,10 @@ else
   el "verl: ALGO=$ALGO MODEL=$MODEL STEPS=$STEPS RESP_LEN=$RESP_LEN; stop after $STOP_AFTER_STEPS steps in $STOP_METHOD for $STOP_S s"
   SIDECAR="bash $HERE/real_hang.sh sidecar" OUT=$R bash "$DEVRUN/verl-real/device_run.sh"
   el "verl done rc=$?"
-  for _ in $(seq 1 60); do grep -q "sidecar done" "$R/real_hang.log" && break; sleep 2; done
+  # device_run.sh killed the sidecar when verl ended; its verl-top may still be recording
+  SNAP=$(cat "$R/snapshot.pid" 2> /dev/null)
+  for _ in $(seq 1 "$WATCH_S"); do [ -n "$SNAP" ] && kill -0 "$SNAP" 2> /dev/null || break; sleep 1; done
+  tmux kill-session -t vthang 2> /dev/null
 fi
 
 # ---- summary and the one archive ----------------------------------------------------------------
