@@ -75,6 +75,7 @@ class ProcNow:
     role: str  # verl's name of the role: critic, actor/rollout, TaskRunner (driver), ...
     rank: int | None
     title: str
+    seen: float = 0.0  # time of the list it comes from (its cpu_pct is as of then)
 
     def label(self) -> str:
         """``rank 3 (critic)`` or ``pid 4242 (critic)``, with the host: who it is, for people."""
@@ -95,7 +96,7 @@ def _method_of(bound: str | None) -> str:
     return trainer_method(bound) if bound else ""
 
 
-def _from_job(host: str, jp: JobProcessLike, ranks: dict[int, int]) -> ProcNow:
+def _from_job(host: str, jp: JobProcessLike, ranks: dict[int, int], seen: float) -> ProcNow:
     bound = jp.method or ""
     roles = worker_roles(bound)
     return ProcNow(
@@ -109,10 +110,11 @@ def _from_job(host: str, jp: JobProcessLike, ranks: dict[int, int]) -> ProcNow:
         role=join_roles(roles) if roles else (jp.role or ""),
         rank=ranks.get(jp.pid),
         title=jp.title,
+        seen=seen,
     )
 
 
-def _from_gpu(host: str, parts: list[GpuProcess]) -> ProcNow:
+def _from_gpu(host: str, parts: list[GpuProcess], seen: float) -> ProcNow:
     first = parts[0]
     roles = title_roles(first.cmd)
     return ProcNow(
@@ -126,6 +128,7 @@ def _from_gpu(host: str, parts: list[GpuProcess]) -> ProcNow:
         role=join_roles(roles) if roles else (first.verl_role or first.role or ""),
         rank=first.rank,
         title=first.cmd,
+        seen=seen,
     )
 
 
@@ -135,11 +138,11 @@ def processes(plist: ProcessList) -> list[ProcNow]:
     ranks = {p.pid: p.rank for p in plist.procs if p.rank is not None}
     jobs = job_records(plist)
     if jobs:
-        return [_from_job(plist.host, jp, ranks) for jp in jobs]
+        return [_from_job(plist.host, jp, ranks, plist.t) for jp in jobs]
     by_pid: dict[int, list[GpuProcess]] = {}
     for p in plist.procs:
         by_pid.setdefault(p.pid, []).append(p)
-    return [_from_gpu(plist.host, parts) for _, parts in sorted(by_pid.items())]
+    return [_from_gpu(plist.host, parts, plist.t) for _, parts in sorted(by_pid.items())]
 
 
 @dataclass

@@ -38,6 +38,7 @@ FLIGHT_RECORDER_ENV = (
 )
 BAD_STATES = ("T", "t", "Z", "D")  # stopped, traced, zombie, blocked: never normal for long
 MAX_GROUP_LINES = 6
+CPU_FRESH_S = 5.0  # a process list older than this says nothing about CPU now
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -176,6 +177,13 @@ class Running:
     _gpu: GpuNow | None = field(default=None, repr=False, compare=False)
 
     @property
+    def cpu(self) -> float | None:
+        """Its CPU % when the list it comes from is recent (the agent re-sends an unchanged
+        list only every 30 s: an older figure may predate a stop)."""
+        fresh = self.view.now - self.proc.seen <= CPU_FRESH_S
+        return self.proc.cpu_pct if fresh else None
+
+    @property
     def gpu(self) -> GpuNow:
         """Its GPUs over the quiet window."""
         if self._gpu is None:
@@ -244,12 +252,12 @@ def odd_ones(group: list[Running], th: Thresholds) -> OddOnes | None:
     if idle_gpu:
         n = len(group) - len(idle_gpu)
         return OddOnes([r.proc for r in idle_gpu], f"GPU idle while {n} peers spin in NCCL")
-    cpus = [r.proc.cpu_pct for r in group if r.proc.cpu_pct is not None]
+    cpus = [r.cpu for r in group if r.cpu is not None]
     if cpus and (median(cpus) or 0) >= 50:
         no_cpu = _minority(
             group,
-            lambda r: r.proc.cpu_pct is not None and r.proc.cpu_pct < 5,
-            lambda r: r.proc.cpu_pct is None or r.proc.cpu_pct >= 20,
+            lambda r: r.cpu is not None and r.cpu < 5,
+            lambda r: r.cpu is None or r.cpu >= 20,
         )
         if no_cpu:
             return OddOnes([r.proc for r in no_cpu], "no CPU while its peers spin")
@@ -265,8 +273,8 @@ def _describe_state(r: Running, th: Thresholds) -> str:
         parts.append("GPU idle")
     elif word == "spin":
         parts.append("GPU spinning (NCCL wait)")
-    if r.proc.cpu_pct is not None:
-        parts.append(f"CPU {r.proc.cpu_pct:.0f} %")
+    if r.cpu is not None:
+        parts.append(f"CPU {r.cpu:.0f} %")
     return ", ".join(parts) or "no sign of work"
 
 
@@ -281,7 +289,10 @@ def group_line(role: str, method: str, group: list[Running]) -> str:
     """One role's processes in one method: state counts, CPU, GPU, time in it."""
     states = Counter(r.proc.state for r in group if r.proc.state)
     state = ", ".join(f"{n} {s}" for s, n in states.most_common()) or "not reported"
-    cpu = _range([r.proc.cpu_pct for r in group if r.proc.cpu_pct is not None])
+    cpu = _range([r.cpu for r in group if r.cpu is not None])
+    if cpu == "n/a" and group:
+        age = min(r.view.now - r.proc.seen for r in group)
+        cpu = f"n/a (its process lists are {seconds(age)} old)"
     act = _range([r.gpu.activity for r in group if r.gpu.activity is not None])
     util = _range([r.gpu.util for r in group if r.gpu.util is not None])
     longest = max(r.elapsed for r in group)
