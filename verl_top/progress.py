@@ -114,25 +114,43 @@ def _from_job(host: str, jp: JobProcessLike, ranks: dict[int, int], seen: float)
     )
 
 
-def _from_gpu(host: str, parts: list[GpuProcess], seen: float) -> ProcNow:
+def _from_gpu(host: str, parts: list[GpuProcess], seen: float, titles: _Titles) -> ProcNow:
     first = parts[0]
-    roles = title_roles(first.cmd)
+    method, roles = titles.read(first.cmd)
     return ProcNow(
         host=host,
         pid=first.pid,
-        method=first.method if first.method is not None else classify(first.cmd).method,
+        method=first.method if first.method is not None else method,
         since=None,
         state="",
         cpu_pct=first.cpu_pct,
         gpus=tuple(sorted({p.gpu_index for p in parts})),
-        role=join_roles(roles) if roles else (first.verl_role or first.role or ""),
+        role=roles or first.verl_role or first.role or "",
         rank=first.rank,
         title=first.cmd,
         seen=seen,
     )
 
 
-def processes(plist: ProcessList) -> list[ProcNow]:
+class _Titles:
+    """A title's method and roles, parsed once: a job has a handful of distinct titles and a
+    list arrives at every title change (bounded: cleared when full)."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._seen: dict[str, tuple[str, str]] = {}
+        self._limit = limit
+
+    def read(self, title: str) -> tuple[str, str]:
+        """(method, verl roles joined) of a process title."""
+        hit = self._seen.get(title)
+        if hit is None:
+            if len(self._seen) >= self._limit:
+                self._seen.clear()
+            hit = self._seen[title] = (classify(title).method, join_roles(title_roles(title)))
+        return hit
+
+
+def processes(plist: ProcessList, titles: _Titles | None = None) -> list[ProcNow]:
     """The job's processes of one host list: the agent's job-process records when it sent
     them (state, method and since included), else one entry per GPU process (no state)."""
     ranks = {p.pid: p.rank for p in plist.procs if p.rank is not None}
@@ -142,7 +160,8 @@ def processes(plist: ProcessList) -> list[ProcNow]:
     by_pid: dict[int, list[GpuProcess]] = {}
     for p in plist.procs:
         by_pid.setdefault(p.pid, []).append(p)
-    return [_from_gpu(plist.host, parts, plist.t) for _, parts in sorted(by_pid.items())]
+    titles = titles if titles is not None else _Titles()
+    return [_from_gpu(plist.host, parts, plist.t, titles) for _, parts in sorted(by_pid.items())]
 
 
 @dataclass
@@ -182,6 +201,7 @@ class ProgressTracker:
     def __init__(self, max_procs: int = 65_536, max_methods: int = 64, keep: int = 32) -> None:
         self._cur: dict[tuple[str, int], _Current] = {}
         self._now: dict[str, list[ProcNow]] = {}  # host -> its latest list's processes
+        self._titles = _Titles()
         self._occ: dict[str, _Occurrences] = {}
         self.max_procs = max_procs
         self.max_methods = max_methods
@@ -190,7 +210,7 @@ class ProgressTracker:
     def observe(self, plist: ProcessList) -> None:
         """Take one host's process list: close the episodes of processes that changed method,
         and keep the list's processes with their ``since`` for ``current``."""
-        procs = processes(plist)
+        procs = processes(plist, self._titles)
         for p in procs:
             self._see(plist.host, p, plist.t)
         seen = {p.pid for p in procs}
