@@ -223,3 +223,17 @@ def test_watchdog_lines_in_a_followed_verl_log_become_events_with_rank_and_pid()
     (rep,) = watchdog_ties(store.events).timed_out()
     # The verl parser hands NCCL lines over without Ray's prefix: the rank ties, not the pid.
     assert (rep.rank, rep.pg, rep.seq, rep.op_type) == (3, "0", 9141, "_ALLGATHER_BASE")
+
+
+def test_a_first_checkpoint_save_is_not_judged_by_the_step_time() -> None:
+    # No save_checkpoint history (the real log has no timing_s/save_checkpoint): 90 s of a
+    # first save with the GPU idle is no hang, while the step-based limit (3 x ~2 s) would say so.
+    store, pipe = new_pipeline()
+    pipe.emit(hello("h200", 1, S - 100))
+    history(pipe, S - 100)
+    save = "actor_rollout_save_checkpoint"
+    pipe.emit(ProcessList(host="h200", t=S, procs=[worker(2481, 0, save, 20.0, 0)]))
+    for k in range(-30, 91):
+        pipe.emit(gpu("h200", 0, S + k, "busy" if k < 0 else "idle", k))
+    check = job_hang(View(store, TH), TH)
+    assert not isinstance(check, Finding) and "overruns after 600 s" in check.detail

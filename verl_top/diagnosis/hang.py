@@ -36,7 +36,12 @@ FLIGHT_RECORDER_ENV = (
     "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 "
     "(dumps /tmp/nccl_trace_rank_<N>; TORCH_NCCL_DEBUG_INFO_TEMP_FILE sets the prefix)"
 )
-BAD_STATES = ("T", "t", "Z", "D")  # stopped, traced, zombie, blocked: never normal for long
+BAD_STATES = ("T", "t", "Z", "D")
+# Methods that read or write checkpoints: without a history of their own, minutes are normal
+# for them, so the step-based limit would call a slow disk a hang.
+IO_METHODS = frozenset(
+    {"save_checkpoint", "load_checkpoint", "init_model"}
+)  # stopped, traced, zombie, blocked: never normal for long
 MAX_GROUP_LINES = 6
 CPU_FRESH_S = 5.0  # a process list older than this says nothing about CPU now
 
@@ -102,7 +107,9 @@ def _timings(view: View, name: str) -> list[float]:
     return out
 
 
-def overrun_limit(view: View, th: Thresholds, hist: MethodHistory | None) -> tuple[float, str]:
+def overrun_limit(
+    view: View, th: Thresholds, hist: MethodHistory | None, method: str = ""
+) -> tuple[float, str]:
     """Seconds after which the method overruns, and why that many."""
     if hist is not None and hist.n >= th.hang_min_history:
         limit = max(th.hang_factor * hist.p95, th.hang_min_s)
@@ -110,6 +117,8 @@ def overrun_limit(view: View, th: Thresholds, hist: MethodHistory | None) -> tup
             f"{th.hang_factor:g}x its p95 {seconds(hist.p95)} ({hist.basis}), "
             f"at least {seconds(th.hang_min_s)}"
         )
+    if method in IO_METHODS:
+        return th.stall_max_s, f"no history of {method} (I/O-bound, minutes are normal)"
     steps = [s.step_time for s in view.steps() if s.step_time]
     med = median(steps)
     if med:
@@ -205,7 +214,7 @@ def running(view: View, th: Thresholds) -> list[Running] | None:
             continue
         if p.method not in limits:
             hist = method_history(view, p.method)
-            limits[p.method] = (*overrun_limit(view, th, hist), hist)
+            limits[p.method] = (*overrun_limit(view, th, hist, p.method), hist)
         limit, basis, hist = limits[p.method]
         out.append(Running(p, view.now - p.since, limit, basis, hist, view, quiet))
     return out
