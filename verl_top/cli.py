@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING
 
 from verl_top import __version__
 from verl_top.inputs import InputError, add_input_arguments, build_inputs
-from verl_top.settings import Settings, SettingsError, config_arg, load_settings, parse_args_with
+from verl_top.settings import (
+    Settings,
+    SettingsError,
+    config_arg,
+    default_config_path,
+    load_settings,
+    parse_args_with,
+)
 
 if TYPE_CHECKING:
     from verl_top.diagnosis.engine import Engine  # imported lazily: the engine pulls in the rules
@@ -263,7 +270,16 @@ def _run_app(args: argparse.Namespace, settings: Settings | None = None) -> int:
         raise InputError(f"--theme: {exc}") from exc
     check_sources(args)
     inputs = build_inputs(args)
-    app = VerlTopApp(inputs, refresh=args.refresh, theme_name=theme, engine=_engine(settings, args))
+    sort = settings.defaults.get("sort")
+    app = VerlTopApp(
+        inputs,
+        refresh=args.refresh,
+        theme_name=theme,
+        engine=_engine(settings, args),
+        # theme, sort and window chosen in the app go back to the file (docs/configuration.md)
+        settings_file=settings.path or default_config_path(),
+        sort=(sort, bool(settings.defaults.get("sort_reverse", False))) if sort else None,
+    )
     app.run()
     inputs.close()
     if app.return_code:

@@ -120,13 +120,17 @@ class VerlTopHeader(Vertical):
         title: str,
         replay: Any,
         replay_t0: float | None,
+        host_filter: str = "",
     ) -> None:
-        """Redraw from the store, the latest verdict and the replay control."""
+        """Redraw from the store, the latest verdict, the replay control and the kept filter."""
         statics = self.query(Static)
         if len(statics) < 2:
             return  # children not composed yet (a timer can fire before the first layout)
         # (priority, text): on a narrow terminal the lowest-priority parts are left out.
         parts: list[tuple[int, Text]] = [(9, Text(f" {mode} ", style="reverse bold"))]
+        if host_filter.strip():  # rows are hidden: say so on every screen (Esc clears it)
+            parts.append((9, Text(f" filter {clean_text(host_filter.strip(), 40)} ", "reverse")))
+            parts.append((3, Text(" Esc: clear", style="dim")))
         parts.append((2, Text(f" {clean_text(title)}", style="bold")))
         parts.append((8, Text(f" hosts {host_summary(store)}")))
         parts.append((7, Text(f" GPUs {store.gpu_count()}")))
