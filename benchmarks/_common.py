@@ -16,12 +16,29 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+# benchmarks/compare.py runs this checkout's benchmarks (the harness, its fixtures) against the
+# code of another checkout: the verl_top package is imported from there.
+CODE_ENV = "VERL_TOP_BENCH_CODE"
+
+
+def code_root() -> Path:
+    """The checkout whose ``verl_top`` is measured: ``$VERL_TOP_BENCH_CODE``, else this one."""
+    return Path(os.environ.get(CODE_ENV) or REPO).resolve()
 
 
 def ensure_repo_on_path() -> None:
-    """Make ``import verl_top`` work when a benchmark is run as ``python benchmarks/x.py``."""
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
+    """Make ``import verl_top`` import the code under test (``code_root()``) when a benchmark is
+    run as ``python benchmarks/x.py``, ahead of any installed copy."""
+    root = str(code_root())
+    if sys.path[:1] != [root]:
+        sys.path.insert(0, root)
+
+
+def ensure_tests_on_path() -> None:
+    """Make this checkout's test helpers (tests/ui_data.py, tests/sshd.py) importable."""
+    tests = str(REPO / "tests")
+    if tests not in sys.path:
+        sys.path.append(tests)
 
 
 def median(values: Sequence[float]) -> float | None:

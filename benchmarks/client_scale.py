@@ -22,7 +22,9 @@ Measured over the window after warm-up: client CPU % of one core (``process_time
 (psutil, at the end) and peak RSS, sample-to-screen latency (a sample's synthesis time ``t`` to
 the moment the first refresh that includes it has been painted: ``call_after_refresh``),
 ingest latency (``Store.latencies``: received - t), the refresh (``refresh_now``: diagnosis +
-header + pane), the pane refresh alone, the engine alone, and refresh + paint.
+header + pane), the pane refresh alone, the engine alone (wall, and CPU of the thread running
+it), refresh + paint, and the event loop's lag (how late a task sleeping 10 ms at a time wakes:
+the longest any frame or key press waited).
 """
 
 from __future__ import annotations
@@ -270,12 +272,13 @@ class Timings:
     pane_ms: list[float] = field(default_factory=list)
     pane_cpu_ms: list[float] = field(default_factory=list)
     engine_ms: list[float] = field(default_factory=list)
+    engine_cpu_ms: list[float] = field(default_factory=list)
     latency: list[tuple[float, int]] = field(default_factory=list)  # (seconds, samples)
     measuring: bool = False
 
 
 class TimedEngine:
-    """The real diagnosis engine, timed."""
+    """The real diagnosis engine, timed (wall, and CPU of the thread that runs it)."""
 
     def __init__(self, timings: Timings) -> None:
         from verl_top.diagnosis.engine import Engine  # noqa: PLC0415
@@ -283,13 +286,35 @@ class TimedEngine:
         self.engine = Engine()
         self.timings = timings
 
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)  # thresholds, and whatever else the monitor reads
+
     def evaluate(self, store: Any) -> Any:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         try:
             return self.engine.evaluate(store)
         finally:
             if self.timings.measuring:
                 self.timings.engine_ms.append((time.perf_counter() - t0) * 1000)
+                self.timings.engine_cpu_ms.append((time.thread_time() - c0) * 1000)
+
+
+class LoopLag:
+    """How late the event loop wakes a task that sleeps ``period`` s at a time: the longest any
+    frame, key press or sample waited for the loop while measuring."""
+
+    def __init__(self, period: float = 0.01) -> None:
+        self.period = period
+        self.lags_ms: list[float] = []
+        self.on = False
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            t0 = loop.time()
+            await asyncio.sleep(self.period)
+            if self.on:
+                self.lags_ms.append(max(0.0, (loop.time() - t0 - self.period) * 1000))
 
 
 def weighted_percentile(pairs: list[tuple[float, int]], q: float) -> float | None:
@@ -434,7 +459,9 @@ async def run_one(
             gc_clock = GcClock()
             gc.callbacks.append(gc_clock)
             result["rss_start_mb"] = rss_mb()
-            timings.measuring = gc_clock.on = True
+            lag = LoopLag()
+            lag_task = asyncio.create_task(lag.run())
+            timings.measuring = gc_clock.on = lag.on = True
             if transport == "wire":
                 cluster.measuring = True
             w0, c0 = time.perf_counter(), time.process_time()
@@ -444,7 +471,11 @@ async def run_one(
                 rss_series.append((time.perf_counter() - w0, rss_mb()))
             w1, c1 = time.perf_counter(), time.process_time()
             result["rss_series"] = rss_series
-            timings.measuring = gc_clock.on = False
+            timings.measuring = gc_clock.on = lag.on = False
+            lag_task.cancel()
+            result["loop_lag_ms_p99"] = percentile(lag.lags_ms, 99)
+            result["loop_lag_ms_max"] = max(lag.lags_ms, default=None)
+            result["loop_waits_over_50ms"] = sum(1 for v in lag.lags_ms if v > 50.0)
             if transport == "wire":
                 cluster.measuring = False
                 result["ingest_cpu_pct"] = 100.0 * cluster.ingest_cpu_s / (w1 - w0)
@@ -472,7 +503,7 @@ async def run_one(
     result["latency_p50_s"] = weighted_percentile(timings.latency, 50)
     result["latency_p95_s"] = weighted_percentile(timings.latency, 95)
     result["latency_max_s"] = max((v for v, _ in timings.latency), default=None)
-    for key in ("refresh_ms", "paint_ms", "pane_ms", "pane_cpu_ms", "engine_ms"):
+    for key in ("refresh_ms", "paint_ms", "pane_ms", "pane_cpu_ms", "engine_ms", "engine_cpu_ms"):
         vals = getattr(timings, key)
         result[f"{key}_p50"] = median(vals)
         result[f"{key}_p95"] = percentile(vals, 95)
@@ -511,6 +542,7 @@ HEADERS = [
     "pane p50/p95 ms",
     "pane CPU p50/p95 ms",
     "engine p50 ms",
+    "loop lag max ms",
     "paint p95 ms",
     "ingest % core",
     "full GC ms/s",
@@ -535,7 +567,7 @@ def report(results: list[dict]) -> str:
     rows = []
     for r in results:
         if "error" in r:
-            rows.append([r.get("gpus"), r.get("hosts"), r.get("transport"), "error", *[None] * 12])
+            rows.append([r.get("gpus"), r.get("hosts"), r.get("transport"), "error", *[None] * 13])
             continue
         rows.append(
             [
@@ -551,6 +583,7 @@ def report(results: list[dict]) -> str:
                 _pair(r, "pane_ms"),
                 _pair(r, "pane_cpu_ms"),
                 r["engine_ms_p50"],
+                r.get("loop_lag_ms_max"),
                 r["paint_ms_p95"],
                 r.get("ingest_cpu_pct"),
                 r.get("gc_full_ms_per_s"),

@@ -165,3 +165,37 @@ def test_prom_scale(tmp_path: Path) -> None:
     assert "CPU % of 1 s" in stdout and "raw / aggregated" in stdout
     assert data["gpus"] == 16
     assert data["rounds"]["aggregated (verl-top)"][0]["queries"] == 32
+
+
+def _compare(args: list[str], tmp_path: Path) -> tuple[str, dict]:
+    return run_bench("compare.py", ["--quick", *args], tmp_path, timeout=300)
+
+
+def test_compare_runs_base_and_head_side_by_side(tmp_path: Path) -> None:
+    """The regression guard checks out BASE in a worktree, runs both and prints the ratio table."""
+    stdout, data = _compare(["HEAD", "--only", "pane,parsers,agent"], tmp_path)
+    assert "HEAD/BASE" in stdout and "spread (min-max)" in stdout
+    assert data["base"].startswith("HEAD (") and data["head"].startswith("working tree at")
+    rows = {(r["benchmark"], r["metric"]): r for r in data["rows"]}
+    assert {b for b, _ in rows} == {"pane", "parsers", "agent"}
+    for row in rows.values():
+        assert not row["base_error"] and not row["head_error"], row
+        assert row["rounds"] == 1 and row["ratio"] is not None
+    # the temporary worktree is gone
+    listing = subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "list"], capture_output=True, text=True
+    ).stdout
+    assert "verl-top-base-" not in listing
+
+
+def test_compare_says_na_when_base_cannot_run_a_benchmark(tmp_path: Path) -> None:
+    """The first commit has no parsers: BASE reads n/a with the reason, HEAD still measures."""
+    root = subprocess.run(
+        ["git", "-C", str(REPO), "rev-list", "--max-parents=0", "HEAD"],
+        capture_output=True,
+        text=True,
+    ).stdout.split()[0]
+    stdout, data = _compare([root, "--only", "parsers"], tmp_path)
+    (row, *_) = data["rows"]
+    assert row["base_error"] and not row["head_error"] and row["head"] > 0
+    assert "n/a" in stdout and "parsers on BASE: could not run" in stdout

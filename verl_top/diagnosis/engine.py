@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from verl_top.diagnosis import (
+    hang,
     step1_throughput,
     step2_comm,
+    step3_async,
     step3_dataflow,
     step3_rollout,
     step4_mapping,
@@ -19,9 +21,9 @@ from verl_top.origin import rephrase_asks
 from verl_top.store import Store
 
 STEP_RULES: dict[int, list[Rule]] = {
-    1: step1_throughput.RULES,
+    1: step1_throughput.RULES + [hang.job_hang],  # job.hang: docs/hangs.md
     2: step2_comm.RULES,
-    3: step3_dataflow.RULES + step3_rollout.RULES,  # rollout servers' metrics (--prometheus)
+    3: step3_dataflow.RULES + step3_rollout.RULES + step3_async.RULES,  # + async trainers
     4: step4_mapping.RULES,
     5: step5_config.RULES,
 }
@@ -190,6 +192,7 @@ def describe_inputs(view: View) -> dict[str, Any]:
         "gpus": len(view.gpus()),
         "hosts": len(store.hosts),
         "post_mortem": {path: dict(info) for path, info in post.items()},
+        "verl": view.flavour().as_dict(),
     }
 
 

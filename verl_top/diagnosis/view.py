@@ -23,8 +23,9 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from verl_top.diagnosis.readable import pct
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.store import GpuEntry, HostEntry, Ring, Store
 from verl_top.verl.stages import (
@@ -36,6 +37,9 @@ from verl_top.verl.stages import (
     role_of,
     split_timings,
 )
+
+if TYPE_CHECKING:
+    from verl_top.verl.flavour import VerlFlavour
 
 # Stages of one step in execution order (verl.md §1.2), from the verl catalogue: the core stages
 # without the profiler bookkeeping; testing/save_checkpoint are the periodic ones after `step`.
@@ -95,13 +99,14 @@ class StepView:
         ]
 
 
-def step_view(step: int, t: float, metrics: dict[str, float]) -> StepView:
+def step_view(step: int, t: float, metrics: dict[str, float], mode: str | None = None) -> StepView:
     """Read one step's metrics: stage times, step time without periodic work, throughput.
 
     Every ``timing_s/<name>`` outside the catalogue is a stage too (``split_timings``); timers
     nested in another (v0.5 ``reshard`` in ``gen``) and the profiler's bookkeeping are not.
+    ``mode`` is the trainer mode (async modes read ``timing_s/gen`` as the stage ``wait``).
     """
-    timings = split_timings(metrics)
+    timings = split_timings(metrics, mode)
     core_list = [
         n
         for n in core_names(timings.times, timings.nested)
@@ -153,8 +158,8 @@ def median(values: Iterable[float]) -> float | None:
 
 
 def fmt_pct(x: float) -> str:
-    """A fraction as a percentage string."""
-    return f"{100 * x:.0f} %"
+    """A fraction as a percentage string (readable.pct: ``57 %``, ``0.4 %``)."""
+    return pct(x)
 
 
 class _Phases:
@@ -214,6 +219,7 @@ class View:
         self._phase_of: dict[int, _Phases] = {}
         self._phase_by_points: dict[tuple[tuple[float, ...], tuple[str, ...]], _Phases] = {}
         self._wbands: list[tuple[float, float, str]] | None = None
+        self._flavour: VerlFlavour | None = None
 
     # -- window text ----------------------------------------------------------------------
     @property
@@ -320,8 +326,9 @@ class View:
     def steps(self) -> list[StepView]:
         """All steps in the store (oldest first), read through the stage catalogue."""
         if self._steps is None:
+            mode = self.flavour().trainer_mode
             self._steps = [
-                step_view(s.step, s.t, s.metrics) for s in self.store.steps if s.step > 0
+                step_view(s.step, s.t, s.metrics, mode) for s in self.store.steps if s.step > 0
             ]
         return self._steps
 
@@ -361,6 +368,34 @@ class View:
     def median_step_s(self) -> float | None:
         """Median of the recent steps' share denominator (step without validation/checkpoint)."""
         return median(s.denominator for s in self.recent_steps() if s.denominator)
+
+    def flavour(self) -> VerlFlavour:
+        """verl version range, trainer mode, engine, backend, device and pools of the job
+        (``verl_top.verl.flavour``): the rules ask it before reading a key."""
+        if self._flavour is None:
+            from verl_top.verl.flavour import store_flavour
+
+            self._flavour = store_flavour(self.store)
+        return self._flavour
+
+    def on_npu(self) -> bool:
+        """True for a job on Ascend NPUs (trainer.device=npu): no NVML/GPM, CUDA-graph or
+        other GPU-only wording applies to it."""
+        return self.flavour().device == "npu"
+
+    def pool_gpus(self) -> dict[str, list[GpuEntry]]:
+        """The window's GPUs by the pool their processes serve: ``trainer`` (a WorkerDict or
+        an actor worker on it), ``rollout`` (only rollout engine processes), ``unknown``."""
+        out: dict[str, list[GpuEntry]] = {"trainer": [], "rollout": [], "unknown": []}
+        for g in self.gpus():
+            host = self.store.hosts.get(g.host)
+            procs = host.procs.procs if host is not None and host.procs is not None else []
+            roles = {p.role for p in procs if p.gpu_index == g.index}
+            pool = (
+                "trainer" if "trainer" in roles else "rollout" if "rollout" in roles else "unknown"
+            )
+            out[pool].append(g)
+        return out
 
     def rollout_engine(self) -> str | None:
         """The rollout engine in use (``hf``, ``vllm``, ``sglang``...) from the config."""

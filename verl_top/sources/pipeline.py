@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from verl_top.model import LogLines, ProcessList, Record
+from verl_top.nccl.parse import EventScanner
 from verl_top.roles import RoleMemory, annotate_verl, config_roles
 from verl_top.sources.recorder import Recorder
 from verl_top.store import Store
@@ -50,6 +51,9 @@ class Pipeline:
         self.recorder = recorder
         self.parsers = default_parsers() if parsers is None else parsers
         self._streams: dict[tuple[str, str, str], StreamParser] = {}
+        # Watchdog / NCCL WARN lines of followed verl logs (workers' stderr reaches the driver's
+        # console): one scanner per file, as the NCCL log parser has its own.
+        self._scanners: dict[tuple[str, str], EventScanner] = {}
         self.wall_clock = wall_clock
         self.listeners: list[Callable[[Record], None]] = []
         self.roles = RoleMemory()  # the verl roles each WorkerDict served so far
@@ -98,6 +102,11 @@ class Pipeline:
             parser.reset()
         out = parser.feed(rec.lines, rec.t)
         self._note_counts(rec.host, rec.path, rec.kind, parser)
+        if rec.kind == "verl":
+            scanner = self._scanners.get(key[:2])
+            if scanner is None or rec.reset:
+                scanner = self._scanners[key[:2]] = EventScanner(rec.host, rec.path)
+            out += scanner.feed(rec.lines, rec.t)
         return out
 
     def _note_counts(self, host: str, path: str, kind: str, parser: StreamParser) -> None:

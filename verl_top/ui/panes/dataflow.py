@@ -23,6 +23,7 @@ from textual.app import ComposeResult
 from textual.widgets import Static
 
 from verl_top.assessment import Assessment
+from verl_top.compare import Comparison
 from verl_top.model import VerlStep
 from verl_top.origin import missing_steps_text
 from verl_top.status import waited_s, waiting_for_first_step
@@ -230,8 +231,24 @@ def trend_text(recent: float | None, run: float | None) -> Text:
     return Text(f"→ {pct:+.0f}%", style="dim")
 
 
-def stage_summary(views: Sequence[StepView]) -> RenderableType:
-    """Each stage's median seconds and share over the run, and the last steps' trend."""
+def _baseline_cells(comparison: Comparison | None, stage: str, run: float | None) -> list[Text]:
+    """'baseline s' and 'vs baseline' cells of a stage row (none without --baseline)."""
+    if comparison is None:
+        return []
+    if stage == "step":
+        base = comparison.baseline.step_s
+    else:
+        base = comparison.baseline.stages.get(stage)
+    if base is None:
+        return [Text("—", style="dim"), Text("new" if run else "—", style="dim")]
+    return [Text(f"{base.median:.2f}"), trend_text(run, base.median)]
+
+
+def stage_summary(
+    views: Sequence[StepView], comparison: Comparison | None = None
+) -> RenderableType:
+    """Each stage's median seconds and share over the run, and the last steps' trend; with
+    ``--baseline``, the baseline run's median and this run against it."""
     normal = [v for v in views if not v.is_outlier and v.has_training]
     if not normal:
         return Text("no training step without validation/checkpoint yet", style="italic")
@@ -243,6 +260,7 @@ def stage_summary(views: Sequence[StepView]) -> RenderableType:
         ("share", "right"),
         (f"last {len(recent)} s", "right"),
         ("trend", "left"),
+        *((("baseline s", "right"), ("vs baseline", "left")) if comparison else ()),
     ):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     order: dict[str, None] = {}
@@ -276,6 +294,7 @@ def stage_summary(views: Sequence[StepView]) -> RenderableType:
             share_text,
             "—" if last is None else f"{last:.2f}",
             trend_text(last, run),
+            *_baseline_cells(comparison, stage or "(other)", run),
         )
     dens = [sh.denominator for v in normal if (sh := v.shares()) is not None]
     step_run = _median(dens)
@@ -287,6 +306,7 @@ def stage_summary(views: Sequence[StepView]) -> RenderableType:
         "100%",
         "—" if step_last is None else f"{step_last:.2f}",
         trend_text(step_last, step_run),
+        *_baseline_cells(comparison, "step", step_run),
     )
     return table
 
@@ -520,10 +540,17 @@ class DataflowPane(Pane):
 
     def update_content(self, store: Store, assessment: Assessment) -> None:
         width = self.scrollable_content_region.width
-        self.query_one("#flow-body", Static).update(self.body(store, width=width))
+        self.query_one("#flow-body", Static).update(
+            self.body(store, width=width, comparison=assessment.comparison)
+        )
 
     def body(
-        self, store: Store, bar_width: int = BAR_WIDTH, note_width: int = 80, width: int = 0
+        self,
+        store: Store,
+        bar_width: int = BAR_WIDTH,
+        note_width: int = 80,
+        width: int = 0,
+        comparison: Comparison | None = None,
     ) -> RenderableType:
         """Everything below the findings (``width``: the bars take what it leaves, else
         ``bar_width`` and ``note_width``)."""
@@ -564,7 +591,7 @@ class DataflowPane(Pane):
                 f"(trend: median of the last {TREND_STEPS} vs the run, ±{FLAT_PCT:.0f}% = →)",
                 style="bold underline",
             ),
-            stage_summary(views),
+            stage_summary(views, comparison),
             Text(""),
             rate_text(views),
         ]
