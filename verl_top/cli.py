@@ -25,8 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from verl_top import __version__
-from verl_top.cli_help import with_help
+from verl_top.cli_help import VersionAction, with_help
 from verl_top.inputs import InputError, Inputs, add_input_arguments, build_inputs
 from verl_top.settings import (
     Settings,
@@ -75,7 +74,7 @@ LIVE_SOURCES = ("hosts", "slurm", "ray")
 
 def _base_parser(prog: str, description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("--version", action="version", version=f"verl-top {__version__}")
+    parser.add_argument("--version", action=VersionAction)
     parser.add_argument(
         "--config",
         metavar="FILE",

@@ -7,7 +7,11 @@ parser, so they cannot drift from the options.
 from __future__ import annotations
 
 import argparse
+import platform
+import sys
 import textwrap
+from importlib import metadata
+from typing import Any, NoReturn
 
 # Command -> (command line, what it does). The command line starts with "verl-top".
 EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
@@ -127,3 +131,45 @@ def with_help(parser: argparse.ArgumentParser, command: str) -> argparse.Argumen
         parts.append(examples)
     parser.epilog = "\n\n".join(parts) or None
     return parser
+
+
+# Distributions whose versions a bug report needs (name as installed -> what it does here).
+KEY_DEPENDENCIES = (
+    ("textual", "the screen"),
+    ("asyncssh", "SSH to the nodes"),
+    ("nvidia-ml-py", "NVML on this machine"),
+    ("psutil", "host samples"),
+    ("torch", "only for `probe nccl`"),
+)
+
+
+def dist_version(name: str) -> str:
+    """The installed version of distribution ``name``, or 'not installed'."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def version_text() -> str:
+    """``verl-top --version``: verl-top, its key dependencies and the Python running it."""
+    from verl_top import __version__
+
+    lines = [f"verl-top {__version__}"]
+    width = max(len(name) for name, _ in KEY_DEPENDENCIES)
+    for name, why in KEY_DEPENDENCIES:
+        lines.append(f"  {name:<{width}} {dist_version(name):<14} ({why})")
+    lines.append(f"  {'python':<{width}} {platform.python_version():<14} ({sys.executable})")
+    return "\n".join(lines)
+
+
+class VersionAction(argparse.Action):
+    """``--version``: print version_text() and exit 0 (argparse's own prints one string)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kw: Any) -> None:
+        kw.setdefault("help", "print the versions of verl-top, its key dependencies and Python")
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> NoReturn:
+        print(version_text())
+        parser.exit()
