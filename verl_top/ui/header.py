@@ -12,7 +12,7 @@ from textual.widgets import Static
 from verl_top.assessment import Assessment
 from verl_top.status import BOTTLENECK, HEALTHY, NO_DATA
 from verl_top.store import Store
-from verl_top.ui.banner import fit_banner, saving_text, status_label
+from verl_top.ui.banner import fit_banner, fmt_seconds, saving_text, status_label
 from verl_top.ui.widgets import DEAD_STATES, severity_class
 from verl_top.untrusted import clean_text
 
@@ -144,14 +144,14 @@ class VerlTopHeader(Vertical):
         if replay is not None:
             pos = getattr(replay, "position", 0.0) or 0.0
             rel = pos - replay_t0 if replay_t0 is not None and pos else 0.0
-            state = (
-                "finished"
-                if getattr(replay, "finished", False)
-                else "⏸ paused"
-                if replay.paused
-                else "▶ playing"
-            )
-            parts.append((5, Text(f" {state} x{replay.speed:g} at +{rel:.0f}s")))
+            if getattr(replay, "finished", False):
+                # The whole recording was played (a headless snapshot plays it at full speed):
+                # say how much data it held, not the replay clock's position.
+                span = store.now - store.first_t if store.first_t is not None else 0.0
+                parts.append((5, Text(f" finished · {fmt_seconds(max(0.0, span))} of data")))
+            else:
+                state = "⏸ paused" if replay.paused else "▶ playing"
+                parts.append((5, Text(f" {state} x{replay.speed:g} at +{rel:.0f}s")))
         line = fit_parts(parts, self.size.width or 200)
         self.query_one("#status-line", Static).update(line)
         self.set_class(mode != "LIVE", "-replay")
