@@ -240,3 +240,26 @@ def test_each_origin_has_its_own_way_to_get_verl_steps() -> None:
     store = Store()
     store.ingest(VerlStep(host="h", t=1.0, step=1, metrics={}))
     assert verl_log_ask(store) == ""  # steps read: never ask for a log
+
+
+def test_prometheus_and_replays_say_what_they_cannot_know() -> None:
+    """dcgm-exporter has no process list and no host sample: say so, not 'yet' (issue 32
+    item 6); a recording without them says the recording has none."""
+    from verl_top.model import GpuSample
+    from verl_top.ui.node_screen import render_hidden, render_host
+
+    words = {}
+    for origin in ("prometheus", "replay", "ssh"):
+        store = Store()
+        store.origin = origin
+        store.ingest(GpuSample(host="gpu01", t=1.0, index=0, util_gpu=50.0))
+        h = store.hosts["gpu01"]
+        words[origin] = (
+            str(render_hidden(h, [], {}, store)),
+            str(render_host(store, h, {}, 40)),
+        )
+    procs, host = words["prometheus"]
+    assert procs.startswith("process lists are not exported by dcgm-exporter")
+    assert "not in dcgm-exporter's series" in host and "yet" not in procs + host
+    assert words["replay"][0] == "the recording has no GPU process list for this node"
+    assert "from this node yet" in words["ssh"][0] and "no host sample yet" in words["ssh"][1]
