@@ -16,7 +16,7 @@ import pytest
 from verl_top.cli import diagnose_parser
 from verl_top.headless import collect
 from verl_top.inputs import build_inputs
-from verl_top.ui.banner import saving_text
+from verl_top.ui.banner import fmt_seconds, saving_text
 from verl_top.ui.screenshot import render_screen_svg
 
 SESSION = (
@@ -49,7 +49,7 @@ def test_screen_svg_is_xml_with_the_whole_banner_and_the_datas_span(svg_and_lead
     root = ET.fromstring(svg)  # parses as XML
     assert root.tag.endswith("svg")
     text = "\n".join(lines_of(svg))
-    assert f"finished · {span:.0f} s of data" in text  # 40 s recording, not "x1 at +0s"
+    assert f"finished · {fmt_seconds(span)} of data" in text  # ~40 s, not "x1 at +0s"
     assert "at +0s" not in text
     assert 35 < span < 45
     # The banner at 160 columns: the whole title, its saving and the advice's switch.

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from rich.cells import cell_len
 
 from verl_top.diagnosis.findings import STEP_NAMES, Finding
+from verl_top.diagnosis.readable import seconds as fmt_seconds  # one way to write seconds
 
 ELLIPSIS = "…"
 LEAD_MARK = "● "
@@ -29,17 +30,6 @@ _SETTING = re.compile(r"[a-z_]+\.[a-z_][a-z_.]*|\w+=\w+|\b[A-Z][A-Z0-9]*_[A-Z0-9
 _VERL_ROOT = re.compile(r"\bactor_rollout_ref\.")
 # Clause breaks: a title shortened by meaning keeps its leading clauses.
 _CLAUSE_SEPS = ("; ", " — ", ": ", ", ")
-
-
-def fmt_seconds(seconds: float) -> str:
-    """Seconds people read at a glance: 1.9 s, 18 s, 9.9 min, 2.5 h (never 1.2e+03)."""
-    if seconds < 10:
-        return f"{seconds:.1f} s"
-    if seconds < 100:
-        return f"{seconds:.0f} s"
-    if seconds < 6000:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def saving_text(finding: Finding) -> str:
