@@ -457,6 +457,52 @@ def _events(doc: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def _environment(doc: dict[str, Any]) -> list[str]:
+    """Software versions (or 'unknown', with where each was read), the launch command and
+    the last error lines of the followed logs."""
+    env = doc.get("environment") or {}
+    rows = [[s["name"], s["version"], s["source"]] for s in env.get("software", [])]
+    lines = ["## Software", "", *_table(["what", "version", "read from"], rows), ""]
+    launch = env.get("launch") or {}
+    lines += ["## Launch command", ""]
+    if launch.get("command"):
+        lines += [
+            f"From {launch.get('source')} (secrets redacted):",
+            "",
+            "```",
+            launch["command"],
+            "```",
+        ]
+    else:
+        lines.append(f"Not seen: {launch.get('source', '')}.")
+    lines += ["", "## Last error lines", ""]
+    errors = env.get("errors") or []
+    if errors:
+        lines += [
+            "The last lines of the followed logs that report an error, oldest first:",
+            "",
+            "```",
+        ]
+        lines += list(errors)
+        lines.append("```")
+    else:
+        lines.append("No traceback, OOM, NCCL WARN or watchdog line in the logs read.")
+    return [*lines, ""]
+
+
+def _history(assessment: Assessment | None) -> list[str]:
+    """The leads shown over time (the monitor's hysteresis kept each for a while)."""
+    lines = ["## Verdict history", ""]
+    changes = list(assessment.history) if assessment is not None else []
+    if not changes:
+        return [*lines, "No verdict was given.", ""]
+    rows = [
+        [_iso(c.t), f"step {c.step}" if c.step else "-", c.rule or "no bottleneck", c.title or ""]
+        for c in changes
+    ]
+    return [*lines, *_table(["data time", "step", "lead", "title"], rows), ""]
+
+
 def _files(doc: dict[str, Any], store: Store) -> list[str]:
     files = doc["files"]
     screen = (
@@ -496,6 +542,8 @@ def build_report(
     lines += _comm(doc)
     lines += _config(doc)
     lines += _events(doc)
+    lines += _environment(doc)
+    lines += _history(assessment)
     lines += _files(doc, store)
     # Foreign text was cleaned where it entered; clean again so no record path can bypass it.
     return "\n".join(clean_text(redact_text(line), 8192) for line in lines).rstrip() + "\n"
