@@ -6,19 +6,25 @@ Real: the step timings (tests/fixtures/verl/real_h200_verl050_grpo_hf_40steps.lo
 WorkerDict title format (``ray::WorkerDict.actor_rollout_generate_sequences``, seen on that job).
 Constructed, and said where used: an NCCL spin sample (NVML util 100 % with SM activity ~3 %,
 the hang signature of reference/gpu_comm.md §2.5; no capture of one exists yet), pids, ranks and
-the job-process records (``JobProcessRecord`` mirrors the agent's record field for field until it
-is in verl_top/model.py).
+the job-process records (``verl_top.model.JobProcess``, as the agent sends them).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verl_top.model import GpuInfo, GpuProcess, GpuSample, Hello, LogLines, ProcessList
+from verl_top.model import (
+    GpuInfo,
+    GpuProcess,
+    GpuSample,
+    Hello,
+    JobProcess,
+    LogLines,
+    ProcessList,
+)
 from verl_top.sources.pipeline import Pipeline
 from verl_top.store import Store
 
@@ -38,23 +44,6 @@ def _trace() -> dict[str, list[dict[str, Any]]]:
 TRACE = _trace()
 BUSY = [r for r in TRACE["gen_decode_memory_bound"] if r["util_gpu"] > 50]
 IDLE = TRACE["idle_after"]
-
-
-@dataclass
-class JobProcessRecord:
-    """The agent's job-process record (issue 29 M2), field for field."""
-
-    pid: int
-    ppid: int | None = None
-    user: str = ""
-    state: str = "R"
-    title: str = ""
-    method: str | None = None
-    method_since: float | None = None
-    cpu_pct: float | None = None
-    rss_bytes: int | None = None
-    gpus: list[int] = field(default_factory=list)
-    role: str = ""
 
 
 def gpu(host: str, idx: int, t: float, kind: str, k: int = 0, **over: Any) -> GpuSample:
@@ -104,9 +93,6 @@ def new_pipeline() -> tuple[Store, Pipeline]:
     return store, Pipeline(store, wall_clock=lambda: store.now or T0)
 
 
-def with_jobs(plist: ProcessList, jobs: list[JobProcessRecord]) -> ProcessList:
+def with_jobs(plist: ProcessList, jobs: list[JobProcess]) -> ProcessList:
     """``plist`` carrying the agent's job-process records (``ProcessList.job_procs``)."""
-    procs = [dataclasses.replace(p, rank=p.env_rank) for p in plist.procs]  # as annotate does
-    plist = dataclasses.replace(plist, procs=procs)
-    plist.job_procs = jobs  # type: ignore[attr-defined]  # until the field is in model.py
-    return plist
+    return dataclasses.replace(plist, job_procs=jobs)

@@ -10,13 +10,13 @@ constructed). Expected numbers, worked out from the log before running the rule:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
 
 from tests.hang_data import (
     T0,
-    JobProcessRecord,
     gpu,
     hello,
     history,
@@ -29,7 +29,7 @@ from verl_top.diagnosis.findings import Finding
 from verl_top.diagnosis.hang import job_hang
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View
-from verl_top.model import LogLines, ProcessList
+from verl_top.model import JobProcess, LogLines, ProcessList
 from verl_top.nccl.parse import watchdog_ties
 from verl_top.progress import ProgressTracker
 from verl_top.sources.pipeline import Pipeline
@@ -98,7 +98,7 @@ def _fleet(pipe: Pipeline, end: float, odd: int, jobs: bool = False, state: str 
             plist = ProcessList(host=host, t=t, procs=procs)
             if jobs:
                 recs = [
-                    JobProcessRecord(
+                    JobProcess(
                         pid=5000 + r,
                         state=state if (r == odd and method) else "R",
                         title="ray::WorkerDict" + (f".{method}" if method else ""),
@@ -110,10 +110,7 @@ def _fleet(pipe: Pipeline, end: float, odd: int, jobs: bool = False, state: str 
                     )
                     for r in ranks
                 ]
-                # Straight into the store: the pipeline's copy would drop the attribute that
-                # stands in for ProcessList.job_procs until the field is in model.py.
-                pipe.store.ingest(with_jobs(plist, recs))
-                continue
+                plist = with_jobs(plist, recs)
             pipe.emit(plist)
     t, k = S - 30, 0
     while t <= end:
@@ -237,3 +234,32 @@ def test_a_first_checkpoint_save_is_not_judged_by_the_step_time() -> None:
         pipe.emit(gpu("h200", 0, S + k, "busy" if k < 0 else "idle", k))
     check = job_hang(View(store, TH), TH)
     assert not isinstance(check, Finding) and "overruns after 600 s" in check.detail
+
+
+def test_the_job_hang_scenario_names_the_stopped_worker_from_the_agents_records() -> None:
+    """tests/scenarios/job_hang carries the agent's job-process record (state T) beside the GPU
+    process list: the state in the title and the advice comes from that record. Worked out
+    before running: the real log's update_actor p50 is 20.6 s, p95 21.0 s (limit 63 s); the
+    worker entered it 120 s before the last record, the last GPU sample is 1 s earlier."""
+    from verl_top.protocol import read_recording
+
+    path = "tests/scenarios/job_hang/recording.ndjson"
+    records = list(read_recording(path))
+    store = Store()
+    for rec in records:
+        store.ingest(rec)
+    hang = job_hang(View(store, TH), TH)
+    assert isinstance(hang, Finding) and hang.severity == 1.0
+    assert hang.title.startswith("Hang: rank 0 (actor/rollout) on n1 in update_actor for 119 s")
+    assert "stopped (T)" in hang.title and "kill -CONT 4242` on n1" in hang.advice
+    assert [(c["host"], c["pid"]) for c in hang.data["culprits"]] == [("n1", 4242)]
+    assert "state 1 T" in hang.evidence[1]
+    # Without the record the same GPU list gives no state: the name came from the agent's.
+    bare = Store()
+    for rec in records:
+        if isinstance(rec, ProcessList):
+            rec = dataclasses.replace(rec, job_procs=[])
+        bare.ingest(rec)
+    blind = job_hang(View(bare, TH), TH)
+    assert isinstance(blind, Finding) and "stopped (T)" not in blind.title
+    assert "kill -CONT" not in blind.advice

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
-from verl_top.model import GpuProcess, ProcessList
+from verl_top.model import GpuProcess, JobProcess, ProcessList
 from verl_top.roles import classify, join_roles, title_roles, trainer_method, worker_roles
 
 # A WorkerDict method -> the verl timers (``timing_s/<name>``) that time the same work, the most
@@ -48,19 +46,6 @@ STATE_WORDS: dict[str, str] = {
 OCCURRENCE_JOIN_S = 5.0  # ranks starting a method within this of the first are one occurrence
 
 
-class JobProcessLike(Protocol):
-    """The fields of the agent's job-process record (``model.JobProcess``) this module reads."""
-
-    pid: int
-    state: str
-    title: str
-    method: str | None
-    method_since: float | None
-    cpu_pct: float | None
-    gpus: list[int]
-    role: str
-
-
 @dataclass(frozen=True)
 class ProcNow:
     """One process of the job as the latest process list shows it, with its progress."""
@@ -83,20 +68,12 @@ class ProcNow:
         return f"{who} ({self.role or 'process'}) on {self.host}"
 
 
-def job_records(plist: ProcessList) -> Sequence[JobProcessLike] | None:
-    """The job-process records of a process list, None when the agent sent none.
-
-    ``ProcessList.job_procs`` is added by the agent's job-process work (issue 29 M2); until it
-    is in the model the attribute may be absent, hence the default."""
-    return getattr(plist, "job_procs", None)
-
-
 def _method_of(bound: str | None) -> str:
     """``critic_update_critic`` -> ``update_critic``; None / "" -> ""."""
     return trainer_method(bound) if bound else ""
 
 
-def _from_job(host: str, jp: JobProcessLike, ranks: dict[int, int], seen: float) -> ProcNow:
+def _from_job(host: str, jp: JobProcess, ranks: dict[int, int], seen: float) -> ProcNow:
     bound = jp.method or ""
     roles = worker_roles(bound)
     return ProcNow(
@@ -154,9 +131,8 @@ def processes(plist: ProcessList, titles: _Titles | None = None) -> list[ProcNow
     """The job's processes of one host list: the agent's job-process records when it sent
     them (state, method and since included), else one entry per GPU process (no state)."""
     ranks = {p.pid: p.rank for p in plist.procs if p.rank is not None}
-    jobs = job_records(plist)
-    if jobs:
-        return [_from_job(plist.host, jp, ranks, plist.t) for jp in jobs]
+    if plist.job_procs:
+        return [_from_job(plist.host, jp, ranks, plist.t) for jp in plist.job_procs]
     by_pid: dict[int, list[GpuProcess]] = {}
     for p in plist.procs:
         by_pid.setdefault(p.pid, []).append(p)

@@ -28,6 +28,7 @@ from verl_top.model import (  # noqa: E402
     GpuSample,
     Hello,
     HostSample,
+    JobProcess,
     LogEvent,
     NcclInfo,
     ProbeResult,
@@ -412,6 +413,22 @@ def scenarios() -> dict[str, tuple[list[Record], dict[str, Any], str]]:
                 rank=0,
             )
         ],
+        # The agent's job-process record of the same worker: stopped (T) inside update_actor
+        # since the list was taken, no CPU (what `kill -STOP` leaves; /proc/PID/stat's state).
+        job_procs=[
+            JobProcess(
+                pid=4242,
+                ppid=4100,
+                user="verl",
+                state="T",
+                title="ray::WorkerDict.actor_rollout_update_actor",
+                method="actor_rollout_update_actor",
+                method_since=T_END - 120,
+                cpu_pct=0.0,
+                rss_bytes=6 * 2**30,
+                gpus=[0],
+            )
+        ],
     )
     add(
         "job_hang",
@@ -422,7 +439,8 @@ def scenarios() -> dict[str, tuple[list[Record], dict[str, Any], str]]:
         "job.hang",
         "real verl log steps 1-20 (timing/update_actor p95 21.0 s: overrun after 63 s); a "
         "WorkerDict (pid and title constructed, title format real) in update_actor for 120 s, "
-        "its GPU in the real train phase then 120 s in the real idle_after phase",
+        "its GPU in the real train phase then 120 s in the real idle_after phase; the agent's "
+        "job-process record says it is stopped (T)",
     )
     add(
         "nccl_transport_socket",
