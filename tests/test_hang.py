@@ -218,8 +218,14 @@ def test_watchdog_lines_in_a_followed_verl_log_become_events_with_rank_and_pid()
     events = [e for e in store.events if e.kind == "watchdog"]
     assert len(events) == 1 and events[0].t == S  # the abort message repeats it: counted once
     (rep,) = watchdog_ties(store.events).timed_out()
-    # The verl parser hands NCCL lines over without Ray's prefix: the rank ties, not the pid.
-    assert (rep.rank, rep.pg, rep.seq, rep.op_type) == (3, "0", 9141, "_ALLGATHER_BASE")
+    # The verl parser hands the NCCL line over with Ray's prefix: the rank and the pid tie.
+    assert (rep.rank, rep.pg, rep.seq, rep.op_type, rep.pid) == (
+        3,
+        "0",
+        9141,
+        "_ALLGATHER_BASE",
+        55154,
+    )
 
 
 def test_a_first_checkpoint_save_is_not_judged_by_the_step_time() -> None:
@@ -263,3 +269,37 @@ def test_the_job_hang_scenario_names_the_stopped_worker_from_the_agents_records(
     blind = job_hang(View(bare, TH), TH)
     assert isinstance(blind, Finding) and "stopped (T)" not in blind.title
     assert "kill -CONT" not in blind.advice
+
+
+def test_watchdog_lines_of_a_driver_log_give_each_ranks_pid_in_the_hang_evidence() -> None:
+    """Workers' watchdog lines reach the driver's console behind Ray's prefix (verl 0.5.0's
+    form); the verl parser passes the prefix on, so the evidence names the pids. Lines: the
+    real timeout and state lines of reference/gpu_comm.md §2.5, re-issued for ranks 6 and 7
+    (timed out in SeqNum 1580, completed 1579) and rank 5 (completed 1577 only)."""
+    store, pipe = new_pipeline()
+    history(pipe, S - 100)
+    _fleet(pipe, S + 25, odd=5)
+    head = "(WorkerDict pid={pid}, ip=10.0.0.2) [rank{r}]:[E321 02:07:08.408271257 "
+    timeout = (
+        "ProcessGroupNCCL.cpp:607] [PG 0 Rank {r}] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=466119168, "
+        "NumelOut=466119168, Timeout(ms)=600000) ran for 600060 milliseconds before timing out."
+    )
+    state = (
+        "ProcessGroupNCCL.cpp:1664] [PG 0 Rank {r}] Exception (either an error or timeout) "
+        "detected by watchdog at work: 1580, last enqueued NCCL work: 1580, last completed "
+        "NCCL work: {done}."
+    )
+    lines = [(head + timeout).format(pid=5000 + r, r=r) for r in (6, 7)]
+    lines += [(head + state).format(pid=5000 + r, r=r, done=1579) for r in (6, 7)]
+    lines.append((head + state).format(pid=5005, r=5, done=1577))
+    pipe.emit(LogLines(host="head", t=S + 25, path="/tmp/driver.log", kind="verl", lines=lines))
+    hang = job_hang(View(store, TH), TH)
+    assert isinstance(hang, Finding)
+    watchdog = [e for e in hang.evidence if e.startswith("watchdog:")]
+    assert watchdog == [
+        "watchdog: ranks 6, 7 (pids 5006, 5007) of process group 0 timed out in ALLREDUCE "
+        "(SeqNum 1580)",
+        "watchdog: rank 5 (pid 5005) completed collective 1577 only; its peers got further",
+        "watchdog: ranks 0-4 printed no timeout (stuck before it)",
+    ]

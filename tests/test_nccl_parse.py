@@ -191,6 +191,20 @@ def test_watchdog_and_warn_events() -> None:
     assert classify_event("h:1:1 [0] NCCL INFO Using network Socket") is None
 
 
+def test_watchdog_pid_from_every_ray_prefix_form() -> None:
+    """The three prefix forms verl's driver log shows (verl_top/verl/parse.py ``_RAY_PREFIX_RE``:
+    verl 0.5.0's ``(WorkerDict pid=N, ip=A)``, newer Ray's named actors, a bare ``(pid=N)``)
+    give the reporting process; a line without one gives None."""
+    for prefix, pid in (
+        ("(WorkerDict pid=55154, ip=10.0.0.2) ", 55154),
+        ("(VGNd5CWorkerDict_0:0 WorkerDict pid=65860) ", 65860),
+        ("(pid=4242) ", 4242),
+        ("", None),
+    ):
+        wd = parse_watchdog(prefix + WATCHDOG)
+        assert wd is not None and (wd.rank, wd.pid) == (0, pid), prefix
+
+
 def test_stream_parser_emits_info_on_change_and_probe_once() -> None:
     lines = read("all_reduce_perf_debug_g1.txt").splitlines()
     p = NcclStreamParser("vm-host", "/logs/nccl.log")

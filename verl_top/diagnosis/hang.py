@@ -23,7 +23,7 @@ from verl_top.diagnosis.findings import Finding, RuleResult, no_data, passed
 from verl_top.diagnosis.readable import seconds
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, median
-from verl_top.nccl.parse import WatchdogTies, watchdog_ties
+from verl_top.nccl.parse import RankReport, WatchdogTies, watchdog_ties
 from verl_top.progress import METHOD_TIMERS, STATE_WORDS, ProcNow
 
 STEP = 1
@@ -319,22 +319,33 @@ def _ranks_text(ranks: list[int]) -> str:
     return f"rank {shown}" if len(ranks) == 1 else f"ranks {shown}"
 
 
+def _pids_text(reports: list[RankReport], most: int = 4) -> str:
+    """`` (pid 55154)`` / `` (pids 1, 2, ...)``: the processes that printed the lines (from
+    Ray's ``(WorkerDict pid=N)`` prefix in a driver log); "" when no line carried one."""
+    pids = sorted({r.pid for r in reports if r.pid is not None})
+    if not pids:
+        return ""
+    shown = ", ".join(map(str, pids[:most])) + (", ..." if len(pids) > most else "")
+    return f" (pid {shown})" if len(pids) == 1 else f" (pids {shown})"
+
+
 def watchdog_lines(ties: WatchdogTies, group: list[Running]) -> list[str]:
-    """Evidence from the NCCL watchdog lines: who timed out in what, who is behind, and which
-    of the group's ranks printed nothing."""
+    """Evidence from the NCCL watchdog lines: who (rank, and pid when the line says) timed out
+    in what, who is behind, and which of the group's ranks printed nothing."""
     out: list[str] = []
-    by_op: dict[tuple[str | None, int | None, str], list[int]] = {}
+    by_op: dict[tuple[str | None, int | None, str], list[RankReport]] = {}
     for r in ties.timed_out():
-        by_op.setdefault((r.pg, r.seq, r.op_type), []).append(r.rank)
-    for (pg, seq, op), ranks in sorted(by_op.items(), key=lambda kv: -len(kv[1]))[:3]:
+        by_op.setdefault((r.pg, r.seq, r.op_type), []).append(r)
+    for (pg, seq, op), reports in sorted(by_op.items(), key=lambda kv: -len(kv[1]))[:3]:
         where = f" of process group {pg}" if pg is not None else ""
-        out.append(f"watchdog: {_ranks_text(ranks)}{where} timed out in {op} (SeqNum {seq})")
+        who = _ranks_text([r.rank for r in reports]) + _pids_text(reports)
+        out.append(f"watchdog: {who}{where} timed out in {op} (SeqNum {seq})")
     if ties.disagree():
         out.append("watchdog: ranks of one group timed out in different collectives (desync)")
     for r in ties.behind()[:3]:
         out.append(
-            f"watchdog: rank {r.rank} completed collective {r.last_completed} only; "
-            "its peers got further"
+            f"watchdog: rank {r.rank}{_pids_text([r])} completed collective "
+            f"{r.last_completed} only; its peers got further"
         )
     printed = {r.rank for r in ties.ranks.values()}
     silent = [r.proc.rank for r in group if r.proc.rank is not None and r.proc.rank not in printed]

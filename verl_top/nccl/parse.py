@@ -431,8 +431,10 @@ _WATCHDOG_STATE = re.compile(
     r"detected by watchdog at work: (\d{1,18}), last enqueued NCCL work: (-?\d{1,18}), "
     r"last completed NCCL work: (-?\d{1,18})"
 )
-# Ray's prefix on a worker's line in the driver log: "(WorkerDict pid=55154, ip=10.0.0.2)".
-_RAY_PID = re.compile(r"\((?:[\w.:-]+) pid=(\d{1,18})(?:, ip=([\d.:a-fA-F]+))?\)")
+# Ray's prefix on a worker's line in the driver log, in the forms verl_top.verl.parse splits
+# off: "(WorkerDict pid=55154, ip=10.0.0.2)", "(VGNd5CWorkerDict_0:0 WorkerDict pid=65860)",
+# "(pid=1)".
+_RAY_PID = re.compile(r"\((?:[^()\s]+ ){0,3}pid=(\d{1,18})(?:, ip=[^()\s]+)?\)")
 _NCCL_WARN = re.compile(r"\bNCCL WARN (.*)$")
 # NCCL's own echo of a setting ("NCCL_IB_DISABLE set by environment to 1.", "NCCL_IB_HCA set to
 # mlx5_0") and a launcher's command line ("-x NCCL_IB_DISABLE=1", "export NCCL_IB_HCA=mlx5_0").

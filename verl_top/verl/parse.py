@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verl_top.model import NcclInfo, Record, VerlConfig, VerlStep
+from verl_top.model import Record, VerlConfig, VerlStep
 from verl_top.untrusted import clean_text, finite, is_clean
 from verl_top.verl.config import (
     CollectedConfig,
@@ -354,8 +354,8 @@ class VerlStreamParser:
                 if self._line(prefix, body, t, out):
                     hit = True
                     continue
-                if "NCCL" in body:  # workers' NCCL INFO/WARN lines in the driver log
-                    self._nccl_line(body, t, out)
+                if "NCCL" in body:  # workers' NCCL INFO/WARN/watchdog lines in the driver log
+                    self._nccl_line(f"{prefix} {body}" if prefix else body, t, out)
                 if self.config_file and self._text_chars < MAX_CONFIG_FILE_CHARS:
                     self._text.append(raw.rstrip("\r\n"))
                     self._text_chars += len(raw)
@@ -451,15 +451,17 @@ class VerlStreamParser:
         if match is not None and match.group(1) not in self.actors:
             self.actors.append(match.group(1))
 
-    def _nccl_line(self, body: str, t: float, out: list[Record]) -> None:
-        """NCCL's own INFO lines printed into the verl log: its transport summary (NcclInfo,
-        read like an NCCL log of the same path), so a log that says "Using network Socket" is
-        not asked for an NCCL log. WARN and watchdog events are the pipeline's EventScanner's."""
+    def _nccl_line(self, line: str, t: float, out: list[Record]) -> None:
+        """NCCL's and PyTorch's lines printed into the verl log (workers' stderr reaches the
+        driver's console), read like an NCCL log of the same path: the transport summary
+        (NcclInfo, so a log that says "Using network Socket" is not asked for an NCCL log) and
+        the watchdog / NCCL WARN events. ``line`` keeps its Ray prefix: the worker's pid in
+        it ties a watchdog timeout to its process (``nccl.parse.parse_watchdog``)."""
         if self._nccl is None:
             from verl_top.nccl.parse import NcclStreamParser
 
             self._nccl = NcclStreamParser(self.host, self.path)
-        out.extend(r for r in self._nccl.feed([body], t) if isinstance(r, NcclInfo))
+        out.extend(self._nccl.feed([line], t))
 
     def _continues(self, prefix: str, body: str) -> bool:
         """True when ``body`` is the next piece of the pending, terminal-wrapped step line."""
