@@ -5,8 +5,11 @@ argument quoted). Used by stacks and signals; their output is foreign and bounde
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+
+from verl_top.deadline import within
 
 OUTPUT_MAX = 4 * 1024 * 1024  # bytes of stdout (and of stderr) kept from one command
 
@@ -26,7 +29,7 @@ Runner = Callable[..., Awaitable[ExecResult]]
 
 async def local_run(argv: Sequence[str], timeout: float, stdin: str = "") -> ExecResult:
     """``argv`` on this machine (no shell) with ``stdin`` written to it, output bounded,
-    killed after ``timeout``."""
+    killed after ``timeout`` or when the caller is cancelled (nothing is left running)."""
     proc = await asyncio.create_subprocess_exec(
         *argv,
         stdin=asyncio.subprocess.PIPE,
@@ -34,11 +37,14 @@ async def local_run(argv: Sequence[str], timeout: float, stdin: str = "") -> Exe
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), timeout)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
+        out, err = await within(proc.communicate(stdin.encode()), timeout)
+    except asyncio.TimeoutError:
         return ExecResult(None, "", f"no answer within {timeout:g} s")
+    finally:
+        if proc.returncode is None:  # timed out, or the caller gave up: stop it
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await asyncio.shield(proc.wait())
     return ExecResult(
         proc.returncode,
         out[:OUTPUT_MAX].decode("utf-8", "replace"),

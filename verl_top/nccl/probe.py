@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from verl_top import protocol
+from verl_top.deadline import within
 from verl_top.model import ProbeResult
 from verl_top.nccl.expected import Expectation, expected_busbw, fill_expectation, ratio
 from verl_top.nccl.parse import NcclLogState, parse_nccl_tests
@@ -223,7 +224,7 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
     if proc.returncode is None:
         _kill_group(proc, signal.SIGTERM)
         try:
-            await asyncio.wait_for(proc.wait(), _KILL_GRACE_S)
+            await within(proc.wait(), _KILL_GRACE_S)
         except asyncio.TimeoutError:
             pass
     _kill_group(proc, signal.SIGKILL)  # workers could outlive a launcher killed hard
@@ -285,7 +286,7 @@ async def run_local_probe(
     error = ""
     try:
         # The launcher enforces `timeout` itself; the margin covers interpreter start-up.
-        await asyncio.wait_for(
+        await within(
             asyncio.gather(
                 _read_lines(proc.stdout, sink), _read_lines(proc.stderr, sink), proc.wait()
             ),
@@ -312,7 +313,7 @@ async def local_topology() -> Topology | None:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
         )
-        out, _ = await asyncio.wait_for(proc.communicate(), 30)
+        out, _ = await within(proc.communicate(), 30)
     except (OSError, asyncio.TimeoutError):
         return None
     topo = parse_topo(out.decode("utf-8", "replace"))
@@ -612,7 +613,7 @@ async def run_nccl_tests(
     )
     host = socket.gethostname()
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+        out, _ = await within(proc.communicate(), timeout)
     except asyncio.TimeoutError:
         await _stop(proc)
         return ProbeResult(

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import asyncssh
 
+from verl_top.deadline import within
 from verl_top.protocol import Decoder
 from verl_top.sources.hosts import HostSpec
 from verl_top.sources.ssh import (
@@ -91,9 +92,9 @@ def _timeout(route: Route) -> float:
 
 
 async def _banner(host: str, port: int, timeout: float) -> str:
-    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    reader, writer = await within(asyncio.open_connection(host, port), timeout)
     try:
-        line = await asyncio.wait_for(reader.readline(), timeout)
+        line = await within(reader.readline(), timeout)
     finally:
         writer.close()
         with contextlib.suppress(Exception):
@@ -284,7 +285,7 @@ class Doctor:
                     seen.append(rec)
 
         try:
-            await asyncio.wait_for(read(), self.wait_s)
+            await within(read(), self.wait_s)
         except (asyncio.TimeoutError, TimeoutError):
             with contextlib.suppress(Exception):
                 proc.send_signal("KILL")

@@ -14,6 +14,7 @@ import socket
 import sys
 import time
 
+from verl_top.deadline import within
 from verl_top.model import GpuSample, Hello, HostSample, Record
 from verl_top.sources.doctor import HostReport, Step
 from verl_top.sources.local import LocalSource
@@ -68,11 +69,11 @@ async def _agent(report: HostReport, backend: str, wait_s: float, replay_trace: 
     task = asyncio.create_task(source.run(emit))
     try:
         with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-            await asyncio.wait_for(got_sample.wait(), wait_s)
+            await within(got_sample.wait(), wait_s)
         if got_sample.is_set():
             # GPU samples follow the host's within a tick or two: give them that long.
             with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-                await asyncio.wait_for(_gpu_sample(seen), 3.0)
+                await within(_gpu_sample(seen), 3.0)
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):

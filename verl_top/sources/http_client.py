@@ -1,4 +1,5 @@
-"""One asynchronous HTTP client for the services verl-top reads: Prometheus and the Ray dashboard.
+"""One asynchronous HTTP client for the services verl-top talks to: Prometheus and the Ray
+dashboard (GET), and the ``export-metrics --webhook`` push (POST).
 
 Built on aiohttp (asyncio-native, maintained by aio-libs, already installed wherever Ray's
 dashboard runs): pooled keep-alive connections, gzip/deflate, TLS with a CA bundle and a client
@@ -24,7 +25,6 @@ import codecs
 import os
 import re
 import ssl
-import sys
 import threading
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
@@ -33,18 +33,15 @@ from typing import Any
 
 import aiohttp
 
+from verl_top.deadline import time_limit
 from verl_top.untrusted import JsonArrayStream, UntrustedJSONError, clean_text
-
-if sys.version_info >= (3, 11):
-    from asyncio import timeout as time_limit
-else:  # aiohttp depends on async-timeout before 3.11
-    from async_timeout import timeout as time_limit
 
 __all__ = ["HttpClient", "HttpError", "HttpOptions", "parse_header", "run_blocking", "time_limit"]
 
 MAX_BODY = 64 * 1024 * 1024
 READ_CHUNK = 64 * 1024
 ERROR_BODY = 64 * 1024  # bytes of a non-2xx answer kept for its message
+MAX_REDIRECTS = 3  # same-origin 307/308 hops a POST follows
 # RFC 9110 token characters: a header name. A value may not hold CR, LF or other controls.
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 _BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
@@ -57,7 +54,8 @@ class HttpError(Exception):
     ``kind``: ``config`` (our own settings: an unreadable token file), ``refused`` (connection
     refused), ``dns`` (unknown host), ``timeout`` (the deadline passed; ``got`` bytes so far),
     ``tls``, ``proxy``, ``unreachable`` (other network errors), ``not_http`` (the peer does not
-    speak HTTP), ``too_large``, ``status`` (an HTTP error status; ``status`` and ``body``).
+    speak HTTP), ``too_large``, ``status`` (an HTTP error status; ``status`` and ``body``),
+    ``redirect`` (a POST redirected to another host, or too often).
     """
 
     def __init__(
@@ -307,6 +305,42 @@ class HttpClient:
         except OSError as exc:
             raise HttpError("unreachable", str(exc.strerror or exc)) from None
 
+    async def post(
+        self, path: str, body: bytes, content_type: str = "application/json"
+    ) -> tuple[int, bytes]:
+        """``POST body`` to ``path``: (status, the first ``ERROR_BODY`` bytes of the answer).
+
+        One deadline covers connect, TLS, sending, the answer's headers and what is read of its
+        body. A ``307``/``308`` redirect (the ones that keep the method and body) is followed
+        at most ``MAX_REDIRECTS`` times and only to the same scheme, host and port: the body
+        never goes to a host the user did not name (HttpError ``redirect``). Other statuses,
+        other redirects included, are returned as they are. HttpError for any failure.
+        """
+        session = self._session_now()
+        headers = {**self._headers(), "Content-Type": content_type}
+        url = f"{self.base_url}{path}"
+        self.requests += 1
+        try:
+            async with time_limit(self.deadline):
+                for _ in range(MAX_REDIRECTS + 1):
+                    async with session.post(
+                        url, data=body, headers=headers, allow_redirects=False
+                    ) as resp:
+                        if resp.status not in (307, 308):
+                            return resp.status, await _head(resp, ERROR_BODY)
+                        url = _same_origin(url, resp.headers.get("Location", ""))
+                raise HttpError("redirect", f"more than {MAX_REDIRECTS} redirects")
+        except asyncio.TimeoutError:
+            raise HttpError("timeout", f"no complete answer within {self.deadline:g} s") from None
+        except HttpError:
+            raise
+        except aiohttp.ClientError as exc:
+            raise self._network_error(exc) from None
+        except ssl.SSLError as exc:
+            raise HttpError("tls", f"TLS error: {exc}") from None
+        except OSError as exc:
+            raise HttpError("unreachable", str(exc.strerror or exc)) from None
+
     async def _request(self, path: str, params: Any, stream: JsonArrayStream) -> tuple[int, int]:
         self.requests += 1
         session = self._session_now()
@@ -369,6 +403,23 @@ class HttpClient:
         if isinstance(exc, aiohttp.ClientPayloadError):
             return HttpError("not_http", f"the answer was cut or garbled ({exc})")
         return HttpError("unreachable", f"{type(exc).__name__}: {exc}")
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    default = {"http": 80, "https": 443}.get(parts.scheme)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port or default
+
+
+def _same_origin(url: str, location: str) -> str:
+    """Where a redirect from ``url`` goes, when that is the same scheme, host and port; else
+    HttpError ``redirect`` naming the other host only (a webhook's path is its secret)."""
+    target = urllib.parse.urljoin(url, location.strip())
+    if not location.strip() or _origin(target) != _origin(url):
+        scheme, host, port = _origin(target)
+        where = f"{scheme}://{host}:{port}" if host else "an empty location"
+        raise HttpError("redirect", f"redirected to {where}, another host: not followed")
+    return target
 
 
 async def _head(resp: aiohttp.ClientResponse, limit: int) -> bytes:

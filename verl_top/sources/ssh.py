@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 
 import asyncssh
 
+from verl_top.deadline import time_limit, within
 from verl_top.model import Hello, HostState
 from verl_top.node_exec import OUTPUT_MAX, ExecResult, Runner
 from verl_top.protocol import Decoder
@@ -607,7 +608,7 @@ class Bastion:
         if self._conn is not None:
             self._conn.close()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._conn.wait_closed(), 2)
+                await within(self._conn.wait_closed(), 2)
             self._conn = None
 
 
@@ -885,10 +886,10 @@ class SshSource:
                 raise fail
             if stderr_task is not None:
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(asyncio.shield(stderr_task), 1.0)
+                    await within(asyncio.shield(stderr_task), 1.0)
             status = None
             with contextlib.suppress(Exception):
-                done = await asyncio.wait_for(proc.wait(check=False), 2.0)
+                done = await within(proc.wait(check=False), 2.0)
                 status = done.exit_status
             fail = self._exit_failure(status, list(stderr_tail), up_since is not None)
             fail.healthy_for = _since(up_since)
@@ -978,13 +979,13 @@ async def _kill_agent(
     with contextlib.suppress(Exception):
         proc.send_signal("KILL")
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(proc.wait_closed(), 1.0)
+        await within(proc.wait_closed(), 1.0)
         return
     if pid is None:
         return
     cmd = f"grep -q verl-top-agent /proc/{int(pid)}/cmdline 2>/dev/null && kill -KILL {int(pid)}"
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(conn.run(cmd, check=False), 5.0)
+        await within(conn.run(cmd, check=False), 5.0)
 
 
 async def _close(conn: asyncssh.SSHClientConnection, proc: Any) -> None:
@@ -994,7 +995,7 @@ async def _close(conn: asyncssh.SSHClientConnection, proc: Any) -> None:
             proc.stdin.write_eof()
     conn.close()
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(asyncio.shield(conn.wait_closed()), 2.0)
+        await within(asyncio.shield(conn.wait_closed()), 2.0)
 
 
 # --- one-off commands (probes, stacks, signals) ----------------------------------------------
@@ -1022,12 +1023,11 @@ async def exec_argv(
         proc.stdin.write(stdin)
     proc.stdin.write_eof()
     try:
-        out, err = await asyncio.wait_for(
-            asyncio.gather(_read_to_eof(proc.stdout), _read_to_eof(proc.stderr)), timeout
-        )
-        done = await asyncio.wait_for(proc.wait(check=False), timeout)
+        async with time_limit(timeout):
+            out, err = await asyncio.gather(_read_to_eof(proc.stdout), _read_to_eof(proc.stderr))
+            done = await proc.wait(check=False)
         return ExecResult(done.exit_status, out, err)
-    except TimeoutError:
+    except asyncio.TimeoutError:
         with contextlib.suppress(Exception):
             proc.send_signal("TERM")
         return ExecResult(None, "", f"no answer within {timeout:g} s")
