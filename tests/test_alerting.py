@@ -25,7 +25,8 @@ from assessing import assessment_of
 from promserver import PromServer, free_port
 
 from verl_top.diagnosis.findings import Check, Finding, Verdict
-from verl_top.export.webhook import WebhookNotifier, payload, urllib_post
+from verl_top.export.webhook import WebhookNotifier, payload
+from verl_top.sources.http_client import HttpClient
 from verl_top.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,20 +41,27 @@ ALERTMANAGER = os.environ.get("ALERTMANAGER_BIN", "/usr/bin/prometheus-alertmana
 
 
 class Receiver:
-    """An HTTP endpoint that records POSTed JSON; answers ``codes`` in turn, then 200."""
+    """An HTTP endpoint that records POSTed JSON (and the paths it was POSTed to); answers
+    ``codes`` in turn, then 200; a redirect status is sent with ``location``."""
 
-    def __init__(self, addr: str = "127.0.0.92", codes: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self, addr: str = "127.0.0.92", codes: tuple[int, ...] = (), location: str = ""
+    ) -> None:
         self.bodies: list[Any] = []
+        self.paths: list[str] = []
         self.codes = list(codes)
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 data = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                outer.paths.append(self.path)
                 code = outer.codes.pop(0) if outer.codes else 200
                 if code == 200:
                     outer.bodies.append(json.loads(data))
                 self.send_response(code)
+                if code in (301, 302, 303, 307, 308):
+                    self.send_header("Location", location)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -276,6 +284,7 @@ def test_webhook_sends_one_message_per_state_change_with_retries() -> None:
                 break
             await asyncio.sleep(0.02)
         task.cancel()
+        await notifier.close()
 
     try:
         asyncio.run(go())
@@ -296,6 +305,7 @@ def test_webhook_gives_up_on_a_client_error_and_never_prints_the_url_path() -> N
     async def go() -> None:
         notifier.observe(_assessment("flow.train_bound"))
         await notifier.drain(within_s=5)
+        await notifier.close()
 
     try:
         asyncio.run(go())
@@ -325,9 +335,10 @@ def test_webhook_network_errors_are_retried_then_counted() -> None:
     async def go() -> None:
         notifier.observe(_assessment("flow.train_bound"))
         await notifier.drain(within_s=10)
+        await notifier.close()
 
     asyncio.run(go())
-    assert notifier.failed == 1 and "ConnectionRefusedError" in notifier.notes[0]
+    assert notifier.failed == 1 and "(connection refused, 3 attempts" in notifier.notes[0]
 
 
 def test_bad_webhook_url_is_one_sentence() -> None:
@@ -342,10 +353,91 @@ def test_bad_webhook_url_is_one_sentence() -> None:
     assert out.returncode == 2 and "expected an http:// or https:// URL" in out.stderr
 
 
-def test_urllib_post_reports_the_status() -> None:
+def _post(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    """One POST through the client the webhook uses (its host as the base, the path as is)."""
+    from verl_top.export.webhook import split_url
+
+    async def go() -> tuple[int, bytes]:
+        base, target = split_url(url)
+        client = HttpClient(base, deadline=timeout)
+        try:
+            return await client.post(target, b"{}")
+        finally:
+            await client.close()
+
+    return asyncio.run(go())
+
+
+def test_the_webhook_post_reports_the_status_and_keeps_the_path() -> None:
     receiver = Receiver(codes=(500,))
     try:
-        assert asyncio.run(urllib_post(receiver.url, b"{}", 5)) == 500
-        assert asyncio.run(urllib_post(receiver.url, b"{}", 5)) == 200
+        assert _post(receiver.url + "/")[0] == 500
+        assert _post(receiver.url + "?token=1")[0] == 200
     finally:
         receiver.stop()
+    assert receiver.paths == ["/hook/", "/hook?token=1"]  # a trailing slash is not dropped
+
+
+def test_a_redirect_to_the_same_host_is_followed_and_one_to_another_host_is_not() -> None:
+    """The POST body is the team's message: it goes where the user said, not where a 307
+    points on another host (Slack-style URLs carry their secret in the path: never printed)."""
+    other = Receiver(addr="127.0.0.94")
+    same = Receiver(codes=(307,), location="/moved")
+    away = Receiver(codes=(308,), location=other.url.replace("/hook", "/stolen"))
+    try:
+        assert _post(same.url) == (200, b"")
+        secret = away.url.replace("/hook", "/services/T000/B000/XXXXSECRET")
+        notifier = WebhookNotifier(secret, attempts=3, backoff_s=0.01, timeout_s=5)
+
+        async def go() -> None:
+            notifier.observe(_assessment("flow.train_bound"))
+            await notifier.drain(within_s=5)
+            await notifier.close()
+
+        asyncio.run(go())
+    finally:
+        for r in (other, same, away):
+            r.stop()
+    assert same.paths == ["/hook", "/moved"] and len(same.bodies) == 1
+    assert other.paths == [] and away.paths == ["/services/T000/B000/XXXXSECRET"]  # not retried
+    port = other.url.split(":")[2].split("/")[0]
+    assert notifier.failed == 1 and (
+        f"(redirected to http://127.0.0.94:{port}, another host: not followed, 3 attempts"
+        in notifier.notes[0]
+    )
+    assert "XXXXSECRET" not in notifier.notes[0] and "stolen" not in notifier.notes[0]
+
+
+def test_a_webhook_dripping_its_headers_is_cut_at_the_deadline() -> None:
+    """One deadline covers connect, sending and the answer's headers: a peer that sends a
+    header one byte every 0.1 s is cut after timeout_s (urllib's per-read timeout never fired:
+    its thread went on after the await gave up)."""
+    from rawserver import RawServer
+
+    stop = threading.Event()
+
+    def drip(conn: Any) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\n")
+        while not stop.is_set():
+            conn.sendall(b"X")
+            time.sleep(0.1)
+
+    server = RawServer(drip)
+    notifier = WebhookNotifier(server.url + "/hook", attempts=1, timeout_s=1.0)
+
+    async def go() -> None:
+        notifier.observe(_assessment("flow.train_bound"))
+        await notifier.drain(within_s=10)
+        await notifier.close()
+
+    t0 = time.monotonic()
+    try:
+        asyncio.run(go())
+    finally:
+        stop.set()
+        server.close()
+    assert time.monotonic() - t0 < 2.5
+    assert (
+        notifier.failed == 1
+        and "(no complete answer within 1 s, 1 attempt at most)" in notifier.notes[0]
+    )

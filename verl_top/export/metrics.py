@@ -312,6 +312,7 @@ async def serve(
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await sender
             await webhook.drain(within_s=WEBHOOK_DRAIN_S)  # the last word reaches the team
+            await webhook.close()
         for task in tasks:
             task.cancel()
         for task in tasks:

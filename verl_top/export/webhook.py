@@ -3,7 +3,9 @@ Alertmanager.
 
 One message per change of the job's state (the status word and the lead rule: "waiting" ->
 "step 3 bottleneck: flow.train_bound" -> "healthy"), in order, each POSTed as JSON with retries
-and exponential backoff. The payload has a top-level ``text`` (what Slack-style incoming
+and exponential backoff, through verl-top's one HTTP client (``sources/http_client.py``): one
+deadline per attempt over connect, TLS, sending and the answer, pooled connections, and no
+redirect to another host. The payload has a top-level ``text`` (what Slack-style incoming
 webhooks display) and the structured fields of docs/alerting.md; every string in it is redacted.
 The URL itself may hold a secret (a Slack webhook path): it is never printed, only its host.
 """
@@ -13,23 +15,34 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections import deque
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from verl_top.assessment import Assessment
 from verl_top.export.redact import redact_text
+from verl_top.sources.http_client import HttpClient, HttpError
 
 SCHEMA = "verl-top.webhook/1"
 MAX_QUEUE = 100  # changes waiting to be sent; the oldest are dropped (and counted) beyond it
 # (status code or None for a network error) -> retry? 5xx and 429 are worth another try.
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
-
-Post = Callable[[str, bytes, float], Awaitable[int]]
+# Failures worth another try (the network, the peer); a certificate, a redirect to another host
+# or our own settings will not change by trying again.
+RETRY_KINDS = frozenset({"refused", "dns", "timeout", "unreachable", "not_http", "proxy"})
+# Failures in verl-top's own words: a library's message may quote the URL, whose path is the
+# secret of a Slack-style webhook.
+KIND_WORDS = {
+    "refused": "connection refused",
+    "dns": "unknown host name",
+    "unreachable": "network error",
+    "not_http": "not an HTTP answer",
+    "proxy": "the proxy failed",
+    "tls": "TLS error",
+    "too_large": "answer too large",
+    "config": "bad settings",
+}
 
 
 class WebhookError(ValueError):
@@ -52,21 +65,22 @@ def show_url(url: str) -> str:
     return f"{parts.scheme}://{host}{port}/…" if parts.scheme else "(not a URL)"
 
 
-async def urllib_post(url: str, body: bytes, timeout: float) -> int:
-    """POST ``body`` as JSON; the HTTP status (a network failure raises OSError)."""
+def split_url(url: str) -> tuple[str, str]:
+    """(``scheme://[user:pass@]host[:port]``, ``/path?query``): the client's base and what to
+    POST to, the path kept byte for byte (a trailing slash is part of some webhooks' URL)."""
+    parts = urllib.parse.urlsplit(url)
+    base = urllib.parse.urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+    target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+    return base, target
 
-    def send() -> int:
-        request = urllib.request.Request(
-            url, data=body, method="POST", headers={"Content-Type": "application/json"}
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310 - user's URL
-                resp.read(65536)
-                return int(resp.status)
-        except urllib.error.HTTPError as exc:
-            return int(exc.code)
 
-    return await asyncio.wait_for(asyncio.to_thread(send), timeout + 1.0)
+def why_failed(exc: HttpError, timeout_s: float) -> str:
+    """A failed POST in verl-top's own words (never the URL's path)."""
+    if exc.kind == "redirect":  # built by the client from the other host's origin only
+        return str(exc)
+    if exc.kind == "timeout":
+        return f"no complete answer within {timeout_s:g} s"
+    return KIND_WORDS.get(exc.kind, "request failed")
 
 
 def state_key(a: Assessment) -> tuple[str, int | None, str | None]:
@@ -99,13 +113,13 @@ def payload(a: Assessment, previous: tuple[str, int | None, str | None] | None) 
 
 @dataclass
 class WebhookNotifier:
-    """Queues a message per state change and sends them in order with retries."""
+    """Queues a message per state change and sends them in order with retries, through one
+    pooled :class:`HttpClient` for the webhook's host. Call :meth:`close` when done."""
 
     url: str
     attempts: int = 5
     backoff_s: float = 1.0  # 1, 2, 4, 8 s between the attempts
     timeout_s: float = 10.0
-    post: Post = urllib_post
     sent: int = 0
     failed: int = 0
     dropped: int = 0
@@ -113,6 +127,8 @@ class WebhookNotifier:
     _last: tuple[str, int | None, str | None] | None = None
     _queue: deque[dict[str, Any]] = field(default_factory=deque)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _client: HttpClient | None = field(default=None, repr=False)
+    _target: str = field(default="", repr=False)
 
     def observe(self, a: Assessment) -> None:
         """Queue a message when the job's state differs from the last one queued."""
@@ -147,16 +163,29 @@ class WebhookNotifier:
         while self._queue and time.monotonic() < deadline:
             await self._deliver(self._queue.popleft())
 
+    async def close(self) -> None:
+        """Close the pooled connections (the notifier can still send afterwards)."""
+        if self._client is not None:
+            await self._client.close()
+
+    async def _post(self, body: bytes) -> int:
+        if self._client is None:
+            base, self._target = split_url(self.url)
+            self._client = HttpClient(base, deadline=self.timeout_s, connections=1)
+        status, _ = await self._client.post(self._target, body)
+        return status
+
     async def _deliver(self, doc: dict[str, Any]) -> bool:
         body = json.dumps(doc, allow_nan=False, default=str).encode()
         delay = self.backoff_s
         why = ""
         for attempt in range(1, self.attempts + 1):
             try:
-                status = await self.post(self.url, body, self.timeout_s)
-            except (OSError, asyncio.TimeoutError) as exc:
-                reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-                status, why = None, type(reason).__name__
+                status = await self._post(body)
+            except HttpError as exc:
+                why = why_failed(exc, self.timeout_s)
+                if exc.kind not in RETRY_KINDS:
+                    break
             else:
                 if 200 <= status < 300:
                     self.sent += 1
@@ -170,6 +199,6 @@ class WebhookNotifier:
         self.failed += 1
         self.notes.append(
             f"webhook {show_url(self.url)}: a message was not delivered ({why}, "
-            f"{self.attempts} attempts at most)"
+            f"{self.attempts} attempt{'' if self.attempts == 1 else 's'} at most)"
         )
         return False
