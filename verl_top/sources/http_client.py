@@ -22,12 +22,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import codecs
+import contextlib
 import os
 import re
 import ssl
 import threading
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -281,29 +282,25 @@ class HttpClient:
         self.requests += 1
         try:
             async with time_limit(self.deadline):
-                async with session.get(
-                    f"{self.base_url}{path}", params=params, headers=headers
-                ) as resp:
-                    if not 200 <= resp.status < 300:
-                        body = await _head(resp, ERROR_BODY)
-                        raise HttpError("status", f"HTTP {resp.status}", resp.status, body)
-                    out = bytearray()
-                    async for chunk in resp.content.iter_chunked(READ_CHUNK):
-                        out += chunk
-                        self.nbytes += len(chunk)
-                        if len(out) > self.max_body:
-                            raise HttpError(
-                                "too_large", f"an answer larger than {self.max_body} bytes refused"
-                            )
-                    return bytes(out)
+                with _request_errors():
+                    async with session.get(
+                        f"{self.base_url}{path}", params=params, headers=headers
+                    ) as resp:
+                        if not 200 <= resp.status < 300:
+                            body = await _head(resp, ERROR_BODY)
+                            raise HttpError("status", f"HTTP {resp.status}", resp.status, body)
+                        out = bytearray()
+                        async for chunk in resp.content.iter_chunked(READ_CHUNK):
+                            out += chunk
+                            self.nbytes += len(chunk)
+                            if len(out) > self.max_body:
+                                raise HttpError(
+                                    "too_large",
+                                    f"an answer larger than {self.max_body} bytes refused",
+                                )
+                        return bytes(out)
         except asyncio.TimeoutError:
             raise HttpError("timeout", f"no complete answer within {self.deadline:g} s") from None
-        except HttpError:
-            raise
-        except aiohttp.ClientError as exc:
-            raise self._network_error(exc) from None
-        except OSError as exc:
-            raise HttpError("unreachable", str(exc.strerror or exc)) from None
 
     async def post(
         self, path: str, body: bytes, content_type: str = "application/json"
@@ -322,30 +319,23 @@ class HttpClient:
         self.requests += 1
         try:
             async with time_limit(self.deadline):
-                for _ in range(MAX_REDIRECTS + 1):
-                    async with session.post(
-                        url, data=body, headers=headers, allow_redirects=False
-                    ) as resp:
-                        if resp.status not in (307, 308):
-                            return resp.status, await _head(resp, ERROR_BODY)
-                        url = _same_origin(url, resp.headers.get("Location", ""))
-                raise HttpError("redirect", f"more than {MAX_REDIRECTS} redirects")
+                with _request_errors():
+                    for _ in range(MAX_REDIRECTS + 1):
+                        async with session.post(
+                            url, data=body, headers=headers, allow_redirects=False
+                        ) as resp:
+                            if resp.status not in (307, 308):
+                                return resp.status, await _head(resp, ERROR_BODY)
+                            url = _same_origin(url, resp.headers.get("Location", ""))
+                    raise HttpError("redirect", f"more than {MAX_REDIRECTS} redirects")
         except asyncio.TimeoutError:
             raise HttpError("timeout", f"no complete answer within {self.deadline:g} s") from None
-        except HttpError:
-            raise
-        except aiohttp.ClientError as exc:
-            raise self._network_error(exc) from None
-        except ssl.SSLError as exc:
-            raise HttpError("tls", f"TLS error: {exc}") from None
-        except OSError as exc:
-            raise HttpError("unreachable", str(exc.strerror or exc)) from None
 
     async def _request(self, path: str, params: Any, stream: JsonArrayStream) -> tuple[int, int]:
         self.requests += 1
         session = self._session_now()
         url = f"{self.base_url}{path}"
-        try:
+        with _request_errors():
             async with session.get(url, params=params, headers=self._headers()) as resp:
                 if not 200 <= resp.status < 300:
                     body = await _head(resp, ERROR_BODY)
@@ -357,14 +347,6 @@ class HttpClient:
                         f"an answer of {length} bytes refused (at most {self.max_body})",
                     )
                 return resp.status, await self._read(resp, path, stream)
-        except HttpError:
-            raise
-        except aiohttp.ClientError as exc:
-            raise self._network_error(exc) from None
-        except ssl.SSLError as exc:
-            raise HttpError("tls", f"TLS error: {exc}") from None
-        except OSError as exc:
-            raise HttpError("unreachable", str(exc.strerror or exc)) from None
 
     async def _read(self, resp: aiohttp.ClientResponse, path: str, stream: JsonArrayStream) -> int:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -403,6 +385,21 @@ class HttpClient:
         if isinstance(exc, aiohttp.ClientPayloadError):
             return HttpError("not_http", f"the answer was cut or garbled ({exc})")
         return HttpError("unreachable", f"{type(exc).__name__}: {exc}")
+
+
+@contextlib.contextmanager
+def _request_errors() -> Iterator[None]:
+    """A request's failures as HttpError (the client's own pass through unchanged)."""
+    try:
+        yield
+    except HttpError:
+        raise
+    except aiohttp.ClientError as exc:
+        raise HttpClient._network_error(exc) from None  # noqa: SLF001 - this module's own
+    except ssl.SSLError as exc:
+        raise HttpError("tls", f"TLS error: {exc}") from None
+    except OSError as exc:
+        raise HttpError("unreachable", str(exc.strerror or exc)) from None
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
