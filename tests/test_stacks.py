@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -283,3 +284,189 @@ async def test_node_screen_key_reads_stacks_and_the_snapshot_keeps_them(  # type
     assert doc["files"]["stacks"] == "stacks.txt" and not validate(doc, SNAPSHOT_SCHEMA)
     read = [s for s in doc["stacks"] if s["pid"] in mine]
     assert len(read) == 2 and all(s["source"] == "py-spy" for s in read)
+
+
+def _state(pid: int) -> str:
+    """The process's state letter from /proc/PID/status."""
+    with open(f"/proc/{pid}/status") as fh:
+        return next(line.split()[1] for line in fh if line.startswith("State:"))
+
+
+def test_a_stopped_process_is_read_without_a_pause_and_stays_stopped(workers) -> None:  # type: ignore[no-untyped-def]
+    """py-spy cannot pause a SIGSTOPped process ("Failed to suspend process: unexpected waitpid
+    result", py-spy 0.4.3 here): it is read with --nonblocking, which is exact for a process
+    that runs no code, and it is left stopped (nothing resumed it)."""
+    workers.append(worker("ray::WorkerDict.actor_rollout_update_actor", "update_actor"))
+    wait_started(workers)
+    pid = workers[0].pid
+    os.kill(pid, signal.SIGSTOP)
+    blocking = subprocess.run(
+        [str(PYSPY_DIR / "py-spy"), "dump", "--pid", str(pid)], capture_output=True, text=True
+    )
+    assert blocking.returncode != 0 and "Failed to suspend process" in blocking.stderr
+    (got,) = asyncio.run(
+        stacks.collect_host(local_run, "h", [stacks.Target("h", pid, "actor/rollout")])
+    )
+    assert (got.source, got.state, got.error) == ("py-spy", "T", "")
+    main = next(t for t in got.threads if t.name == "MainThread")
+    assert [f.function for f in main.frames] == ["update_actor", "execute", "<module>"]
+    assert _state(pid) == "T"
+    assert "were read without pausing them (py-spy --nonblocking" in stacks.render_text([got])
+
+
+def _ssh_args(tmp_path: Path, d, ssh_keys) -> list[str]:  # type: ignore[no-untyped-def]
+    """The monitor's SSH options for the test sshd ``d`` (the agent runs the node's python3;
+    py-spy is found next to the workers' python, as Ray's pip install puts it)."""
+    known = tmp_path / "known_hosts"
+    known.write_text(d.known_hosts_line())
+    (tmp_path / "ssh_config").touch()
+    return [
+        "--known-hosts", str(known), "-i", str(ssh_keys["client"]),
+        "--ssh-config", str(tmp_path / "ssh_config"),
+    ]  # fmt: skip
+
+
+def _hung_job(workers) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
+    """Two actor ranks in update_actor (the first stopped) and a critic: their pids."""
+    workers.append(worker("ray::WorkerDict.actor_rollout_update_actor", "update_actor"))
+    workers.append(worker("ray::WorkerDict.actor_rollout_update_actor", "update_actor"))
+    workers.append(worker("ray::WorkerDict.critic_update_critic", "update_critic"))
+    wait_started(workers)
+    os.kill(workers[0].pid, signal.SIGSTOP)
+    return workers[0].pid, workers[1].pid, workers[2].pid
+
+
+def _snapshot(
+    out: Path, host: str, ssh: list[str], *extra: str
+) -> subprocess.CompletedProcess[str]:
+    log = Path(__file__).parent / "fixtures" / "verl" / "real_h200_verl050_grpo_hf_40steps.log"
+    return subprocess.run(
+        [sys.executable, "-m", "verl_top", "snapshot", "--hosts", host, "--verl-log", str(log),
+         "-o", str(out), *ssh, *extra],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path.cwd())},
+    )  # fmt: skip
+
+
+@pytest.mark.sshd
+@pytest.mark.timeout(150)
+def test_snapshot_reads_the_hung_roles_stacks_through_real_sshd(  # type: ignore[no-untyped-def]
+    tmp_path: Path, ssh_keys, sshd_factory: SshdFactory, workers
+) -> None:
+    """A real job process stopped inside update_actor, its peer waiting, a critic elsewhere:
+    job.hang leads at the end of `snapshot` (hang_min_s 2 s; the real log's update_actor p95 is
+    65 ms), so the actor role's stacks are read through the agent's SSH connection (not the
+    critic's), the stopped one without a pause; they are in the bundle and in the evidence."""
+    stopped, peer, critic = _hung_job(workers)
+    d = sshd_factory.start()
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("[thresholds]\nhang_min_s = 2\n")
+    host = f"root@{d.addr}:{d.port}"
+    ssh = _ssh_args(tmp_path, d, ssh_keys)
+    out = tmp_path / "bundle"
+    run = _snapshot(out, host, ssh, "--duration", "7", "--config", str(cfg))
+    assert run.returncode == 0, run.stderr + run.stdout
+    assert "(job.hang leads); py-spy attaches with ptrace and pauses each process" in run.stderr
+    doc = json.loads((out / "snapshot.json").read_text())
+    assert doc["diagnosis"]["bottleneck"]["rule"] == "job.hang"
+    read = {s["pid"]: s for s in doc["stacks"]}
+    assert {stopped, peer} <= set(read) and critic not in read
+    assert read[stopped]["state"] == "T" and read[stopped]["source"] == "py-spy"
+    main = next(t for t in read[stopped]["threads"] if t["name"] == "MainThread")
+    assert [f[0] for f in main["frames"]] == ["update_actor", "execute", "<module>"]
+    (hang,) = [f for f in doc["diagnosis"]["findings"] if f["rule"] == "job.hang"]
+    assert any(
+        e.startswith(f"stack of pid {stopped} (actor/rollout) on {d.addr}:{d.port}, read by py-spy")
+        and "(the process is stopped (T): read without pausing it): MainThread at update_actor "
+        "(<string>:3) < execute (<string>:5)"
+        in e
+        for e in hang["evidence"]
+    ), hang["evidence"]
+    text = (out / "stacks.txt").read_text()
+    assert "== actor/rollout: " in text and "update_actor (<string>:3)" in text
+    assert _state(stopped) == "T"  # still stopped: the snapshot resumed nothing
+
+
+@pytest.mark.sshd
+@pytest.mark.timeout(150)
+def test_snapshot_stacks_reads_every_job_process_through_real_sshd(  # type: ignore[no-untyped-def]
+    tmp_path: Path, ssh_keys, sshd_factory: SshdFactory, workers
+) -> None:
+    """`snapshot --stacks` with default thresholds (no hang within 4 s): every job process the
+    agent lists is read, each role grouped; a replay has no process and is refused."""
+    stopped, peer, critic = _hung_job(workers)
+    d = sshd_factory.start()
+    ssh = _ssh_args(tmp_path, d, ssh_keys)
+    out = tmp_path / "bundle"
+    run = _snapshot(out, f"root@{d.addr}:{d.port}", ssh, "--duration", "4", "--stacks")
+    assert run.returncode == 0, run.stderr + run.stdout
+    assert "(--stacks); py-spy attaches" in run.stderr
+    doc = json.loads((out / "snapshot.json").read_text())
+    assert doc["diagnosis"]["bottleneck"]["rule"] != "job.hang"
+    read = {s["pid"]: s for s in doc["stacks"] if s["threads"]}
+    assert {stopped, peer, critic} <= set(read)
+    assert read[stopped]["state"] == "T" and read[critic]["state"] in ("S", "R")
+    main = next(t for t in read[critic]["threads"] if t["name"] == "MainThread")
+    assert main["frames"][0][0] == "update_critic"
+    text = (out / "stacks.txt").read_text()
+    assert "update_critic (<string>:3)" in text and "update_actor (<string>:3)" in text
+    replay = Path(__file__).parent / "scenarios" / "job_hang" / "recording.ndjson"
+    refused = subprocess.run(
+        [sys.executable, "-m", "verl_top", "snapshot", "--replay", str(replay), "--stacks",
+         "-o", str(tmp_path / "b2")],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path.cwd())},
+    )  # fmt: skip
+    assert refused.returncode == 2 and "--stacks reads the job's processes on the nodes" in (
+        refused.stderr
+    )
+    assert _state(stopped) == "T"
+
+
+async def test_the_app_reads_the_hung_roles_stacks_once_and_shows_them(  # type: ignore[no-untyped-def]
+    workers,
+) -> None:
+    """The live app on this machine (the real in-process agent, the real verl log followed):
+    when job.hang leads it says py-spy pauses the processes, reads the actor role's stacks
+    once (the stopped rank's without a pause), and shows them in the hang's evidence and on
+    the stopped process's screen."""
+    from verl_top.diagnosis.engine import Engine
+    from verl_top.diagnosis.thresholds import Thresholds
+    from verl_top.inputs import Inputs
+    from verl_top.sources.local import LocalFollowSource, LocalSource
+    from verl_top.sources.pipeline import Pipeline
+    from verl_top.store import Store
+    from verl_top.ui.app import VerlTopApp
+    from verl_top.ui.process_screen import ProcessScreen
+
+    stopped, peer, critic = _hung_job(workers)
+    log = Path(__file__).parent / "fixtures" / "verl" / "real_h200_verl050_grpo_hf_40steps.log"
+    store = Store()
+    sources = [
+        LocalSource(interval=0.2, backend="none", host="thisbox"),
+        LocalFollowSource([("verl", str(log), True)], interval=0.2, host="thisbox"),
+    ]
+    inputs = Inputs(store=store, pipeline=Pipeline(store), sources=sources)
+    app = VerlTopApp(inputs, refresh=0.2, engine=Engine(Thresholds(hang_min_s=1.0)), live=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        evidence: list[str] = []
+        for _ in range(300):  # the monitor looks every 5 s live: the lead, then the evidence
+            await asyncio.sleep(0.1)
+            lead = app.assessment.lead
+            evidence = lead.evidence if lead is not None and lead.rule == "job.hang" else []
+            if any(e.startswith(f"stack of pid {stopped} ") for e in evidence):
+                break
+        line = next(e for e in evidence if e.startswith(f"stack of pid {stopped} "))
+        assert "(the process is stopped (T): read without pausing it): MainThread at " in line
+        assert "update_actor (<string>:3)" in line
+        read = {s.pid for s in store.stacks}
+        assert {stopped, peer} <= read and critic not in read
+        toasts = [str(n.message) for n in app._notifications]  # noqa: SLF001 - what was said
+        said = [m for m in toasts if m.startswith("job.hang: reading the Python stacks")]
+        assert len(said) == 1 and "pauses each process for the moment" in said[0]
+        app.push_screen(ProcessScreen(store, sources, "thisbox", stopped))
+        await pilot.pause()
+        body = str(app.screen.query_one("#proc-stack").render())
+        assert "Python stack (read " in body and "update_actor (<string>:3)" in body
+        assert "read without pausing them" in body
+    assert _state(stopped) == "T"

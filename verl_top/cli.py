@@ -38,6 +38,9 @@ from verl_top.settings import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from verl_top.assessment import Assessment
     from verl_top.diagnosis.engine import Engine  # imported lazily: the engine pulls in the rules
 
 SUBCOMMANDS = ("diagnose", "snapshot", "compare", "probe", "doctor", "stacks", "export-metrics")
@@ -145,6 +148,13 @@ def snapshot_parser() -> argparse.ArgumentParser:
     parser.epilog = None  # diagnose's exit statuses and examples are not snapshot's
     parser.add_argument("-o", "--output", required=True, metavar="DIR", help="bundle directory")
     parser.add_argument("--force", action="store_true", help="overwrite an existing bundle")
+    parser.add_argument(
+        "--stacks",
+        action="store_true",
+        help="before writing, read the Python stacks of every job process on the monitored "
+        "hosts (py-spy on each node, as `verl-top stacks`; it pauses each process for a moment) "
+        "into stacks.txt; without it, only when job.hang leads, the hung role's",
+    )
     for action in parser._actions:  # noqa: SLF001 - argparse has no public way to reword
         if action.dest == "json":
             action.help = "print the bundle's manifest (files, sizes, status) as JSON"
@@ -397,6 +407,35 @@ def _screen_svg(inputs, assessment) -> str | None:  # noqa: ANN001
         return None
 
 
+def _snapshot_stacks(inputs: Inputs, every: bool) -> Callable[[Assessment], Awaitable[None]]:
+    """What ``snapshot`` does before its sources stop: read the stacks of every job process
+    (``--stacks``), else of the hung role when job.hang leads (docs/stacks.md)."""
+    from verl_top.hang_stacks import HangStacks, every_target
+    from verl_top.node_exec import reaches_processes
+    from verl_top.stacks import PAUSE_NOTE
+
+    if every and not reaches_processes(inputs.sources):
+        raise InputError(
+            "--stacks reads the job's processes on the nodes: give --hosts or --slurm, or run "
+            "it on the node itself (a replay, Prometheus or Ray alone has no process to read)"
+        )
+    reader = HangStacks(inputs.store, inputs.sources)
+
+    async def finale(assessment: Assessment) -> None:
+        targets = every_target(inputs.store) if every else reader.due(assessment)
+        if not targets:
+            return
+        why = "--stacks" if every else "job.hang leads"
+        print(
+            f"verl-top snapshot: reading the Python stacks of {len(targets)} process(es) "
+            f"({why}); {PAUSE_NOTE}",
+            file=sys.stderr,
+        )
+        await reader.read(targets)
+
+    return finale
+
+
 def _run_snapshot(args: argparse.Namespace, settings: Settings | None = None) -> int:
     from verl_top.export.snapshot import SnapshotError, write_snapshot
     from verl_top.headless import collect
@@ -405,8 +444,9 @@ def _run_snapshot(args: argparse.Namespace, settings: Settings | None = None) ->
     inputs = build_inputs(args)
     try:
         _load_baseline(inputs, args)
+        finale = _snapshot_stacks(inputs, every=args.stacks)
         assessment = asyncio.run(
-            collect(inputs, args.duration, _engine(settings or Settings(), args))
+            collect(inputs, args.duration, _engine(settings or Settings(), args), finale)
         )
         screen = _screen_svg(inputs, assessment)
         try:

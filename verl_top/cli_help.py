@@ -45,6 +45,10 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
             "10 s of a live job, then the bundle",
         ),
         ("verl-top snapshot --replay session.ndjson.gz -o bundle --force", "from a recording"),
+        (
+            "verl-top snapshot --hosts nodes.txt --stacks -o bundle",
+            "with every job process's Python stack (py-spy)",
+        ),
     ),
     "compare": (
         (

@@ -25,7 +25,7 @@ import contextlib
 import dataclasses
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from verl_top.assessment import Assessment, LeadChange
 from verl_top.compare import Comparison, compare_runs, summarize
@@ -255,9 +255,16 @@ class Monitor:
 
     # -- running ---------------------------------------------------------------------------
 
-    async def run(self, duration: float | None = None) -> Assessment:
+    async def run(
+        self,
+        duration: float | None = None,
+        finale: Callable[[Assessment], Awaitable[None]] | None = None,
+    ) -> Assessment:
         """Headless: run every source until all end (finite inputs) or ``duration`` seconds
-        pass, looking at the data as it comes, then settle and return the final Assessment."""
+        pass, looking at the data as it comes, then settle and return the final Assessment.
+
+        ``finale(assessment)`` runs once collection is over while the sources still run (their
+        connections open): ``snapshot`` reads the processes' stacks there."""
         inputs = self.inputs
         speed = inputs.replay.speed if inputs.replay is not None else None
         if inputs.replay is not None:
@@ -281,6 +288,8 @@ class Monitor:
                     if not task.cancelled() and task.exception() is not None:
                         inputs.store.notes.append(f"a source failed: {task.exception()}")
                 self.assess()
+            if finale is not None:
+                await finale(self.assess(force=True))
         finally:
             if inputs.replay is not None and speed is not None:
                 inputs.replay.speed = speed  # what a screenshot of the session should show

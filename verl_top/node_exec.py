@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from verl_top.deadline import within
 
@@ -50,3 +51,28 @@ async def local_run(argv: Sequence[str], timeout: float, stdin: str = "") -> Exe
         out[:OUTPUT_MAX].decode("utf-8", "replace"),
         err[:OUTPUT_MAX].decode("utf-8", "replace"),
     )
+
+
+def _runner_of(src: Any) -> tuple[str | None, Runner | None]:
+    """(the host a source reaches, how to run a command there), or (None, None)."""
+    if callable(getattr(src, "exec", None)):  # an SSH source: its agent's connection
+        return getattr(src, "name", None), src.exec
+    if type(src).__name__ == "LocalSource":  # the in-process agent: this machine
+        return getattr(src, "host", None), local_run
+    return None, None
+
+
+def runner_for(sources: Sequence[Any], host: str) -> Runner | None:
+    """How to run a command on ``host`` in this session: its SSH source's connection (while
+    its agent runs), or this machine for the in-process agent; None when no live source
+    reaches it (a replay, Prometheus, Ray alone)."""
+    for src in sources:
+        name, run = _runner_of(src)
+        if run is not None and name == host:
+            return run
+    return None
+
+
+def reaches_processes(sources: Sequence[Any]) -> bool:
+    """True when some source of the session can run a command on its host."""
+    return any(_runner_of(src)[1] is not None for src in sources)

@@ -8,7 +8,11 @@ with its dashboard); else the Ray dashboard's ``/worker/traceback`` (``--ray``),
 the node runs py-spy as the job's own user; else a message naming what is missing and how to
 get it. A process the SSH user cannot read (neither its owner nor root) is refused with its
 owner named. Read-only: py-spy attaches with ptrace and pauses the process for the moment it
-reads the stack. Identical stacks are grouped by role, like a flame summary.
+reads the stack; a process that is stopped (T), traced (t) or blocked in the kernel (D) is read
+with ``--nonblocking`` instead (py-spy cannot pause a stopped process, "Failed to suspend
+process", and one in D only once it leaves the kernel; none of them runs Python meanwhile, so
+the stack read without a pause is exact). Identical stacks are grouped by role, like a flame
+summary.
 
 Everything read from a node (py-spy's text, owners, paths) is foreign: sanitized, bounded.
 """
@@ -18,17 +22,25 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
+import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl_top.model import PROC_STATES
 from verl_top.node_exec import Runner
 from verl_top.untrusted import clean_text
 
 PAUSE_NOTE = (
     "py-spy attaches with ptrace and pauses each process for the moment it reads its stack "
     "(read-only: nothing in the process is changed)"
+)
+# States in which py-spy must not try to pause the process (see the module docstring).
+NONBLOCKING_STATES = frozenset({"T", "t", "D"})
+STOPPED_NOTE = (
+    "stopped (T/t) and blocked (D) processes were read without pausing them (py-spy "
+    "--nonblocking: they run no Python until they resume, and stay as they were)"
 )
 DUMP_TIMEOUT_S = 30.0
 LOCATE_TIMEOUT_S = 15.0
@@ -39,7 +51,8 @@ MAX_TARGETS = 1024  # processes per collection
 SHOWN_FRAMES = 40  # frames of a group shown on screen (stacks.txt has them all)
 
 # Run on the node with the pids as arguments (never formatted into it): where py-spy is (the
-# login PATH, ~/.local/bin, next to each process's python), this user's uid, each pid's owner.
+# login PATH, ~/.local/bin, next to each process's python), this user's uid, each pid's owner
+# and state (/proc/PID/status "State:\tT (stopped)": read splits on the tab).
 LOCATE_SCRIPT = (
     'c=$(command -v py-spy 2>/dev/null) && echo "path $c"\n'
     '[ -x "$HOME/.local/bin/py-spy" ] && echo "path $HOME/.local/bin/py-spy"\n'
@@ -47,6 +60,8 @@ LOCATE_SCRIPT = (
     'for p in "$@"; do\n'
     '  u=$(stat -c %u "/proc/$p" 2>/dev/null) || { echo "gone $p"; continue; }\n'
     '  echo "owner $p $u"\n'
+    '  while read -r k v _; do [ "$k" = State: ] && echo "state $p $v" && break; done'
+    ' 2>/dev/null < "/proc/$p/status"\n'
     '  e=$(readlink "/proc/$p/exe" 2>/dev/null) && d=${e%/*} && echo "python $p $e" &&'
     ' [ -x "$d/py-spy" ] && echo "path $d/py-spy"\n'
     "done\n"
@@ -103,6 +118,7 @@ class ProcessStack:
     threads: list[ThreadStack] = field(default_factory=list)
     error: str = ""
     t: float = 0.0
+    state: str = ""  # /proc/PID/status state when read (T: read with --nonblocking)
 
 
 @dataclass
@@ -125,10 +141,12 @@ class Located:
     owners: dict[int, int] = field(default_factory=dict)
     pythons: dict[int, str] = field(default_factory=dict)
     gone: set[int] = field(default_factory=set)
+    states: dict[int, str] = field(default_factory=dict)
 
 
 def parse_located(text: str) -> Located:
-    """LOCATE_SCRIPT's output: py-spy paths (first found first), uid, owners, pythons, gone."""
+    """LOCATE_SCRIPT's output: py-spy paths (first found first), uid, owners, pythons, gone,
+    states."""
     out = Located()
     for line in text.splitlines()[: 4 * MAX_TARGETS + 8]:
         parts = line.split(" ", 2)
@@ -145,6 +163,8 @@ def parse_located(text: str) -> Located:
                 out.pythons[int(parts[1])] = clean_text(parts[2], 512)
             elif parts[0] == "gone":
                 out.gone.add(int(parts[1]))
+            elif parts[0] == "state" and len(parts) == 3 and parts[2] in PROC_STATES:
+                out.states[int(parts[1])] = parts[2]
         except (IndexError, ValueError):
             continue
     return out
@@ -242,7 +262,9 @@ async def collect_host(
 
 
 async def _one(run: Runner, loc: Located, t: Target, ray: RayTrace | None) -> ProcessStack:
-    out = ProcessStack(t.host, t.pid, t.role, t.title, t=time.time())
+    out = ProcessStack(
+        t.host, t.pid, t.role, t.title, t=time.time(), state=loc.states.get(t.pid, "")
+    )
     why: list[str] = []
     if t.pid in loc.gone:
         out.error = f"pid {t.pid} is not running on {t.host}"
@@ -252,7 +274,10 @@ async def _one(run: Runner, loc: Located, t: Target, ray: RayTrace | None) -> Pr
     if not allowed:
         why.append(refusal(t, owner if owner is not None else -1, loc.uid))
     elif loc.pyspy:
-        res = await run([loc.pyspy[0], "dump", "--pid", str(int(t.pid))], DUMP_TIMEOUT_S)
+        argv = [loc.pyspy[0], "dump", "--pid", str(int(t.pid))]
+        if out.state in NONBLOCKING_STATES:
+            argv.append("--nonblocking")
+        res = await run(argv, DUMP_TIMEOUT_S)
         threads = parse_dump(res.stdout) if res.status == 0 else []
         if threads:
             out.source, out.threads = "py-spy", threads
@@ -272,6 +297,20 @@ async def _one(run: Runner, loc: Located, t: Target, ray: RayTrace | None) -> Pr
             why.append("the Ray dashboard returned no Python stack")
     out.error = "; ".join(why)
     return out
+
+
+def main_thread(stack: ProcessStack) -> ThreadStack | None:
+    """The thread that says where a process is: ``MainThread`` (where verl's worker methods
+    run), else its first thread with frames; None when none was read."""
+    with_frames = [th for th in stack.threads if th.frames]
+    named = [th for th in with_frames if th.name == "MainThread"]
+    return (named or with_frames or [None])[0]
+
+
+def frames_text(frames: Sequence[Frame], most: int = 4) -> str:
+    """The innermost ``most`` frames, innermost first: ``f (a.py:3) < g (b.py:9) < …``."""
+    shown = " < ".join(f.text() for f in frames[:most])
+    return shown + (f" < … {len(frames) - most} more" if len(frames) > most else "")
 
 
 def group(stacks: Iterable[ProcessStack]) -> list[StackGroup]:
@@ -310,6 +349,8 @@ def render_text(stacks: Sequence[ProcessStack], frames: int | None = None) -> st
         f"Python stacks of {len(read)} of {len(stacks)} process(es) on {len(hosts)} host(s) "
         f"({', '.join(sorted({s.source for s in read})) or 'none read'}); {PAUSE_NOTE}."
     ]
+    if any(s.state in NONBLOCKING_STATES for s in read):
+        lines.append(f"The {STOPPED_NOTE}.")
     role = None
     for g in group(stacks):
         if g.role != role:
@@ -385,3 +426,65 @@ def ray_traceback(url: str, ip_of: Callable[[str], str]) -> RayTrace:
         return body.decode("utf-8", "replace")
 
     return trace
+
+
+def targets_for(store: Any, host: str, pid: int | None = None) -> list[Target]:
+    """The job's processes on ``host`` (or the one ``pid``) as the store knows them: the
+    agent's job-process records, then any other visible GPU process."""
+    entry = store.hosts.get(host)
+    plist = None if entry is None else entry.procs
+    found: dict[int, Target] = {}
+    if plist is not None:
+        for j in plist.job_procs:
+            found[j.pid] = Target(host, j.pid, j.role, j.title, j.user)
+        for p in plist.procs:
+            if p.visible and p.pid not in found:
+                found[p.pid] = Target(host, p.pid, p.verl_role or p.role, p.cmd, p.user)
+    if pid is not None:
+        return [found.get(pid, Target(host, pid))]
+    return [found[k] for k in sorted(found)]
+
+
+def ray_for(sources: Sequence[Any], store: Any) -> RayTrace | None:
+    """The Ray dashboard's traceback when the session watches one (--ray)."""
+    url = next((s.url for s in sources if type(s).__name__ == "RaySource"), None)
+    if not url:
+        return None
+    ips = {n.name: n.ip for n in store.ray_nodes}
+    return ray_traceback(url, lambda h: ips.get(h) or socket.gethostbyname(h))
+
+
+def no_connection(host: str) -> str:
+    """Why a process of ``host`` was not read: the session reaches no process there."""
+    return (
+        f"no live connection to {host}: stacks are read on the node itself (an SSH session, "
+        "or this machine); from a shell: verl-top stacks HOST[:PID]"
+    )
+
+
+async def collect_targets(
+    targets: Sequence[Target],
+    runner_of: Callable[[str], Runner | None],
+    ray: RayTrace | None = None,
+) -> list[ProcessStack]:
+    """Stacks of ``targets`` on any hosts, each host through ``runner_of(host)`` (all hosts at
+    once); a host with no runner gets its processes' error, in the targets' order."""
+    by_host: dict[str, list[Target]] = {}
+    for t in targets:
+        by_host.setdefault(t.host, []).append(t)
+
+    async def one(host: str, mine: list[Target]) -> list[ProcessStack]:
+        run = runner_of(host)
+        if run is None:
+            return [
+                ProcessStack(host, t.pid, t.role, t.title, error=no_connection(host)) for t in mine
+            ]
+        try:
+            return await collect_host(run, host, mine, ray)
+        except Exception as exc:  # noqa: BLE001 - a node failing is said, never raised
+            why = f"could not read stacks on {host}: {clean_text(str(exc), 300)}"
+            return [ProcessStack(host, t.pid, t.role, t.title, error=why) for t in mine]
+
+    parts = await asyncio.gather(*(one(h, mine) for h, mine in by_host.items()))
+    got = {(s.host, s.pid): s for part in parts for s in part}
+    return [got[(t.host, t.pid)] for t in targets if (t.host, t.pid) in got]

@@ -25,6 +25,7 @@ from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, median
 from verl_top.nccl.parse import RankReport, WatchdogTies, watchdog_ties
 from verl_top.progress import METHOD_TIMERS, STATE_WORDS, ProcNow
+from verl_top.stacks import NONBLOCKING_STATES, ProcessStack, frames_text, main_thread
 
 STEP = 1
 RULE = "job.hang"
@@ -358,6 +359,47 @@ def watchdog_lines(ties: WatchdogTies, group: list[Running]) -> list[str]:
     return out
 
 
+def _read_in(view: View, p: ProcNow) -> ProcessStack | None:
+    """``p``'s stack from the store when it was read while ``p`` was in its method."""
+    for s in view.store.stacks:
+        if (s.host, s.pid) == (p.host, p.pid) and (p.since is None or s.t >= p.since):
+            return s  # type: ignore[no-any-return]
+    return None
+
+
+def stack_lines(view: View, named: list[ProcNow], group: list[Running]) -> list[str]:
+    """Evidence from the Python stacks read during the hang (verl_top/hang_stacks.py): where
+    the first named process (else the first of the group) is, and where its peers wait."""
+    if not view.store.stacks or not group:
+        return []
+    first = named[0] if named else group[0].proc
+    mine = _read_in(view, first)
+    if mine is None:
+        return []
+    who = f"pid {first.pid} ({first.role or 'process'}) on {first.host}"
+    thread = main_thread(mine)
+    if thread is None:
+        return [f"stack of {who} not read: {mine.error or 'no Python thread'}"]
+    head = f"stack of {who}, read by {mine.source}"
+    if first.since is not None:
+        head += f" {seconds(max(0.0, mine.t - first.since))} into {first.method}"
+    if mine.state in NONBLOCKING_STATES:
+        word = STATE_WORDS.get(mine.state, mine.state)
+        head += f" (the process is {word}: read without pausing it)"
+    out = [f"{head}: {thread.name} at {frames_text(thread.frames)}"]
+    peers = [r.proc for r in group if (r.proc.host, r.proc.pid) != (first.host, first.pid)]
+    read = [(p, s) for p in peers if (s := _read_in(view, p)) is not None]
+    mains = Counter(th.frames for _, s in read if (th := main_thread(s)) is not None)
+    if mains:
+        frames, n = mains.most_common(1)[0]
+        kinds = f"{len(mains)} different stacks; " if len(mains) > 1 else ""
+        out.append(
+            f"stacks of {len(read)} of its {len(peers)} peer(s) in {first.method}: {kinds}{n} "
+            f"at {frames_text(frames, 2)}"
+        )
+    return out
+
+
 def _advice(odd: OddOnes | None, view: View, has_watchdog: bool) -> str:
     first = odd.procs[0] if odd else None
     parts: list[str] = []
@@ -461,6 +503,7 @@ def _finding(
         f"{worst.basis}",
     ]
     evidence += _group_lines(runs)
+    evidence += stack_lines(view, odd.procs if odd is not None else [], group)
     evidence += watchdog_lines(ties, group)
     severe = odd is not None and any(p.state in BAD_STATES for p in odd.procs)
     idle = all(r.gpu.word(th) in ("idle", "unknown") for r in group)

@@ -148,7 +148,7 @@ _DIAGNOSIS = _obj(
 
 _STACK = _obj(
     {"host": _STR, "pid": _INT, "threads": {"type": "array", "items": {"type": "object"}}},
-    {"role": _STR, "title": _STR, "source": _STR, "error": _STR, "t": _NUM},
+    {"role": _STR, "title": _STR, "source": _STR, "error": _STR, "t": _NUM, "state": _STR},
 )
 
 SNAPSHOT_SCHEMA: dict[str, Any] = {

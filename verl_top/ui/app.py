@@ -23,8 +23,10 @@ from textual.widgets import DataTable, Footer, Input, TabbedContent, TabPane
 
 from verl_top.assessment import Assessment
 from verl_top.diagnosis.engine import Engine
+from verl_top.hang_stacks import HangStacks
 from verl_top.inputs import Inputs
 from verl_top.monitor import LIVE_PERIOD_S, Monitor
+from verl_top.stacks import PAUSE_NOTE
 from verl_top.store_summary import SummaryCache
 from verl_top.ui.filter_bar import FilterBar
 from verl_top.ui.findings_screen import FindingsScreen
@@ -150,6 +152,7 @@ class VerlTopApp(App):
         self.title = inputs.title
         self.snapshots = SnapshotExporter(self)
         self.probe_runner: Any = None  # key p: tests inject a fake; None = run_local_probe
+        self.hang_stacks = HangStacks(inputs.store, inputs.sources)  # read once per hang
 
     # -- layout ----------------------------------------------------------------------------
 
@@ -277,6 +280,8 @@ class VerlTopApp(App):
             if self.monitor.failure and not self._engine_failed:
                 self._engine_failed = True  # keep the last verdict, say why once
                 self.notify(self.monitor.failure, severity="error", markup=False)
+            if self.live:
+                self._read_hang_stacks()
         assessment = self.assessment
         has_gpus = bool(store.gpu_count())
         if has_gpus != self._had_gpus:  # the footer's GPU-table keys come or go
@@ -302,6 +307,20 @@ class VerlTopApp(App):
                 self.pane(self.visible_step()).refresh_pane(store, assessment)
         self._show_notes()
         self.refresh_count += 1
+
+    def _read_hang_stacks(self) -> None:
+        """job.hang leads with a hang not read yet: read its role's Python stacks once, off
+        the refresh (verl_top/hang_stacks.py); the evidence and process screen show them."""
+        targets = self.hang_stacks.due(self.assessment)
+        if not targets:
+            return
+        self.notify(
+            f"job.hang: reading the Python stacks of {len(targets)} process(es) of the hung "
+            f"role; {PAUSE_NOTE}",
+            timeout=8,
+            markup=False,
+        )
+        self.run_worker(self.hang_stacks.read(targets), group="hang-stacks", exit_on_error=False)
 
     def _mark_bottleneck(self) -> None:
         """Mark the lead's tab (●) and every tab holding findings (•), each in the colour of

@@ -22,12 +22,11 @@ from textual.css.query import NoMatches
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Static
 
-from verl_top import signals
+from verl_top import signals, stacks
 from verl_top.export.redact import redact_mapping
-from verl_top.node_exec import Runner
+from verl_top.node_exec import Runner, runner_for
 from verl_top.progress import STATE_WORDS
 from verl_top.roles import classify, process_map, trainer_method
-from verl_top.ui.stacks_screen import runner_for
 from verl_top.ui.widgets import sparkline
 from verl_top.untrusted import clean_text
 
@@ -99,6 +98,7 @@ class ProcessScreen(Screen[None]):
         with VerticalScroll():
             yield Static("", id="proc-info", classes="proc-block")
             yield Static("", id="proc-history", classes="proc-block")
+            yield Static("", id="proc-stack", classes="proc-block")
             yield Static("", id="proc-cmd", classes="proc-block")
             yield Static("", id="proc-env", classes="proc-block")
         yield Footer(show_command_palette=False)
@@ -142,6 +142,7 @@ class ProcessScreen(Screen[None]):
         )
         self.query_one("#proc-info", Static).update(self._info(job, gpus, mapped))
         self.query_one("#proc-history", Static).update(self._history())
+        self.query_one("#proc-stack", Static).update(self._stack())
         title = job.title if job is not None else (gpus[0].cmd if gpus else "")
         cmd = Text("Command line\n", style="bold underline")
         cmd.append(clean_text(title, 4096) or "(not known: the agent has not listed it)")
@@ -192,6 +193,16 @@ class ProcessScreen(Screen[None]):
         text.append("-" if cpu is None else f"{cpu:.0f} %")
         text.append("  ·  RSS ", style="bold")
         text.append(_size(rss))
+        return text
+
+    def _stack(self) -> Text:
+        """Its Python stack when one was read in this session (key t, or on a hang)."""
+        got = next((s for s in self.store.stacks if (s.host, s.pid) == (self.host, self.pid)), None)
+        if got is None:
+            return Text("")
+        text = Text("Python stack", style="bold underline")
+        text.append(f" (read {_age(time.time() - got.t)} ago; t reads it again)\n")
+        text.append(stacks.render_text([got], stacks.SHOWN_FRAMES))
         return text
 
     @staticmethod

@@ -8,7 +8,6 @@ only: a replay or Prometheus has no process to read.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,44 +19,9 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from verl_top import stacks
-from verl_top.node_exec import Runner, local_run
+from verl_top.node_exec import Runner, runner_for
+from verl_top.stacks import ray_for, targets_for
 from verl_top.untrusted import clean_text
-
-
-def runner_for(sources: Sequence[Any], host: str) -> Runner | None:
-    """How to run a command on ``host``: its SSH source's connection, or this machine for the
-    in-process agent; None when the session has no live source for it."""
-    for src in sources:
-        if getattr(src, "name", None) == host and callable(getattr(src, "exec", None)):
-            return src.exec  # type: ignore[no-any-return]
-        if type(src).__name__ == "LocalSource" and getattr(src, "host", None) == host:
-            return local_run
-    return None
-
-
-def ray_for(sources: Sequence[Any], store: Any) -> stacks.RayTrace | None:
-    """The Ray dashboard's traceback when the session watches one (--ray)."""
-    url = next((s.url for s in sources if type(s).__name__ == "RaySource"), None)
-    if not url:
-        return None
-    ips = {n.name: n.ip for n in store.ray_nodes}
-    return stacks.ray_traceback(url, lambda h: ips.get(h) or socket.gethostbyname(h))
-
-
-def targets_for(store: Any, host: str, pid: int | None = None) -> list[stacks.Target]:
-    """The job's processes on ``host`` (or the one ``pid``) as the store knows them."""
-    entry = store.hosts.get(host)
-    plist = None if entry is None else entry.procs
-    found: dict[int, stacks.Target] = {}
-    if plist is not None:
-        for j in plist.job_procs:
-            found[j.pid] = stacks.Target(host, j.pid, j.role, j.title, j.user)
-        for p in plist.procs:
-            if p.visible and p.pid not in found:
-                found[p.pid] = stacks.Target(host, p.pid, p.verl_role or p.role, p.cmd, p.user)
-    if pid is not None:
-        return [found.get(pid, stacks.Target(host, pid))]
-    return [found[k] for k in sorted(found)]
 
 
 class StacksScreen(Screen[None]):
