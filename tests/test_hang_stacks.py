@@ -10,6 +10,8 @@ real verl 0.5.0 log (tests/hang_data.py): update_actor overruns after 20 s.
 
 from __future__ import annotations
 
+import dataclasses
+
 from tests.hang_data import T0, gpu, hello, history, new_pipeline, worker
 from verl_top.assessment import Assessment
 from verl_top.diagnosis.engine import Engine
@@ -116,10 +118,21 @@ def test_a_hang_is_read_once_and_again_when_a_new_one_leads() -> None:
     reader = HangStacks(store, sources)
     assert len(reader.due(hang)) == 8
     assert reader.due(hang) == []  # the same hang: read once
+    # ...even when the processes it names change as more is seen (no new pause for all 8)
+    assert reader.due(_with_data(hang, culprits=[])) == []
     assert reader.due(calm) == []  # it cleared
     assert len(reader.due(hang)) == 8  # a later hang is read again
+    assert len(reader.due(_with_data(hang, since=S + 60))) == 8  # the method entered again
     # a replay (or Prometheus) reaches no process: nothing is read, nothing said
     assert HangStacks(store, []).due(hang) == []
+
+
+def _with_data(a: Assessment, **data: object) -> Assessment:
+    """``a`` with its lead's data changed."""
+    assert a.verdict is not None and a.lead is not None
+    lead = dataclasses.replace(a.lead, data={**a.lead.data, **data})
+    findings = [lead if f is a.lead else f for f in a.verdict.findings]
+    return dataclasses.replace(a, verdict=dataclasses.replace(a.verdict, findings=findings))
 
 
 def _stack(host: str, pid: int, text: str, t: float, state: str = "S") -> ProcessStack:

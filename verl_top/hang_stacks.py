@@ -4,8 +4,8 @@ named process's role, so the evidence shows where the process is stuck and where
 The same code as the node screen's ``t`` and ``verl-top stacks`` (verl_top/stacks.py) reads
 them, through the session's own connections (the SSH agent's, or this machine for the
 in-process agent); a session that reaches no process (a replay, Prometheus) reads nothing.
-Once per hang: a new hang (another method or other culprits) reads again, the same one does
-not. The result replaces ``store.stacks``, which job.hang's evidence, the process screen and a
+Once per hang: a new hang (another method, or the same method entered again) reads again, the
+same one does not. The result replaces ``store.stacks``, which job.hang's evidence, the process screen and a
 snapshot (stacks.txt, snapshot.json) read. Read-only; py-spy pauses each running process for the
 moment it reads it (a stopped one is read without a pause): the app and ``snapshot`` say so.
 
@@ -44,10 +44,10 @@ def hang_lead(assessment: Assessment) -> Finding | None:
 
 
 def episode(finding: Finding) -> tuple[object, ...]:
-    """What makes a hang the same one: its method and the processes it names."""
-    culprits = finding.data.get("culprits") or []
-    named = tuple(sorted((str(c.get("host")), int(c.get("pid") or 0)) for c in culprits))
-    return finding.data.get("method"), named
+    """What makes a hang the same one: its method and when its first process entered it (not
+    the processes it names, which may change as their CPU and GPU are seen: each change would
+    pause them all again)."""
+    return finding.data.get("method"), finding.data.get("since")
 
 
 def _users(store: Store) -> dict[tuple[str, int], str]:

@@ -289,7 +289,7 @@ class Monitor:
                         inputs.store.notes.append(f"a source failed: {task.exception()}")
                 self.assess()
             if finale is not None:
-                await finale(self.assess(force=True))
+                await finale(self.assess(force=_has_data(self.store)))
         finally:
             if inputs.replay is not None and speed is not None:
                 inputs.replay.speed = speed  # what a screenshot of the session should show

@@ -359,12 +359,10 @@ def watchdog_lines(ties: WatchdogTies, group: list[Running]) -> list[str]:
     return out
 
 
-def _read_in(view: View, p: ProcNow) -> ProcessStack | None:
-    """``p``'s stack from the store when it was read while ``p`` was in its method."""
-    for s in view.store.stacks:
-        if (s.host, s.pid) == (p.host, p.pid) and (p.since is None or s.t >= p.since):
-            return s  # type: ignore[no-any-return]
-    return None
+def _read_in(stacks: dict[tuple[str, int], ProcessStack], p: ProcNow) -> ProcessStack | None:
+    """``p``'s stack when it was read while ``p`` was in its method."""
+    s = stacks.get((p.host, p.pid))
+    return s if s is not None and (p.since is None or s.t >= p.since) else None
 
 
 def stack_lines(view: View, named: list[ProcNow], group: list[Running]) -> list[str]:
@@ -372,8 +370,9 @@ def stack_lines(view: View, named: list[ProcNow], group: list[Running]) -> list[
     the first named process (else the first of the group) is, and where its peers wait."""
     if not view.store.stacks or not group:
         return []
+    stacks = {(s.host, s.pid): s for s in view.store.stacks}
     first = named[0] if named else group[0].proc
-    mine = _read_in(view, first)
+    mine = _read_in(stacks, first)
     if mine is None:
         return []
     who = f"pid {first.pid} ({first.role or 'process'}) on {first.host}"
@@ -388,7 +387,7 @@ def stack_lines(view: View, named: list[ProcNow], group: list[Running]) -> list[
         head += f" (the process is {word}: read without pausing it)"
     out = [f"{head}: {thread.name} at {frames_text(thread.frames)}"]
     peers = [r.proc for r in group if (r.proc.host, r.proc.pid) != (first.host, first.pid)]
-    read = [(p, s) for p in peers if (s := _read_in(view, p)) is not None]
+    read = [(p, s) for p in peers if (s := _read_in(stacks, p)) is not None]
     mains = Counter(th.frames for _, s in read if (th := main_thread(s)) is not None)
     if mains:
         frames, n = mains.most_common(1)[0]
@@ -517,6 +516,8 @@ def _finding(
         _advice(odd, view, bool(ties.ranks)),
         {
             "method": method,
+            # when its first process entered it: what makes this hang the same one later
+            "since": min(r.proc.since for r in group if r.proc.since is not None),
             "elapsed_s": elapsed,
             "limit_s": worst.limit,
             "usual_s": usual,
