@@ -14,7 +14,11 @@ The child measures, with ``time.process_time``:
 - ``procs_ingest``: ``Store.ingest`` of those process lists (the tracker runs there);
 - ``verl_log``: ``Pipeline.emit`` of a real verl driver log (the early-verl Qwen2.5 log, 20
   copies, 32k lines) as one followed file: the verl parser plus, in this tree, the watchdog
-  scanner.
+  scanner;
+- ``nccl_in_verl_log``: the same for a driver log whose workers print NCCL_DEBUG=INFO: the real
+  NCCL_DEBUG=INFO log of tests/fixtures/nccl (all_reduce_perf_debug_g1.txt), every line behind
+  Ray's ``(WorkerDict pid=812, ip=10.0.0.2)`` prefix, 300 copies (34k lines); the verl parser
+  hands these lines to the NCCL parser (with their prefix since wt-finish29).
 """
 
 from __future__ import annotations
@@ -35,9 +39,11 @@ LOG = (
     / "real_Qwen2.5-0.5B-bsz256_2-prompt1024-resp512-0.567.log"
 )
 
+NCCL_LOG = HERE.parent / "tests" / "fixtures" / "nccl" / "all_reduce_perf_debug_g1.txt"
+
 CHILD = r"""
 import gc, json, sys, time
-root, gpus, log = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+root, gpus, log, nccl_log = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 sys.path[:0] = [root, root + "/benchmarks"]
 from engine_cost import fill
 from verl_top.diagnosis.engine import Engine
@@ -73,15 +79,24 @@ c0 = time.process_time()
 for i in range(0, len(lines), 500):
     pipe.emit(LogLines(host="h", t=now, path="/d.log", kind="verl", lines=lines[i:i + 500]))
 log_ms = (time.process_time() - c0) * 1000
+ray = "(WorkerDict pid=812, ip=10.0.0.2) "
+nccl = [ray + x for x in open(nccl_log, errors="replace").read().splitlines()] * 300
+s3 = Store()
+pipe = Pipeline(s3, wall_clock=lambda: now)
+gc.collect()
+c0 = time.process_time()
+for i in range(0, len(nccl), 500):
+    pipe.emit(LogLines(host="h", t=now, path="/d.log", kind="verl", lines=nccl[i:i + 500]))
+nccl_ms = (time.process_time() - c0) * 1000
 print(json.dumps({"engine": sorted(cpus)[2], "procs_ingest": procs_ms, "verl_log": log_ms,
-                  "steps": len(s2.steps)}))
+                  "nccl_in_verl_log": nccl_ms, "steps": len(s2.steps)}))
 """
 
 
 def child(root: Path, gpus: int) -> dict[str, float]:
     """One measurement in the tree at ``root``."""
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(root), str(gpus), str(LOG)],
+        [sys.executable, "-c", CHILD, str(root), str(gpus), str(LOG), str(NCCL_LOG)],
         capture_output=True,
         text=True,
         check=True,
@@ -102,11 +117,11 @@ def main(argv: list[str] | None = None) -> int:
             runs[name].append(child(root, args.gpus))
             print(f"round {r + 1} {name}: {runs[name][-1]}", file=sys.stderr)
     print(f"{args.gpus} GPUs, median of {args.rounds} alternating rounds, CPU ms")
-    print(f"{'measure':<14} {'base':>9} {'head':>9} {'head/base':>10}")
-    for key in ("engine", "procs_ingest", "verl_log"):
+    print(f"{'measure':<16} {'base':>9} {'head':>9} {'head/base':>10}")
+    for key in ("engine", "procs_ingest", "verl_log", "nccl_in_verl_log"):
         b = statistics.median(x[key] for x in runs["base"])
         h = statistics.median(x[key] for x in runs["head"])
-        print(f"{key:<14} {b:>9.1f} {h:>9.1f} {h / b:>10.2f}")
+        print(f"{key:<16} {b:>9.1f} {h:>9.1f} {h / b:>10.2f}")
     same = {x["steps"] for x in runs["base"] + runs["head"]}
     print(f"verl steps parsed: {sorted(same)} (must be one number: the same log, the same steps)")
     return 0

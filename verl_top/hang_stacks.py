@@ -5,9 +5,10 @@ The same code as the node screen's ``t`` and ``verl-top stacks`` (verl_top/stack
 them, through the session's own connections (the SSH agent's, or this machine for the
 in-process agent); a session that reaches no process (a replay, Prometheus) reads nothing.
 Once per hang: a new hang (another method, or the same method entered again) reads again, the
-same one does not. The result replaces ``store.stacks``, which job.hang's evidence, the process screen and a
-snapshot (stacks.txt, snapshot.json) read. Read-only; py-spy pauses each running process for the
-moment it reads it (a stopped one is read without a pause): the app and ``snapshot`` say so.
+same one does not. The result replaces ``store.stacks``, which job.hang's evidence, the process
+screen and a snapshot (stacks.txt, snapshot.json) read. Read-only; py-spy pauses each running
+process for the moment it reads it (a stopped one is read without a pause): the app and
+``snapshot`` say so.
 
 Bounded: at most ``HANG_STACKS_MAX`` processes per hang, the named ones first, then their peers
 on the same host, then the rest of the role by host and pid.

@@ -870,6 +870,12 @@ _RUN_START = re.compile(
 )
 
 
+def may_be_event(line: str) -> bool:
+    """False when ``line`` cannot be a watchdog or NCCL WARN event: every event line holds
+    "atchdog" or "NCCL WARN", so most lines cost no regex."""
+    return "atchdog" in line or "NCCL WARN" in line
+
+
 class EventScanner:
     """Watchdog, watchdog-state and NCCL WARN lines of one followed file as ``LogEvent``s,
     each timeout once: it is printed again in the abort message ("what(): ...")."""
@@ -884,7 +890,7 @@ class EventScanner:
 
     def scan(self, line: str) -> LogEvent | None:
         """The event of one line, or None."""
-        if "atchdog" not in line and "NCCL WARN" not in line:
+        if not may_be_event(line):
             return None
         ev = classify_event(line)
         if ev is None:

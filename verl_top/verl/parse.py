@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_top.model import Record, VerlConfig, VerlStep
+from verl_top.nccl.parse import NcclStreamParser, may_be_event
 from verl_top.untrusted import clean_text, finite, is_clean
 from verl_top.verl.config import (
     CollectedConfig,
@@ -315,7 +316,7 @@ class VerlStreamParser:
         self._last_values: dict[str, Any] | None = None
         self._pending: tuple[str, str] | None = None  # (prefix, body) of a step line, maybe wrapped
         self._block: tuple[int, dict[str, float]] | None = None  # "step: N" + key: value lines
-        self._nccl: Any = None  # an NcclStreamParser, made at the first NCCL line
+        self._nccl: NcclStreamParser | None = None  # made at the first NCCL line
         self.actors: list[str] = []  # Ray actor classes that printed steps or the config
         self.lines = 0
         self.matched = 0
@@ -355,7 +356,7 @@ class VerlStreamParser:
                     hit = True
                     continue
                 if "NCCL" in body:  # workers' NCCL INFO/WARN/watchdog lines in the driver log
-                    self._nccl_line(f"{prefix} {body}" if prefix else body, t, out)
+                    self._nccl_line(prefix, body, t, out)
                 if self.config_file and self._text_chars < MAX_CONFIG_FILE_CHARS:
                     self._text.append(raw.rstrip("\r\n"))
                     self._text_chars += len(raw)
@@ -451,16 +452,16 @@ class VerlStreamParser:
         if match is not None and match.group(1) not in self.actors:
             self.actors.append(match.group(1))
 
-    def _nccl_line(self, line: str, t: float, out: list[Record]) -> None:
+    def _nccl_line(self, prefix: str, body: str, t: float, out: list[Record]) -> None:
         """NCCL's and PyTorch's lines printed into the verl log (workers' stderr reaches the
         driver's console), read like an NCCL log of the same path: the transport summary
         (NcclInfo, so a log that says "Using network Socket" is not asked for an NCCL log) and
-        the watchdog / NCCL WARN events. ``line`` keeps its Ray prefix: the worker's pid in
-        it ties a watchdog timeout to its process (``nccl.parse.parse_watchdog``)."""
+        the watchdog / NCCL WARN events. An event's line keeps its Ray prefix: the worker's
+        pid in it ties a watchdog timeout to its process (``nccl.parse.parse_watchdog``); the
+        INFO chatter goes without it (nothing there needs the pid)."""
         if self._nccl is None:
-            from verl_top.nccl.parse import NcclStreamParser
-
             self._nccl = NcclStreamParser(self.host, self.path)
+        line = f"{prefix} {body}" if prefix and may_be_event(body) else body
         out.extend(self._nccl.feed([line], t))
 
     def _continues(self, prefix: str, body: str) -> bool:
