@@ -136,8 +136,9 @@ def _with_data(a: Assessment, **data: object) -> Assessment:
 
 
 def _stack(host: str, pid: int, text: str, t: float, state: str = "S") -> ProcessStack:
+    source = "py-spy --nonblocking" if state == "T" else "py-spy"  # as stacks.collect_host
     return ProcessStack(
-        host, pid, "actor/rollout", source="py-spy", threads=parse_dump(text), t=t, state=state
+        host, pid, "actor/rollout", source=source, threads=parse_dump(text), t=t, state=state
     )
 
 
@@ -151,8 +152,8 @@ def test_the_stacks_read_in_the_hang_are_in_its_evidence() -> None:
     assert isinstance(hang, Finding)
     lines = [e for e in hang.evidence if e.startswith("stack")]
     assert lines == [
-        "stack of pid 5002 (actor/rollout) on a, read by py-spy 20 s into update_actor (the "
-        "process is stopped (T): read without pausing it): MainThread at _update "
+        "stack of pid 5002 (actor/rollout) on a, read by py-spy --nonblocking 20 s into "
+        "update_actor (the process is stopped (T)): MainThread at _update "
         "(verl/workers/actor/dp_actor.py:420) < update_policy (verl/workers/actor/dp_actor.py:380) "
         "< update_actor (verl/workers/fsdp_workers.py:1210) < actor_rollout_update_actor "
         "(verl/single_controller/base/decorator.py:430) < … 1 more",

@@ -85,6 +85,30 @@ def test_stacks_of_real_processes_grouped_by_role(workers) -> None:  # type: ign
     assert json.loads(json.dumps(doc))[0]["threads"][0]["frames"][0][0]  # plain JSON
 
 
+def test_a_stopped_process_is_read_without_pausing_it(workers) -> None:  # type: ignore[no-untyped-def]
+    """A worker stopped with SIGSTOP (the real H200 hang): the pausing read gets no stack, the
+    non-blocking one does, and the process stays stopped."""
+    import signal
+
+    workers.append(worker("ray::WorkerDict.critic_update_critic", "update_critic"))
+    wait_started(workers)
+    os.kill(workers[0].pid, signal.SIGSTOP)
+    try:
+        (got,) = asyncio.run(
+            stacks.collect_host(
+                local_run, "local", [stacks.Target("local", workers[0].pid, "critic")]
+            )
+        )
+        with open(f"/proc/{workers[0].pid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    finally:
+        os.kill(workers[0].pid, signal.SIGCONT)
+    assert not got.error and got.source == "py-spy --nonblocking"
+    main = next(t for t in got.threads if t.name == "MainThread")
+    assert main.frames[0].function == "update_critic"
+    assert state == "T"  # still stopped: nothing was sent to it
+
+
 def test_refused_for_a_process_the_user_does_not_own(workers) -> None:  # type: ignore[no-untyped-def]
     """Run as nobody against root's process: refused, with the owner and what would work."""
     if os.geteuid() != 0 or not shutil.which("setpriv"):
@@ -292,26 +316,28 @@ def _state(pid: int) -> str:
         return next(line.split()[1] for line in fh if line.startswith("State:"))
 
 
-def test_a_stopped_process_is_read_without_a_pause_and_stays_stopped(workers) -> None:  # type: ignore[no-untyped-def]
-    """py-spy cannot pause a SIGSTOPped process ("Failed to suspend process: unexpected waitpid
-    result", py-spy 0.4.3 here): it is read with --nonblocking, which is exact for a process
-    that runs no code, and it is left stopped (nothing resumed it)."""
+def test_a_process_the_node_calls_stopped_gets_only_the_non_blocking_read(workers) -> None:  # type: ignore[no-untyped-def]
+    """The node's /proc state, read just before the dump, says T: py-spy runs once, with
+    --nonblocking (no pausing attempt that can only fail, or wait on a D process); the state
+    is kept with the stack and the text says those were read without a pause."""
     workers.append(worker("ray::WorkerDict.actor_rollout_update_actor", "update_actor"))
     wait_started(workers)
     pid = workers[0].pid
     os.kill(pid, signal.SIGSTOP)
-    blocking = subprocess.run(
-        [str(PYSPY_DIR / "py-spy"), "dump", "--pid", str(pid)], capture_output=True, text=True
-    )
-    assert blocking.returncode != 0 and "Failed to suspend process" in blocking.stderr
+    dumps: list[list[str]] = []
+
+    async def recording(argv, timeout, stdin=""):  # type: ignore[no-untyped-def]
+        if "dump" in argv:
+            dumps.append(list(argv[1:]))
+        return await local_run(argv, timeout, stdin)
+
     (got,) = asyncio.run(
-        stacks.collect_host(local_run, "h", [stacks.Target("h", pid, "actor/rollout")])
+        stacks.collect_host(recording, "h", [stacks.Target("h", pid, "actor/rollout")])
     )
-    assert (got.source, got.state, got.error) == ("py-spy", "T", "")
-    main = next(t for t in got.threads if t.name == "MainThread")
-    assert [f.function for f in main.frames] == ["update_actor", "execute", "<module>"]
-    assert _state(pid) == "T"
+    assert dumps == [["dump", "--nonblocking", "--pid", str(pid)]]
+    assert (got.source, got.state, got.error) == ("py-spy --nonblocking", "T", "")
     assert "were read without pausing them (py-spy --nonblocking" in stacks.render_text([got])
+    assert _state(pid) == "T"
 
 
 def _ssh_args(tmp_path: Path, d, ssh_keys) -> list[str]:  # type: ignore[no-untyped-def]
@@ -371,14 +397,17 @@ def test_snapshot_reads_the_hung_roles_stacks_through_real_sshd(  # type: ignore
     assert doc["diagnosis"]["bottleneck"]["rule"] == "job.hang"
     read = {s["pid"]: s for s in doc["stacks"]}
     assert {stopped, peer} <= set(read) and critic not in read
-    assert read[stopped]["state"] == "T" and read[stopped]["source"] == "py-spy"
+    assert read[stopped]["state"] == "T" and read[stopped]["source"] == "py-spy --nonblocking"
     main = next(t for t in read[stopped]["threads"] if t["name"] == "MainThread")
     assert [f[0] for f in main["frames"]] == ["update_actor", "execute", "<module>"]
     (hang,) = [f for f in doc["diagnosis"]["findings"] if f["rule"] == "job.hang"]
     assert any(
-        e.startswith(f"stack of pid {stopped} (actor/rollout) on {d.addr}:{d.port}, read by py-spy")
-        and "(the process is stopped (T): read without pausing it): MainThread at update_actor "
-        "(<string>:3) < execute (<string>:5)"
+        e.startswith(
+            f"stack of pid {stopped} (actor/rollout) on {d.addr}:{d.port}, read by py-spy "
+            "--nonblocking "
+        )
+        and "(the process is stopped (T)): MainThread at update_actor (<string>:3) < execute "
+        "(<string>:5)"
         in e
         for e in hang["evidence"]
     ), hang["evidence"]
@@ -457,7 +486,8 @@ async def test_the_app_reads_the_hung_roles_stacks_once_and_shows_them(  # type:
             if any(e.startswith(f"stack of pid {stopped} ") for e in evidence):
                 break
         line = next(e for e in evidence if e.startswith(f"stack of pid {stopped} "))
-        assert "(the process is stopped (T): read without pausing it): MainThread at " in line
+        assert "read by py-spy --nonblocking " in line
+        assert "(the process is stopped (T)): MainThread at " in line
         assert "update_actor (<string>:3)" in line
         read = {s.pid for s in store.stacks}
         assert {stopped, peer} <= read and critic not in read

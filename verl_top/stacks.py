@@ -41,7 +41,7 @@ NONBLOCKING_STATES = frozenset({"T", "t", "D"})
 STOPPED_NOTE = (
     "stopped (T/t) and blocked (D) processes were read without pausing them (py-spy "
     "--nonblocking: they run no Python until they resume, and stay as they were)"
-)
+)  # rendered when a source says "py-spy --nonblocking"
 DUMP_TIMEOUT_S = 30.0
 LOCATE_TIMEOUT_S = 15.0
 PARALLEL_DUMPS = 4  # py-spy runs at once per host
@@ -114,11 +114,11 @@ class ProcessStack:
     pid: int
     role: str = ""
     title: str = ""
-    source: str = ""  # "py-spy" | "ray dashboard" | "" (none)
+    source: str = ""  # "py-spy" | "py-spy --nonblocking" | "ray dashboard" | "" (none)
     threads: list[ThreadStack] = field(default_factory=list)
     error: str = ""
     t: float = 0.0
-    state: str = ""  # /proc/PID/status state when read (T: read with --nonblocking)
+    state: str = ""  # /proc/PID/status state just before the read (T/t/D: --nonblocking)
 
 
 @dataclass
@@ -274,14 +274,26 @@ async def _one(run: Runner, loc: Located, t: Target, ray: RayTrace | None) -> Pr
     if not allowed:
         why.append(refusal(t, owner if owner is not None else -1, loc.uid))
     elif loc.pyspy:
-        argv = [loc.pyspy[0], "dump", "--pid", str(int(t.pid))]
-        if out.state in NONBLOCKING_STATES:
-            argv.append("--nonblocking")
-        res = await run(argv, DUMP_TIMEOUT_S)
-        threads = parse_dump(res.stdout) if res.status == 0 else []
-        if threads:
-            out.source, out.threads = "py-spy", threads
-            return out
+        # A process already stopped (SIGSTOP, the hangs worth a stack) cannot be paused again:
+        # py-spy 0.4.3 then fails ("Failed to get stack traces", seen on the real H200 hang),
+        # while --nonblocking reads its memory without pausing it; one blocked in the kernel
+        # (D) would be paused only once it leaves it. Those the node just called T/t/D get the
+        # non-blocking read at once; running processes get the consistent (pausing) read
+        # first, and the non-blocking one when it fails that way (stopped since).
+        res = None
+        nonblocking = ["--nonblocking"]
+        modes = [nonblocking] if out.state in NONBLOCKING_STATES else [[], nonblocking]
+        for extra in modes:
+            res = await run(
+                [loc.pyspy[0], "dump", *extra, "--pid", str(int(t.pid))], DUMP_TIMEOUT_S
+            )
+            threads = parse_dump(res.stdout) if res.status == 0 else []
+            if threads:
+                out.source, out.threads = "py-spy" + (" --nonblocking" if extra else ""), threads
+                return out
+            if "Failed to get stack traces" not in f"{res.stderr}{res.stdout}" and res.status:
+                break  # refused, gone, not Python: the other mode cannot help
+        assert res is not None
         why.append(explain_pyspy_error(t.pid, f"{res.stderr}\n{res.stdout}"))
     else:
         why.append(missing_pyspy(t.host, [loc.pythons.get(t.pid, "")]))
@@ -349,7 +361,7 @@ def render_text(stacks: Sequence[ProcessStack], frames: int | None = None) -> st
         f"Python stacks of {len(read)} of {len(stacks)} process(es) on {len(hosts)} host(s) "
         f"({', '.join(sorted({s.source for s in read})) or 'none read'}); {PAUSE_NOTE}."
     ]
-    if any(s.state in NONBLOCKING_STATES for s in read):
+    if any(s.source.endswith("--nonblocking") for s in read):
         lines.append(f"The {STOPPED_NOTE}.")
     role = None
     for g in group(stacks):

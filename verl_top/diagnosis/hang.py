@@ -383,8 +383,7 @@ def stack_lines(view: View, named: list[ProcNow], group: list[Running]) -> list[
     if first.since is not None:
         head += f" {seconds(max(0.0, mine.t - first.since))} into {first.method}"
     if mine.state in NONBLOCKING_STATES:
-        word = STATE_WORDS.get(mine.state, mine.state)
-        head += f" (the process is {word}: read without pausing it)"
+        head += f" (the process is {STATE_WORDS.get(mine.state, mine.state)})"
     out = [f"{head}: {thread.name} at {frames_text(thread.frames)}"]
     peers = [r.proc for r in group if (r.proc.host, r.proc.pid) != (first.host, first.pid)]
     read = [(p, s) for p in peers if (s := _read_in(stacks, p)) is not None]
