@@ -26,7 +26,7 @@ import random
 import shlex
 import socket
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -1071,7 +1071,7 @@ async def run_remote(
     stdin_text: str = "",
     *,
     close_stdin: bool = False,
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str, None]:
     """Run the shell ``command`` on ``spec`` and yield its output lines (stderr merged in).
 
     Connects exactly as :class:`SshSource` does (same options, host-key policy, bastion and
