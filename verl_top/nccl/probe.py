@@ -111,13 +111,13 @@ def probe_payload() -> str:
     return f"{len(script.encode('utf-8'))}\n{script}"
 
 
-def probe_command(python: str = "python3", **kwargs: object) -> tuple[list[str], str]:
+def probe_command(python: str = "python3", **kwargs: Any) -> tuple[list[str], str]:
     """(remote argv, stdin text) of one launcher; see :data:`PROBE_BOOTSTRAP`.
 
     The transport must write the stdin text and keep stdin open while the probe runs: the probe
     cancels itself (killing its ranks) when stdin closes.
     """
-    args = probe_args(**kwargs)  # type: ignore[arg-type]
+    args = probe_args(**kwargs)  # its keywords, checked by name there
     return [python, "-u", "-c", PROBE_BOOTSTRAP, *args, "--stdin-eof-cancel"], probe_payload()
 
 
