@@ -43,16 +43,20 @@ def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 def wait_started(procs: list[subprocess.Popen[bytes]]) -> None:
-    """Until each process is inside its function (py-spy sees a frame there)."""
-    deadline = time.monotonic() + 10
+    """Until each process sleeps inside its function (py-spy sees a frame there): its title is
+    set at exec, so wait for the kernel to say it sleeps in ``time.sleep``'s nanosleep (a fixed
+    pause was too short on a loaded machine: a worker stopped while still importing had no
+    ``MainThread`` yet)."""
+    deadline = time.monotonic() + 30
     for p in procs:
         while True:
             with open(f"/proc/{p.pid}/cmdline", "rb") as fh:
-                if fh.read().startswith(b"ray::"):
+                titled = fh.read().startswith(b"ray::")
+            with open(f"/proc/{p.pid}/wchan") as fh:
+                if titled and "nanosleep" in fh.read():
                     break
-            assert time.monotonic() < deadline
+            assert time.monotonic() < deadline, f"pid {p.pid} never reached its sleep"
             time.sleep(0.02)
-    time.sleep(0.3)  # the interpreter reaches the sleep
 
 
 def test_pyspy_is_here() -> None:

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from verl_top.deadline import within
+
+if TYPE_CHECKING:
+    from verl_top.sources.base import Source
 
 OUTPUT_MAX = 4 * 1024 * 1024  # bytes of stdout (and of stderr) kept from one command
 
@@ -53,19 +57,29 @@ async def local_run(argv: Sequence[str], timeout: float, stdin: str = "") -> Exe
     )
 
 
-def _runner_of(src: Any) -> tuple[str | None, Runner | None]:
-    """(the host a source reaches, how to run a command there), or (None, None)."""
-    if callable(getattr(src, "exec", None)):  # an SSH source: its agent's connection
-        return getattr(src, "name", None), src.exec
-    if type(src).__name__ == "LocalSource":  # the in-process agent: this machine
-        return getattr(src, "host", None), local_run
+def _runner_of(src: Source) -> tuple[str | None, Runner | None]:
+    """(the host a source reaches, how to run a command there), or (None, None).
+
+    Only source classes the session imported are looked for: a class never imported has no
+    instance (a session without SSH does not pay for importing it, ~0.2 s, on key t)."""
+    if "verl_top.sources.ssh" in sys.modules:
+        from verl_top.sources.ssh import SshSource  # noqa: PLC0415 - loaded already
+
+        if isinstance(src, SshSource):  # an SSH source: its agent's connection
+            return src.name, src.exec
+    if "verl_top.sources.local" in sys.modules:
+        from verl_top.sources.local import LocalSource  # noqa: PLC0415 - loaded already
+
+        if isinstance(src, LocalSource):  # the in-process agent: this machine
+            return src.host, local_run
     return None, None
 
 
-def runner_for(sources: Sequence[Any], host: str) -> Runner | None:
+def runner_for(sources: Sequence[Source], host: str) -> Runner | None:
     """How to run a command on ``host`` in this session: its SSH source's connection (while
     its agent runs), or this machine for the in-process agent; None when no live source
-    reaches it (a replay, Prometheus, Ray alone)."""
+    reaches it (a replay, Prometheus, Ray alone). The first such source, in the session's
+    order."""
     for src in sources:
         name, run = _runner_of(src)
         if run is not None and name == host:
@@ -73,6 +87,6 @@ def runner_for(sources: Sequence[Any], host: str) -> Runner | None:
     return None
 
 
-def reaches_processes(sources: Sequence[Any]) -> bool:
+def reaches_processes(sources: Sequence[Source]) -> bool:
     """True when some source of the session can run a command on its host."""
     return any(_runner_of(src)[1] is not None for src in sources)

@@ -23,14 +23,19 @@ import asyncio
 import dataclasses
 import re
 import socket
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verl_top.model import PROC_STATES
 from verl_top.node_exec import Runner
 from verl_top.untrusted import clean_text
+
+if TYPE_CHECKING:
+    from verl_top.sources.base import Source
+    from verl_top.store import Store
 
 PAUSE_NOTE = (
     "py-spy attaches with ptrace and pauses each process for the moment it reads its stack "
@@ -316,7 +321,8 @@ def main_thread(stack: ProcessStack) -> ThreadStack | None:
     run), else its first thread with frames; None when none was read."""
     with_frames = [th for th in stack.threads if th.frames]
     named = [th for th in with_frames if th.name == "MainThread"]
-    return (named or with_frames or [None])[0]
+    found = named or with_frames
+    return found[0] if found else None
 
 
 def frames_text(frames: Sequence[Frame], most: int = 4) -> str:
@@ -440,7 +446,7 @@ def ray_traceback(url: str, ip_of: Callable[[str], str]) -> RayTrace:
     return trace
 
 
-def targets_for(store: Any, host: str, pid: int | None = None) -> list[Target]:
+def targets_for(store: Store, host: str, pid: int | None = None) -> list[Target]:
     """The job's processes on ``host`` (or the one ``pid``) as the store knows them: the
     agent's job-process records, then any other visible GPU process."""
     entry = store.hosts.get(host)
@@ -457,9 +463,14 @@ def targets_for(store: Any, host: str, pid: int | None = None) -> list[Target]:
     return [found[k] for k in sorted(found)]
 
 
-def ray_for(sources: Sequence[Any], store: Any) -> RayTrace | None:
-    """The Ray dashboard's traceback when the session watches one (--ray)."""
-    url = next((s.url for s in sources if type(s).__name__ == "RaySource"), None)
+def ray_for(sources: Sequence[Source], store: Store) -> RayTrace | None:
+    """The Ray dashboard's traceback when the session watches one (--ray); a session that
+    never imported the Ray source has none (and does not pay for importing it)."""
+    if "verl_top.sources.ray" not in sys.modules:
+        return None
+    from verl_top.sources.ray import RaySource  # noqa: PLC0415 - loaded already
+
+    url = next((s.url for s in sources if isinstance(s, RaySource)), None)
     if not url:
         return None
     ips = {n.name: n.ip for n in store.ray_nodes}

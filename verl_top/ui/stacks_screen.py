@@ -9,7 +9,6 @@ only: a replay or Prometheus has no process to read.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -20,7 +19,9 @@ from textual.widgets import Footer, Static
 
 from verl_top import stacks
 from verl_top.node_exec import Runner, runner_for
+from verl_top.sources.base import Source
 from verl_top.stacks import ray_for, targets_for
+from verl_top.store import Store
 from verl_top.untrusted import clean_text
 
 
@@ -38,7 +39,9 @@ class StacksScreen(Screen[None]):
         Binding("r", "reread", "Read again"),
     ]
 
-    def __init__(self, store: Any, sources: Sequence[Any], host: str, pid: int | None = None):
+    def __init__(
+        self, store: Store, sources: Sequence[Source], host: str, pid: int | None = None
+    ) -> None:
         super().__init__()
         self.store = store
         self.sources = sources
