@@ -12,6 +12,9 @@ surface and rule first asks ``VerlFlavour``. It is told from what the job itself
 - the keys of the step lines (``timing_s/generate_async``, ``fully_async/*``, the doubled
   ``timing_s/timing_s/param_sync``...), which also bound the verl version through the key
   catalogue (verl_top/data/verl_keys.yaml: since/until of each key);
+- the keys of the printed config, dated by the release lines that print them
+  (verl_top/data/verl_config_keys.yaml, ``verl_top.verl.config_dates``), so a run that died
+  before its first step still says which verl it ran;
 - the Ray actors' class names when ``--ray`` lists them.
 
 Each conclusion keeps the clue it rests on (``VerlFlavour.evidence``).
@@ -23,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from verl_top.verl.config_dates import config_version
 from verl_top.verl.keys import ASYNC_MODES, MODE_NAMES, MODES, catalogue
 
 if TYPE_CHECKING:
@@ -247,6 +251,9 @@ def _versions(clues: _Clues, config: Mapping[str, Any], keys: frozenset[str]) ->
         clues.bound(None, (0, 2), "timing/ prefix (verl <= 0.2; timing_s/ from 0.3)")
     if "trainer.use_v1" in config:
         clues.bound((0, 9), None, "config has trainer.use_v1 (verl >= 0.9)")
+    dated = config_version(config)
+    if dated is not None:
+        clues.bound(dated.low, dated.high, dated.text())
 
 
 def _mode(
