@@ -16,7 +16,9 @@ once through ``verl-top diagnose --verl-log FILE --json`` in-process (cli.main) 
   MFU 1.0; no finding title naming MFU and no text quoting an MFU of 0 when the log has no MFU
   (``mfu: absent | not_estimated``); no "healthy" while a finding claims to save more than
   HEALTHY_SAVING_MAX of the step (issue 27 item 6);
-- the verl version and trainer mode where the row names them (issue 28 item 1).
+- the verl version, trainer mode and device where the row names them (issue 28 items 1, 4);
+- ``text_forbidden``: patterns no text for people may match (e.g. asking a TPU job for NVML,
+  GPM or an NCCL log).
 
 Rows and checks the current tool gets wrong are strict xfails whose reason names the defect
 (``known_disagreement`` / ``known_flaws`` in expected.yaml): a fix turns them into failures, so
@@ -57,7 +59,7 @@ MFU_STATES = ("logged", "not_estimated", "absent")
 # The generic text checks every row gets; known_flaws keys are these, "advice: <pattern>" or
 # "finding: <rule>".
 TEXT_CHECKS = ("sci_notation", "mfu_bound", "mfu_unlogged", "healthy_with_savings")
-VERL_CHECKS = ("verl_version", "verl_mode")
+VERL_CHECKS = ("verl_version", "verl_mode", "verl_device")
 # "Healthy" next to a finding that claims to save more than this share of the step is the
 # issue-27 flaw (its example: up to 58 s of a 124 s step). The tool states no share of its own.
 HEALTHY_SAVING_MAX = 0.2
@@ -144,10 +146,13 @@ def test_corpus_is_complete() -> None:
             assert re.compile(item["pattern"]) and item["because"], case["file"]
         for item in case.get("findings_forbidden", []):
             assert item["rule"].split(".")[0] in STEP_OF_PREFIX and item["because"]
+        for item in case.get("text_forbidden", []):
+            assert re.compile(item["pattern"]) and item["because"], case["file"]
         assert case.get("mfu", "logged") in MFU_STATES, case["file"]
         known = set(TEXT_CHECKS + VERL_CHECKS)
         known |= {f"advice: {a['pattern']}" for a in case.get("advice_forbidden", [])}
         known |= {f"finding: {a['rule']}" for a in case.get("findings_forbidden", [])}
+        known |= {f"text: {a['pattern']}" for a in case.get("text_forbidden", [])}
         assert set(case.get("known_flaws") or {}) <= known, case["file"]
 
 
@@ -204,6 +209,13 @@ def _advice_params() -> list[object]:
                     case, "advice", item, id=f"{_id(case)}-{check}", marks=_marks(case, check)
                 )
             )
+        for item in case.get("text_forbidden", []):
+            check = f"text: {item['pattern']}"
+            params.append(
+                pytest.param(
+                    case, "text", item, id=f"{_id(case)}-{check}", marks=_marks(case, check)
+                )
+            )
         for item in case.get("findings_forbidden", []):
             check = f"finding: {item['rule']}"
             params.append(
@@ -224,8 +236,11 @@ def test_advice_fits_the_jobs_own_config(
         rules = [f["rule"] for f in doc["findings"]]
         assert item["rule"] not in rules, f"{item['rule']} reported; {item['because']}"
         return
-    said = [(f["rule"], f["advice"]) for f in doc["findings"]]
-    said += [("headline", doc["bottleneck"]["headline"]), ("status", doc["status"]["text"])]
+    if kind == "text":  # any text for people: titles, evidence, checks too
+        said = list(_texts(doc))
+    else:
+        said = [(f["rule"], f["advice"]) for f in doc["findings"]]
+        said += [("headline", doc["bottleneck"]["headline"]), ("status", doc["status"]["text"])]
     bad = [f"{where}: {text}" for where, text in said if re.search(item["pattern"], text)]
     assert not bad, f"{item['because']}, yet:\n" + "\n".join(bad)
 
@@ -304,6 +319,8 @@ def test_verl_version_and_mode(case: dict, check: str, diagnosed: Callable) -> N
     want, got = case["verl"], doc["verl"]
     if check == "verl_version":
         assert _version_ok(str(want["version"]), got["version_range"]), (want, got)
+    elif check == "verl_device":
+        assert got["device"] == want.get("device", "gpu"), (want, got)
     else:
         mode = want["trainer_mode"]
         assert got["trainer_mode"] in MODES_OF.get(mode, (mode,)), (want, got)

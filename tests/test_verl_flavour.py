@@ -224,3 +224,39 @@ def test_nccl_lines_in_a_verl_log_give_one_event_each() -> None:
     )
     assert [e.kind for e in store.events] == ["nccl_warn"]
     assert [i.transport for i in store.nccl.values()] == ["Socket"]
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"trainer.device": "tpu"},
+        {"trainer.device": "xla"},
+        {"actor_rollout_ref.actor.strategy": "xla"},  # torch-xla forks
+    ],
+)
+def test_a_torch_xla_job_runs_on_tpus(config: dict) -> None:
+    fl = detect(config)
+    assert fl.device == "tpu"
+    assert "TPU (XLA)" in fl.text()
+
+
+def test_the_gpu_sample_rules_run_when_samples_exist_even_on_a_tpu_job() -> None:
+    """The TPU guard stands in for rules only when verl-top has no device samples to read:
+    a job read as TPU whose hosts do send GPU samples is still judged on them."""
+    from verl_top.diagnosis.guards import device_guard
+    from verl_top.diagnosis.thresholds import Thresholds
+    from verl_top.diagnosis.view import View
+
+    store = Store()
+    store.ingest(VerlConfig(host="h", t=1.0, values={"trainer.device": "tpu"}))
+    view = View(store, Thresholds())
+    guard = device_guard(view, 1, "gpu.idle")
+    assert guard is not None and "TPUs" in guard.detail and "NVIDIA GPUs only" in guard.detail
+    assert device_guard(view, 2, "nccl.busbw_low") is not None
+    assert device_guard(view, 2, "sync.weight_update") is None  # a verl-step rule: judged
+
+    class WithSamples(View):
+        def gpus(self) -> list:
+            return ["a GPU"]
+
+    assert device_guard(WithSamples(store, Thresholds()), 1, "gpu.idle") is None

@@ -24,6 +24,7 @@ from verl_top.diagnosis.findings import (
     Verdict,
     worth_text,
 )
+from verl_top.diagnosis.guards import device_guard
 from verl_top.diagnosis.ranking import improvements_text, rank
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, mean
@@ -45,10 +46,11 @@ def run_rules(view: View, th: Thresholds) -> tuple[list[Finding], list[Check]]:
     checks: list[Check] = []
     for step, rules in STEP_RULES.items():
         for rule in rules:
+            name = rule.__name__.replace("_", ".", 1)
             try:
-                result = rule(view, th)
+                # A rule the job's device cannot feed says so instead of judging (guards.py).
+                result = device_guard(view, step, name) or rule(view, th)
             except Exception as exc:  # a broken rule must never take the monitor down
-                name = rule.__name__.replace("_", ".", 1)
                 checks.append(
                     Check(step, name, "no_data", f"rule failed: {type(exc).__name__}: {exc}")
                 )

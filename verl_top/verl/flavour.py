@@ -103,7 +103,7 @@ class VerlFlavour:
     trainer_mode: str | None = None  # one of keys.MODES, None when nothing tells
     engine: str | None = None  # vllm | sglang | trtllm | hf | a fork's name
     backend: str | None = None  # fsdp | fsdp2 | megatron | veomni | torchtitan
-    device: str = "gpu"  # gpu | npu
+    device: str = "gpu"  # gpu | npu | tpu
     pools: Pools = field(default_factory=Pools)
     evidence: tuple[str, ...] = ()
 
@@ -171,6 +171,8 @@ def describe(verl: Mapping[str, Any]) -> str:
     parts += [str(p) for p in (verl.get("engine"), verl.get("backend")) if p]
     if verl.get("device") == "npu":
         parts.append("Ascend NPU")
+    elif verl.get("device") == "tpu":
+        parts.append("TPU (XLA)")
     pools = verl.get("pools") or {}
     text = Pools(pools.get("trainer"), pools.get("rollout"), pools.get("reward")).text()
     if text:
@@ -317,6 +319,17 @@ def _engine(config: Mapping[str, Any], actors: frozenset[str]) -> str | None:
     return None
 
 
+def _device(config: Mapping[str, Any], backend: Any) -> str:
+    """``npu`` (Ascend), ``tpu`` (torch-xla forks: ``trainer.device=tpu`` or the ``xla``
+    strategy), else ``gpu``."""
+    device = str(config.get("trainer.device") or "").lower()
+    if device == "npu":
+        return "npu"
+    if device in ("tpu", "xla") or str(backend or "").lower() == "xla":
+        return "tpu"
+    return "gpu"
+
+
 def _pools(config: Mapping[str, Any], mode: str | None) -> Pools:
     trainer = _product(config, "trainer.n_gpus_per_node", "trainer.nnodes")
     rollout = None
@@ -352,14 +365,13 @@ def detect(
     mode = _mode(clues, config, actor_set, keys)
     _versions(clues, config, keys)
     backend = config.get("actor_rollout_ref.actor.strategy")
-    device = str(config.get("trainer.device") or "").lower()
     return VerlFlavour(
         version_low=clues.low,
         version_high=clues.high,
         trainer_mode=mode,
         engine=_engine(config, actor_set),
         backend=str(backend).lower() if isinstance(backend, str) and backend else None,
-        device="npu" if device == "npu" else "gpu",
+        device=_device(config, backend),
         pools=_pools(config, mode),
         evidence=tuple(clues.evidence),
     )
