@@ -17,6 +17,8 @@ once through ``verl-top diagnose --verl-log FILE --json`` in-process (cli.main) 
   (``mfu: absent | not_estimated``); no "healthy" while a finding claims to save more than
   HEALTHY_SAVING_MAX of the step (issue 27 item 6);
 - the verl version, trainer mode and device where the row names them (issue 28 items 1, 4);
+- ``crash``: a log that died before any timed step leads with ``job.crashed``, quoting the
+  exception line and where it was raised, while its status stays "no data";
 - ``text_forbidden``: patterns no text for people may match (e.g. asking a TPU job for NVML,
   GPM or an NCCL log).
 
@@ -66,6 +68,7 @@ HEALTHY_SAVING_MAX = 0.2
 # expected.yaml says `sync` for a synchronous trainer (written before the tool had a mode
 # vocabulary); the tool names the classic RayPPOTrainer `legacy` and the V1 one `sync`.
 MODES_OF = {"sync": ("legacy", "sync")}
+CRASH_RULE = "job.crashed"
 
 SCI = re.compile(r"\b\d+(?:\.\d+)?[eE][+-]?\d+\b")
 MFU_ONE = re.compile(r"\bMFU (?:of )?(?:1(?:\.0+)?|100(?:\.0+)? ?%)(?![\d.])")
@@ -149,6 +152,8 @@ def test_corpus_is_complete() -> None:
         for item in case.get("text_forbidden", []):
             assert re.compile(item["pattern"]) and item["because"], case["file"]
         assert case.get("mfu", "logged") in MFU_STATES, case["file"]
+        if case.get("crash"):
+            assert re.compile(case["crash"]["text"]) and re.compile(case["crash"]["where"])
         known = set(TEXT_CHECKS + VERL_CHECKS)
         known |= {f"advice: {a['pattern']}" for a in case.get("advice_forbidden", [])}
         known |= {f"finding: {a['rule']}" for a in case.get("findings_forbidden", [])}
@@ -181,6 +186,12 @@ def test_real_log_lead_verdict(case: dict, diagnosed: Callable) -> None:
     got = f"got {state}, step {lead['step']} {lead['rule']}: {lead['headline']}"
     want = f"expected {exp['label']} ({', '.join(exp['rules'])}); why: {case['why']}"
     rules = set(exp["rules"])
+    if case.get("crash"):
+        # A crash before any timed step: nothing to judge in the steps ("no data", exit 3),
+        # and the crash leads (issue 27 item 8 rows' `needs`).
+        assert "no_data" in rules and lead["rule"] == CRASH_RULE, f"{got}\n{want}"
+        assert state == "no data" and doc["no_data"] and code != 0, got
+        return
     if lead["rule"] is not None:
         assert lead["rule"] in rules, f"{got}\n{want}"
         assert lead["step"] == STEP_OF_PREFIX[lead["rule"].split(".")[0]], got
@@ -196,6 +207,21 @@ def test_real_log_lead_verdict(case: dict, diagnosed: Callable) -> None:
         assert "no_data" in rules, f"{got}\n{want}"
         assert state == "no data" and doc["no_data"], got
         assert code != 0, f"exit code {code} on a log with nothing to judge; {got}"
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=_id(c)) for c in CASES if c.get("crash")])
+def test_crash_is_named_with_where_it_happened(case: dict, diagnosed: Callable) -> None:
+    """The exception line the job died of, and where (the failed Ray task or verl frame), in
+    the crash finding, and the exception in the headline and status people read."""
+    _, doc = diagnosed(case["file"])
+    want = case["crash"]
+    crash = next((f for f in doc["findings"] if f["rule"] == CRASH_RULE), None)
+    assert crash is not None, [f["rule"] for f in doc["findings"]]
+    assert re.search(want["text"], crash["title"]), crash["title"]
+    assert any(re.search(want["where"], line) for line in crash["evidence"]), crash["evidence"]
+    name = re.match(r"[\w.]+", want["text"].replace("\\", "")).group()
+    for text in (doc["bottleneck"]["headline"], doc["status"]["text"]):
+        assert name in text, text
 
 
 def _advice_params() -> list[object]:
