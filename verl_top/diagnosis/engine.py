@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from verl_top.diagnosis import (
+    crash,
     hang,
     step1_throughput,
     step2_comm,
@@ -16,6 +17,7 @@ from verl_top.diagnosis import (
     step5_config,
 )
 from verl_top.diagnosis.findings import (
+    CRASH_RULE,
     STEP_NAMES,
     Check,
     Finding,
@@ -31,7 +33,8 @@ from verl_top.diagnosis.view import View, mean
 from verl_top.store import Store
 
 STEP_RULES: dict[int, list[Rule]] = {
-    1: step1_throughput.RULES + [hang.job_hang],  # job.hang: docs/hangs.md
+    # job.hang: docs/hangs.md; job.crashed: the exception the driver died of
+    1: step1_throughput.RULES + [hang.job_hang] + crash.RULES,
     2: step2_comm.RULES,
     # step3_rollout: the rollout servers' metrics (--prometheus); step3_async: async trainers
     3: step3_dataflow.RULES + step3_long_tail.RULES + step3_rollout.RULES + step3_async.RULES,
@@ -92,12 +95,16 @@ class Engine:
         nothing = not inputs["gpus"] and not timed
         ranked = rank(findings, timed, th, max(view.role_seconds().values(), default=0.0))
         lead = ranked.lead
+        crashed = next((f for f in ranked.findings if f.rule == CRASH_RULE), None)
         if nothing and inputs["logs"]:
             # A verl log was given but no timed step came out of it (and no GPU was seen):
-            # nothing measured to judge, whatever the printed config says.
-            lead = None
-        if lead is not None:
-            outcome: Outcome = "bottleneck"
+            # nothing measured to judge, whatever the printed config says; a crash says why.
+            lead = crashed
+        died = lead is not None and nothing and lead is crashed  # before any timed step
+        if died:
+            outcome: Outcome = "no data"
+        elif lead is not None:
+            outcome = "bottleneck"
         elif ranked.worth_doing and not nothing:
             outcome = "no single bottleneck"
         else:
@@ -105,7 +112,7 @@ class Engine:
         headline = (
             improvements_text(ranked.worth_doing, view.median_step_s())
             if outcome == "no single bottleneck"
-            else self._headline(view, lead, inputs, nothing)
+            else self._headline(view, lead, inputs, nothing, died)
         )
         return Verdict(
             bottleneck_step=lead.step if lead else None,
@@ -115,7 +122,7 @@ class Engine:
             checks=checks,
             t=store.now,
             inputs=inputs,
-            no_data=nothing and lead is None,
+            no_data=nothing and (lead is None or died),
             healthy_detail=healthy_detail(view),
             outcome=outcome,
             window=window_text(view, inputs),
@@ -123,11 +130,21 @@ class Engine:
         )
 
     def _headline(
-        self, view: View, lead: Finding | None, inputs: dict, nothing: bool = False
+        self,
+        view: View,
+        lead: Finding | None,
+        inputs: dict,
+        nothing: bool = False,
+        died: bool = False,
     ) -> str:
         unread = unread_logs_text(inputs)
         if lead is None and nothing and (inputs["logs"] or inputs["steps"]):
             return "No data to judge: " + untimed_text(inputs, unread)
+        if lead is not None and died:  # the crash a run died of before any timed step
+            where = lead.data.get("where") or "in the driver"
+            return f"No data to judge: {lead.title[0].lower()}{lead.title[1:]} ({where}); " + (
+                untimed_text(inputs, unread)
+            )
         if lead is not None:
             worth = worth_text(lead)
             return (
