@@ -224,6 +224,30 @@ def test_crash_is_named_with_where_it_happened(case: dict, diagnosed: Callable) 
         assert name in text, text
 
 
+def _pace_rows() -> list[object]:
+    """Rows whose numbers give the step time a person reads off the window (issue 27 item 8)."""
+    return [
+        pytest.param(c, id=_id(c))
+        for c in CASES
+        if c["expected"]["rules"][0] == "none"
+        and ((c.get("numbers") or {}).get("step_s") or (c.get("numbers") or {}).get("core_step_s"))
+    ]
+
+
+@pytest.mark.parametrize("case", _pace_rows())
+def test_healthy_text_quotes_the_windows_median_step(case: dict, diagnosed: Callable) -> None:
+    """'healthy: ..., 110 s a step (median of steps 118-120)', not the last step's 176 s: the
+    pace quoted is the one the verdict covers."""
+    _, doc = diagnosed(case["file"])
+    assert doc["status"]["state"] in ("healthy", "no single bottleneck"), doc["status"]
+    numbers = case["numbers"]
+    want = numbers.get("step_s") or numbers.get("core_step_s")
+    text = doc["status"]["text"]
+    said = re.search(r"(\d+(?:\.\d+)?) s a step \(median of steps (\d+)-(\d+)\)", text)
+    assert said is not None, text
+    assert abs(float(said.group(1)) - want) <= 0.05 * want, (text, want)
+
+
 def _advice_params() -> list[object]:
     """(row, forbidden pattern) and (row, forbidden rule) pairs, one test each."""
     params: list[object] = []

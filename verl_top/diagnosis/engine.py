@@ -28,8 +28,9 @@ from verl_top.diagnosis.findings import (
 )
 from verl_top.diagnosis.guards import device_guard
 from verl_top.diagnosis.ranking import improvements_text, rank
+from verl_top.diagnosis.readable import seconds
 from verl_top.diagnosis.thresholds import Thresholds
-from verl_top.diagnosis.view import View, mean
+from verl_top.diagnosis.view import View, mean, median
 from verl_top.store import Store
 
 STEP_RULES: dict[int, list[Rule]] = {
@@ -193,11 +194,20 @@ def healthy_detail(view: View) -> str:
     acts = [m for g in view.gpus() if (m := view.gpu_mean(g, "activity")) is not None]
     if acts:
         parts.append(f"{len(acts)} GPUs at {mean(acts) or 0:.0f} % activity")
+    # The steps the verdict judges (their median), not the last one: a last step twice the
+    # usual (a fork's anchor pass) must not read as the job's pace.
     rec = view.recent_steps()
-    if rec and rec[-1].throughput is not None:
-        parts.append(f"{rec[-1].throughput:.0f} tokens/s/GPU")
-    if rec and rec[-1].step_time_core:
-        parts.append(f"step {rec[-1].step} took {rec[-1].step_time_core:.0f} s")
+    tput = median(s.throughput for s in rec if s.throughput is not None)
+    if tput is not None:
+        parts.append(f"{tput:.0f} tokens/s/GPU")
+    step_s = view.median_step_s()
+    if rec and step_s:
+        if len(rec) == 1:
+            parts.append(f"step {rec[0].step} took {seconds(step_s)}")
+        else:
+            parts.append(f"{seconds(step_s)} a step")
+    if len(rec) > 1 and (tput is not None or step_s):
+        parts[-1] += f" (median of steps {rec[0].step}-{rec[-1].step})"
     return ", ".join(parts)
 
 
