@@ -96,14 +96,13 @@ class CrashScanner:
         with, else None. ``steps``: verl step lines read so far."""
         if prefix:
             return None  # an actor's own output, interleaved or not: never the driver's crash
-        text = body[:MAX_SCAN_CHARS]
-        if self._open is None:
-            if text.startswith(_HYDRA):
-                self.hydra_error = True
-            elif text.strip() == _TRACEBACK:
+        if self._open is None:  # most lines: two prefix tests, no copy
+            if body.startswith(_TRACEBACK):
                 self._open = _Traceback()
+            elif body.startswith(_HYDRA):
+                self.hydra_error = True
             return None
-        return self._traceback_line(self._open, text, steps)
+        return self._traceback_line(self._open, body[:MAX_SCAN_CHARS], steps)
 
     def _traceback_line(self, tb: _Traceback, text: str, steps: int) -> LogEvent | None:
         frame = _FRAME_RE.match(text)
@@ -122,7 +121,7 @@ class CrashScanner:
             return None
         if not text or text[0].isspace():
             return None  # source lines, carets, continuation of a message
-        if text.strip() == _TRACEBACK:  # a chained traceback: start again
+        if text.startswith(_TRACEBACK):  # a chained traceback: start again
             self._open = _Traceback()
             return None
         exc = _EXCEPTION_RE.fullmatch(text.rstrip())

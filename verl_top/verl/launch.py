@@ -82,7 +82,7 @@ class LaunchReader:
     def scan(self, body: str) -> dict[str, Any] | None:
         """Read one line; the overrides of a command that ends with it, else None."""
         if self._parts is None:
-            if "verl." not in body and "main_" not in body:
+            if "-m " not in body and "main_" not in body:
                 return None  # most lines: no regex
             if _LAUNCH_RE.search(body[:MAX_COMMAND_CHARS]) is None:
                 return None
