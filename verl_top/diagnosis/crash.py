@@ -17,6 +17,7 @@ from verl_top.diagnosis.advice import now_text
 from verl_top.diagnosis.findings import (
     CRASH_RULE,
     Finding,
+    Rule,
     RuleResult,
     no_data,
     passed,
@@ -149,4 +150,4 @@ def job_crashed(view: View, th: Thresholds) -> RuleResult:
     )
 
 
-RULES = [job_crashed]
+RULES: list[Rule] = [job_crashed]
