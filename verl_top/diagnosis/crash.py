@@ -118,7 +118,7 @@ def job_crashed(view: View, th: Thresholds) -> RuleResult:
     """The driver's log ends in a traceback no verl step followed."""
     events = [e for e in view.store.events if e.kind == CRASH_KIND]
     if not events:
-        if view.logs_given():
+        if view.logs_given() or view.store.steps:  # a recording carries the log's crash events
             return passed(STEP, CRASH_RULE, "no traceback of the driver ends the verl log")
         return no_data(STEP, CRASH_RULE, "needs the job's driver log: --verl-log")
     last = events[-1]
