@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verl_top.model import Record, VerlConfig, VerlStep
+from verl_top.model import LogEvent, NcclInfo, Record, VerlConfig, VerlStep
 from verl_top.nccl.parse import NcclStreamParser, may_be_event
 from verl_top.untrusted import clean_text, finite, is_clean
 from verl_top.verl.config import (
@@ -42,6 +42,8 @@ from verl_top.verl.config import (
     load_config_file,
     load_config_text,
 )
+from verl_top.verl.crash import CrashScanner
+from verl_top.verl.launch import LaunchReader
 
 __all__ = [
     "ParsedLog",
@@ -286,6 +288,10 @@ def _is_fragment(body: str) -> bool:
     return " - " in body and ":" in body and _FRAGMENT_RE.search(body) is not None
 
 
+# The config source of overrides read from the launch command alone (no printed config yet).
+COMMAND_LINE_SOURCE = "console_command_line"
+
+
 class VerlStreamParser:
     """Turns successive chunks of one verl output file into ``VerlStep`` / ``VerlConfig`` records.
 
@@ -317,6 +323,10 @@ class VerlStreamParser:
         self._pending: tuple[str, str] | None = None  # (prefix, body) of a step line, maybe wrapped
         self._block: tuple[int, dict[str, float]] | None = None  # "step: N" + key: value lines
         self._nccl: NcclStreamParser | None = None  # made at the first NCCL line
+        self._crash = CrashScanner(host, path)  # the driver's tracebacks (verl/crash.py)
+        self._launch = LaunchReader()  # Hydra overrides of the launch command (verl/launch.py)
+        self._overrides: dict[str, Any] = {}
+        self._printed: tuple[dict[str, Any], str] | None = None  # the last printed config
         self.actors: list[str] = []  # Ray actor classes that printed steps or the config
         self.lines = 0
         self.matched = 0
@@ -339,6 +349,9 @@ class VerlStreamParser:
         self._block = None
         if self._nccl is not None:
             self._nccl.reset()
+        self._crash.reset()
+        self._launch.reset()
+        self._overrides, self._printed = {}, None
 
     def feed(self, lines: list[str], t: float, more: bool = False) -> list[Record]:
         """Parse new lines that arrived at time ``t``; returns the records they complete.
@@ -355,6 +368,12 @@ class VerlStreamParser:
                 if self._line(prefix, body, t, out):
                     hit = True
                     continue
+                if (crash := self._crash.scan(prefix, body, self.steps)) is not None:
+                    crash.t = t
+                    out.append(crash)
+                if (overrides := self._launch.scan(body)) is not None:
+                    self._on_overrides(overrides, t, out)
+                    hit = True
                 if "NCCL" in body:  # workers' NCCL INFO/WARN/watchdog lines in the driver log
                     self._nccl_line(prefix, body, t, out)
                 if self.config_file and self._text_chars < MAX_CONFIG_FILE_CHARS:
@@ -456,13 +475,14 @@ class VerlStreamParser:
         """NCCL's and PyTorch's lines printed into the verl log (workers' stderr reaches the
         driver's console), read like an NCCL log of the same path: the transport summary
         (NcclInfo, so a log that says "Using network Socket" is not asked for an NCCL log) and
-        the watchdog / NCCL WARN events. An event's line keeps its Ray prefix: the worker's
-        pid in it ties a watchdog timeout to its process (``nccl.parse.parse_watchdog``); the
-        INFO chatter goes without it (nothing there needs the pid)."""
+        the watchdog / NCCL WARN events (LogEvent), once each. An event's line keeps its Ray
+        prefix: the worker's pid in it ties a watchdog timeout to its process
+        (``nccl.parse.parse_watchdog``); the INFO chatter goes without it (nothing there needs
+        the pid)."""
         if self._nccl is None:
             self._nccl = NcclStreamParser(self.host, self.path)
         line = f"{prefix} {body}" if prefix and may_be_event(body) else body
-        out.extend(self._nccl.feed([line], t))
+        out.extend(r for r in self._nccl.feed([line], t) if isinstance(r, NcclInfo | LogEvent))
 
     def _continues(self, prefix: str, body: str) -> bool:
         """True when ``body`` is the next piece of the pending, terminal-wrapped step line."""
@@ -541,9 +561,27 @@ class VerlStreamParser:
         source = "console_partial" if collected.partial else "console"
         self._emit_values(flatten(collected.tree), source, t, out)
 
+    def _on_overrides(self, overrides: dict[str, Any], t: float, out: list[Record]) -> None:
+        """A launch command's overrides: the config until one is printed, then what fills the
+        keys the printed config lacks (an excerpt cut it)."""
+        self._overrides.update(overrides)
+        if self._printed is None:
+            self._emit_values(dict(self._overrides), COMMAND_LINE_SOURCE, t, out, printed=False)
+        else:
+            self._emit_values(*self._printed, t, out)
+
     def _emit_values(
-        self, values: dict[str, Any], source: str, t: float, out: list[Record]
+        self,
+        values: dict[str, Any],
+        source: str,
+        t: float,
+        out: list[Record],
+        printed: bool = True,
     ) -> None:
+        if printed:
+            self._printed = (values, source)
+            # The printed config is the resolved truth; the command line fills only its gaps.
+            values = {**self._overrides, **values} if self._overrides else values
         if values == self._last_values:
             return
         self._last_values = values
