@@ -91,7 +91,7 @@ RANGES: dict[str, tuple[float, float]] = {
     **dict.fromkeys(
         ("util_gpu", "util_mem", "sm_util", "sm_occupancy", "tensor_util", "dram_util"), _PCT
     ),
-    **dict.fromkeys(("iowait_pct",), _PCT),
+    **dict.fromkeys(("iowait_pct", "cpu_max_core_pct"), _PCT),
     "cpu_pct": (0.0, 1e5),  # a process's CPU % is per core, like top: 64 cores -> 6400
     "agent_cpu_pct": (0.0, 1e5),
     "cpu_per_core": _PCT,

@@ -535,7 +535,7 @@ class Store:
         h = self._touch(rec, received)
         h.latest = rec
         values = {name: getattr(rec, name, None) for name in HOST_METRICS}
-        values["cpu_max_core"] = max(rec.cpu_per_core) if rec.cpu_per_core else None
+        values["cpu_max_core"] = max(rec.cpu_per_core) if rec.cpu_per_core else rec.cpu_max_core_pct
         h.history.push(rec.t, values)
 
     def _on_procs(self, rec: ProcessList, received: float | None) -> None:

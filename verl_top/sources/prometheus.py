@@ -44,6 +44,14 @@ from verl_top.model import (
 from verl_top.protocol import MAX_GPU_INDEX, in_range
 from verl_top.sources.base import Emit, Source
 from verl_top.sources.http_client import HttpClient, HttpError, HttpOptions, time_limit
+from verl_top.sources.node_exporter import (
+    host_sample,
+    host_samples,
+    instance_values,
+    join_hosts,
+    node_info_query,
+    node_queries,
+)
 from verl_top.untrusted import (
     JsonArrayStream,
     UntrustedJSONError,
@@ -257,8 +265,9 @@ def rollout_info(sel: str) -> str:
 _MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
 
 
-def parse_selector(text: str) -> str:
-    """``job="dcgm",namespace=~"gpu.*"`` (braces optional) as PromQL matchers; ValueError if bad."""
+def parse_selector(text: str, flag: str = "--prom-selector") -> str:
+    """``job="dcgm",namespace=~"gpu.*"`` (braces optional) as PromQL matchers; ValueError if bad
+    (the message names ``flag``)."""
     body = text.strip()
     if body.startswith("{") and body.endswith("}"):
         body = body[1:-1]
@@ -267,7 +276,7 @@ def parse_selector(text: str) -> str:
         m = _MATCHER.match(body, pos)
         if m is None:
             raise ValueError(
-                f"--prom-selector {text!r}: expected label matchers like "
+                f"{flag} {text!r}: expected label matchers like "
                 'job="dcgm",namespace=~"train-.*" (name, one of = != =~ !~, a "quoted" value)'
             )
         out.append(f'{m.group(1)}{m.group(2)}"{m.group(3)}"')
@@ -298,6 +307,7 @@ class PromSettings:
     url: str
     selector: str = ""  # PromQL label matchers applied to the DCGM series
     rollout_selector: str | None = None  # for vllm:/sglang: series; None: same as selector
+    node_selector: str = ""  # for node_exporter's series (they carry their own job labels)
     interval: float = 5.0  # s between rounds
     budget: float = 4.0  # s: a round (all queries) must answer within this
     request_timeout: float = 3.0  # s per request (connect + answer)
@@ -305,6 +315,7 @@ class PromSettings:
     history_budget: float = 20.0  # s for the start-up range queries
     parallel: int = 8  # requests in flight at once
     rollout: bool = True
+    node: bool = True  # host metrics from node_exporter, where Prometheus has them
     http: HttpOptions = field(default_factory=HttpOptions)  # headers, token, TLS files
 
     def __post_init__(self) -> None:
@@ -312,6 +323,8 @@ class PromSettings:
         self.selector = parse_selector(self.selector) if self.selector else ""
         if self.rollout_selector is not None:
             self.rollout_selector = parse_selector(self.rollout_selector)
+        if self.node_selector:
+            self.node_selector = parse_selector(self.node_selector, "--prom-node-selector")
         if self.interval <= 0 or self.budget <= 0 or self.request_timeout <= 0:
             raise ValueError("--prometheus: interval and timeouts must be positive")
         self.http.check("--prom")
@@ -699,6 +712,7 @@ class _Known:
     """What the source has told the store, so it only repeats what changed."""
 
     hellos: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    node_hosts: set[str] = field(default_factory=set)  # hosts with node_exporter values
     xids: dict[tuple[str, int], float] = field(default_factory=dict)
     status: tuple[str, str] | None = None
     gone: set[str] = field(default_factory=set)
@@ -726,6 +740,9 @@ class PrometheusSource:
         queries = rollout_queries(rsel) if settings.rollout else {}
         self.rollout_exprs = {name: expr for name, (expr, _) in queries.items()}
         self.rollout_info = rollout_info(rsel)
+        nsel = settings.node_selector
+        self.node_exprs = node_queries(nsel) if settings.node else {}
+        self.node_info = node_info_query(nsel)
 
     # asking
 
@@ -829,12 +846,28 @@ class PrometheusSource:
         exprs = {"_info": self.info_expr, **self.gpu_exprs}
         if self.rollout_exprs:
             exprs.update({"_rinfo": self.rollout_info, **self.rollout_exprs})
+        if self.node_exprs:
+            exprs.update({"_ninfo": self.node_info, **self.node_exprs})
         answers, errors = await self._ask_all(exprs, at)
         if "_info" not in answers:
             raise PromError(errors[0] if errors else "no answer")
         records = self._gpu_records(answers, at)
+        records += self._host_records(answers, at)
         records += rollout_records(answers, at)
         return records, errors
+
+    def _host_records(self, answers: Mapping[str, list[Series]], at: float) -> list[Record]:
+        """node_exporter's values as HostSamples of the DCGM hosts they join; a host whose
+        node series went away gets one empty sample (no data, not its last values)."""
+        if not self.node_exprs:
+            return []
+        join = node_join(answers)
+        columns = instance_values({k: answers.get(k, []) for k in self.node_exprs})
+        out: list[Record] = list(host_samples(columns, join, at))
+        joined = set(join.values())
+        out += [host_sample(h, at, {}) for h in sorted(self._known.node_hosts - joined)]
+        self._known.node_hosts = joined
+        return out
 
     def _gpu_records(self, answers: Mapping[str, list[Series]], at: float) -> list[Record]:
         facts = gpu_facts(answers["_info"])
@@ -971,6 +1004,8 @@ class PrometheusSource:
             grid = HistoryGrid(end - (points - 1) * step, step, points)
             exprs = {"_info": self.info_expr, **self.gpu_exprs}
             exprs.update(self.rollout_exprs)
+            if self.node_exprs:
+                exprs.update({"_ninfo": self.node_info, **self.node_exprs})
             async with time_limit(max(0.0, deadline - loop.time())):
                 answers, _ = await self._ask_all(
                     exprs, end, (grid.start, step), budget=2 * HISTORY_SAMPLES
@@ -1051,6 +1086,21 @@ def _instance(labels: Mapping[str, str]) -> str | None:
     return clean_text(labels.get("instance", ""), 128) or None
 
 
+def _node_key(labels: Mapping[str, str]) -> str | None:
+    """A node_exporter series' ``instance`` as the join (node_exporter.join_hosts) keys it."""
+    return labels.get("instance") or None
+
+
+def node_join(answers: Mapping[str, list[Series]]) -> dict[str, str]:
+    """node_exporter instance -> DCGM host, from the node info and DCGM info answers."""
+    gpu_hosts = []
+    for s in answers.get("_info", []):
+        key = gpu_of(s.labels)
+        if key is not None:
+            gpu_hosts.append((key[0], s.labels.get("instance", "")))
+    return join_hosts((s.labels for s in answers.get("_ninfo", [])), gpu_hosts)
+
+
 def history_records(
     source: PrometheusSource,
     answers: Mapping[str, list[Series]],
@@ -1062,6 +1112,8 @@ def history_records(
     facts_all = gpu_facts(answers["_info"])
     present = _dense(answers["_info"], gpu_of, grid)
     gpu_cols = {name: _dense(answers.get(name, []), gpu_of, grid) for name in source.gpu_exprs}
+    join = node_join(answers) if source.node_exprs else {}
+    node_cols = {name: _dense(answers.get(name, []), _node_key, grid) for name in source.node_exprs}
     queries = rollout_queries("")
     roll_cols = {name: _dense(answers.get(name, []), _instance, grid) for name in queries}
     servers: dict[str, tuple[str, str]] = {}
@@ -1085,6 +1137,14 @@ def history_records(
             out.records += source._hellos(facts_all, values, t)  # noqa: SLF001 - its own parts
         out.records += [gpu_sample(h, i, t, values) for h, i in here]
         out.samples += len(here)
+        # Host samples only for hosts whose GPUs are there (their hello came first).
+        shown = {h for h, _ in here}
+        nodes = {
+            name: {i: _scaled(row[k], 1.0) for i, row in col.items()}
+            for name, col in node_cols.items()
+        }
+        here_join = {i: h for i, h in join.items() if h in shown}
+        out.records += host_samples(nodes, here_join, t, sparse=True)
         cols = {
             name: {inst: _scaled(row[k], queries[name][1]) for inst, row in col.items()}
             for name, col in roll_cols.items()

@@ -1,0 +1,196 @@
+"""Host activity from node_exporter through Prometheus, joined to the DCGM hosts.
+
+``--prometheus`` reads GPUs from dcgm-exporter; where the same Prometheus scrapes node_exporter
+(``node_cpu_seconds_total``, ``node_memory_*``, ``node_network_*``, ``node_disk_*``), its
+series become the same :class:`~verl_top.model.HostSample` records the SSH agent sends, counted
+the agent's way (docs/protocol.md, ``host``): CPU busy = 1 - (idle + iowait) / all modes, memory
+used = MemTotal - MemAvailable, network over every interface but ``lo``, disks over whole disks
+only (no partitions, loop, ram, zram, device-mapper, md, CD or floppy devices). Rates are
+``irate`` (the last two scrapes), as the agent's are the last interval's.
+
+Each query is aggregated ``by (instance)`` (one series per node, never one per core or
+device) and, inside, ``by (instance, job)`` so a node scraped by two jobs is not counted twice.
+A node_exporter ``instance`` is joined to a DCGM host (docs/prometheus.md, "Host metrics"):
+by ``node_uname_info``'s ``nodename``, by its scrape address named as the host (``instance``
+relabelled to the node name, as kube-prometheus does), by short names (``gpu01`` and
+``gpu01.cluster``), else by the scrape address the DCGM series of that host came from. A name
+or address that fits two hosts joins neither: nothing is guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
+
+from verl_top.model import HostSample
+from verl_top.protocol import in_range
+
+# irate needs two scrapes in the window: 2 minutes covers scrape intervals up to a minute.
+RATE_WINDOW = "2m"
+IDLE_MODES = 'mode=~"idle|iowait"'
+IOWAIT_MODE = 'mode="iowait"'
+IDLE_MODE = 'mode="idle"'
+NET_DEVICES = 'device!="lo"'
+# Whole disks only, as the agent's /sys/block list less its skipped prefixes.
+DISK_DEVICES = (
+    'device!~"(loop|ram|zram|dm-|md|sr|fd).*'
+    '|((h|s|v|xv)d[a-z]+|nvme[0-9]+n[0-9]+p|mmcblk[0-9]+p)[0-9]+"'
+)
+_BY = "instance, job"
+INT_FIELDS = ("mem_used_bytes", "mem_total_bytes")
+
+
+class SeriesLike(Protocol):
+    """What is read of one answered series (``prometheus.Series``)."""
+
+    labels: dict[str, str]
+
+    def last(self) -> float | None:
+        """The newest value, None when absent."""
+        ...
+
+
+def _matchers(selector: str, *extra: str) -> str:
+    body = ",".join(m for m in (*extra, selector) if m)
+    return f"{{{body}}}" if body else ""
+
+
+def node_queries(selector: str = "") -> dict[str, str]:
+    """HostSample field -> PromQL answering one series per node_exporter ``instance``."""
+
+    def irate(metric: str, by: str, *extra: str) -> str:
+        return f"sum by ({by}) (irate({metric}{_matchers(selector, *extra)}[{RATE_WINDOW}]))"
+
+    def per_node(expr: str) -> str:
+        return f"max by (instance) ({expr})"
+
+    cpu = "node_cpu_seconds_total"
+    total = irate(cpu, _BY)
+    core = f"{_BY}, cpu"
+    mem_total = f"node_memory_MemTotal_bytes{_matchers(selector)}"
+    mem_avail = f"node_memory_MemAvailable_bytes{_matchers(selector)}"
+    out = {
+        "cpu_pct": per_node(f"100 * (1 - {irate(cpu, _BY, IDLE_MODES)} / {total})"),
+        "iowait_pct": per_node(f"100 * {irate(cpu, _BY, IOWAIT_MODE)} / {total}"),
+        "cpu_max_core_pct": per_node(
+            f"100 * (1 - {irate(cpu, core, IDLE_MODES)} / {irate(cpu, core)})"
+        ),
+        "mem_total_bytes": per_node(mem_total),
+        "mem_used_bytes": per_node(f"{mem_total} - {mem_avail}"),
+        "net_rx_bps": per_node(irate("node_network_receive_bytes_total", _BY, NET_DEVICES)),
+        "net_tx_bps": per_node(irate("node_network_transmit_bytes_total", _BY, NET_DEVICES)),
+        "disk_read_bps": per_node(irate("node_disk_read_bytes_total", _BY, DISK_DEVICES)),
+        "disk_write_bps": per_node(irate("node_disk_written_bytes_total", _BY, DISK_DEVICES)),
+    }
+    for name in ("load1", "load5", "load15"):
+        out[name] = per_node(f"node_{name}{_matchers(selector)}")
+    return out
+
+
+def node_info_query(selector: str = "") -> str:
+    """One series per node_exporter ``instance``, with its ``nodename`` when the uname
+    collector is on (the CPU series name the instance otherwise)."""
+    return (
+        f"group by (instance, nodename) (node_uname_info{_matchers(selector)}) or "
+        f"group by (instance) (node_cpu_seconds_total{_matchers(selector, IDLE_MODE)})"
+    )
+
+
+def address(instance: str) -> str:
+    """A scrape ``instance`` without its port (``[::1]:9100`` -> ``::1``)."""
+    if instance.startswith("["):
+        return instance[1:].split("]", 1)[0]
+    return instance.rsplit(":", 1)[0] if instance.count(":") == 1 else instance
+
+
+def _short(name: str) -> str:
+    return name.split(".", 1)[0] if not name.replace(".", "").isdigit() else name
+
+
+class _Index:
+    """A key -> host map where a key that names two hosts names none."""
+
+    def __init__(self) -> None:
+        self.hosts: dict[str, str | None] = {}
+
+    def add(self, key: str, host: str) -> None:
+        if key:
+            self.hosts[key] = host if self.hosts.get(key, host) == host else None
+
+    def get(self, key: str) -> str | None:
+        return self.hosts.get(key) if key else None
+
+
+def join_hosts(
+    nodes: Iterable[Mapping[str, str]], gpu_hosts: Iterable[tuple[str, str]]
+) -> dict[str, str]:
+    """node_exporter ``instance`` -> DCGM host name, for the instances that fit one host.
+
+    ``nodes``: label sets of the node info answer (``instance``, maybe ``nodename``);
+    ``gpu_hosts``: (host name, scrape instance) of the DCGM series.
+    """
+    names, shorts, addrs = _Index(), _Index(), _Index()
+    for host, instance in gpu_hosts:
+        names.add(host.lower(), host)
+        shorts.add(_short(host.lower()), host)
+        addrs.add(address(instance).lower(), host)
+    nodenames: dict[str, str] = {}
+    for labels in nodes:
+        instance = labels.get("instance", "")
+        if instance and (labels.get("nodename") or instance not in nodenames):
+            nodenames[instance] = labels.get("nodename", "").lower()
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for instance in sorted(nodenames):
+        nodename, where = nodenames[instance], address(instance).lower()
+        host = (
+            names.get(nodename)
+            or names.get(where)
+            or shorts.get(_short(nodename))
+            or shorts.get(_short(where))
+            or addrs.get(where)
+        )
+        if host is not None and host not in taken:  # two exporters for one host: the first
+            out[instance] = host
+            taken.add(host)
+    return out
+
+
+def instance_values(
+    answers: Mapping[str, Sequence[SeriesLike]],
+) -> dict[str, dict[str, float | None]]:
+    """Per field, per ``instance``: the value of an instant answer (first series wins)."""
+    out: dict[str, dict[str, float | None]] = {}
+    for name, series in answers.items():
+        col: dict[str, float | None] = {}
+        for s in series:
+            instance = s.labels.get("instance", "")
+            if instance and instance not in col:
+                col[instance] = s.last()
+        out[name] = col
+    return out
+
+
+def host_sample(host: str, t: float, values: Mapping[str, float | None]) -> HostSample:
+    """The HostSample of one node from its fields' values (the protocol's ranges applied)."""
+    fields = {name: in_range(name, value) for name, value in values.items()}
+    for name in INT_FIELDS:
+        if fields.get(name) is not None:
+            fields[name] = int(fields[name])
+    return HostSample(host=host, t=t, **fields)
+
+
+def host_samples(
+    columns: Mapping[str, Mapping[str, float | None]],
+    join: Mapping[str, str],
+    t: float,
+    sparse: bool = False,
+) -> list[HostSample]:
+    """A HostSample per joined instance; ``sparse``: only those with a value (history)."""
+    out = []
+    for instance, host in sorted(join.items()):
+        values = {name: col.get(instance) for name, col in columns.items()}
+        if sparse and all(v is None for v in values.values()):
+            continue
+        out.append(host_sample(host, t, values))
+    return out
