@@ -24,17 +24,23 @@ host row. All three node_exporters report nodename "vm", which names no DCGM hos
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import html
 import re
+import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from promserver import PROMETHEUS, Exposition, PromServer, fixture_text, stamped
 
 from verl_top.cli import app_parser
 from verl_top.inputs import build_inputs
-from verl_top.model import HostSample
+from verl_top.model import GpuSample, HostSample, SourceStatus
 from verl_top.origin import no_host_sample_text
 from verl_top.sources.node_exporter import join_hosts
 from verl_top.sources.prometheus import PrometheusSource, PromSettings
@@ -153,6 +159,66 @@ def test_a_node_that_goes_away_reads_no_data_not_its_last_values(node_prom: Prom
     last = {r.host: r for r in records if isinstance(r, HostSample)}
     assert set(last) == {H100, A800}
     assert all(r.cpu_pct is None and r.net_rx_bps is None for r in last.values())
+
+
+class SlowNodeProxy:
+    """Forwards to a Prometheus, holding every query about node_exporter's series ``delay`` s
+    (a Prometheus slow to evaluate irate over 100 000 per-core CPU series)."""
+
+    def __init__(self, upstream: str, delay: float) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                if "node_" in urllib.parse.unquote(self.path):
+                    time.sleep(delay)
+                try:
+                    with urllib.request.urlopen(upstream + self.path, timeout=10) as resp:
+                        body, status = resp.read(), resp.status
+                except urllib.error.HTTPError as exc:
+                    body, status = exc.read(), exc.code
+                except OSError:  # Prometheus stopped while this query was held
+                    body, status = b"", 502
+                with contextlib.suppress(OSError):  # the client gave up waiting
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.100", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.100:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_slow_host_queries_never_cost_the_gpu_round(node_prom: PromServer) -> None:
+    proxy = SlowNodeProxy(node_prom.url, delay=3.0)
+    try:
+        source = PrometheusSource(
+            PromSettings(
+                url=proxy.url, selector='job="dcgm"', rollout=False, interval=1.0, budget=1.5,
+                request_timeout=1.5, history_budget=1.5,
+            )
+        )  # fmt: skip
+
+        async def history_then_round(emit) -> None:  # noqa: ANN001
+            await source._history(emit)  # noqa: SLF001
+            await source.poll(emit)
+
+        records = run(source, history_then_round)
+    finally:
+        proxy.close()
+    gpus = [r for r in records if isinstance(r, GpuSample)]
+    assert {r.host for r in gpus} == {H100, A800} and len(gpus) > 16  # history and the round
+    assert not any(isinstance(r, HostSample) for r in records)
+    (status,) = [r for r in records if isinstance(r, SourceStatus) and r.state == "up"]
+    assert "host values (node_exporter) skipped this round" in status.reason
 
 
 def test_join_rules_name_one_host_or_none() -> None:

@@ -9,7 +9,8 @@ only (no partitions, loop, ram, zram, device-mapper, md, CD or floppy devices). 
 ``irate`` (the last two scrapes), as the agent's are the last interval's.
 
 Each query is aggregated ``by (instance)`` (one series per node, never one per core or
-device) and, inside, ``by (instance, job)`` so a node scraped by two jobs is not counted twice.
+device; the CPU time by mode, 8 series per node, from which busy and iowait % are worked out)
+and, inside, ``by (instance, job)`` so a node scraped by two jobs is not counted twice.
 A node_exporter ``instance`` is joined to a DCGM host (docs/prometheus.md, "Host metrics"):
 by ``node_uname_info``'s ``nodename``, by its scrape address named as the host (``instance``
 relabelled to the node name, as kube-prometheus does), by short names (``gpu01`` and
@@ -20,7 +21,7 @@ or address that fits two hosts joins neither: nothing is guessed.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from verl_top.model import HostSample
 from verl_top.protocol import in_range
@@ -28,8 +29,6 @@ from verl_top.protocol import in_range
 # irate needs two scrapes in the window: 2 minutes covers scrape intervals up to a minute.
 RATE_WINDOW = "2m"
 IDLE_MODES = 'mode=~"idle|iowait"'
-IOWAIT_MODE = 'mode="iowait"'
-IDLE_MODE = 'mode="idle"'
 NET_DEVICES = 'device!="lo"'
 # Whole disks only, as the agent's /sys/block list less its skipped prefixes.
 DISK_DEVICES = (
@@ -38,6 +37,9 @@ DISK_DEVICES = (
 )
 _BY = "instance, job"
 INT_FIELDS = ("mem_used_bytes", "mem_total_bytes")
+# One query answers the CPU time of every mode per node (8 series a node): busy and iowait are
+# worked out here, so Prometheus reads the per-core CPU series once for both, not four times.
+CPU_MODES = "cpu_modes"
 
 
 class SeriesLike(Protocol):
@@ -65,13 +67,11 @@ def node_queries(selector: str = "") -> dict[str, str]:
         return f"max by (instance) ({expr})"
 
     cpu = "node_cpu_seconds_total"
-    total = irate(cpu, _BY)
     core = f"{_BY}, cpu"
     mem_total = f"node_memory_MemTotal_bytes{_matchers(selector)}"
     mem_avail = f"node_memory_MemAvailable_bytes{_matchers(selector)}"
     out = {
-        "cpu_pct": per_node(f"100 * (1 - {irate(cpu, _BY, IDLE_MODES)} / {total})"),
-        "iowait_pct": per_node(f"100 * {irate(cpu, _BY, IOWAIT_MODE)} / {total}"),
+        CPU_MODES: f"max by (instance, mode) ({irate(cpu, f'{_BY}, mode')})",
         "cpu_max_core_pct": per_node(
             f"100 * (1 - {irate(cpu, core, IDLE_MODES)} / {irate(cpu, core)})"
         ),
@@ -89,10 +89,10 @@ def node_queries(selector: str = "") -> dict[str, str]:
 
 def node_info_query(selector: str = "") -> str:
     """One series per node_exporter ``instance``, with its ``nodename`` when the uname
-    collector is on (the CPU series name the instance otherwise)."""
+    collector is on (its memory series name the instance otherwise)."""
     return (
         f"group by (instance, nodename) (node_uname_info{_matchers(selector)}) or "
-        f"group by (instance) (node_cpu_seconds_total{_matchers(selector, IDLE_MODE)})"
+        f"group by (instance) (node_memory_MemTotal_bytes{_matchers(selector)})"
     )
 
 
@@ -156,18 +156,47 @@ def join_hosts(
     return out
 
 
+def series_key(labels: Mapping[str, str]) -> Any:
+    """What a node series is about: its ``instance``, and its ``mode`` for the CPU modes."""
+    instance = labels.get("instance")
+    if not instance:
+        return None
+    mode = labels.get("mode")
+    return (instance, mode) if mode else instance
+
+
 def instance_values(
     answers: Mapping[str, Sequence[SeriesLike]],
 ) -> dict[str, dict[str, float | None]]:
-    """Per field, per ``instance``: the value of an instant answer (first series wins)."""
-    out: dict[str, dict[str, float | None]] = {}
+    """Per field, per ``instance``: the value of an instant answer (first series wins), with
+    the CPU modes turned into busy and iowait %."""
+    out: dict[str, dict[Any, float | None]] = {}
     for name, series in answers.items():
-        col: dict[str, float | None] = {}
+        col: dict[Any, float | None] = {}
         for s in series:
-            instance = s.labels.get("instance", "")
-            if instance and instance not in col:
-                col[instance] = s.last()
+            key = series_key(s.labels)
+            if key is not None and key not in col:
+                col[key] = s.last()
         out[name] = col
+    return cpu_columns(out)
+
+
+def cpu_columns(columns: Mapping[str, Mapping[Any, float | None]]) -> dict[str, Any]:
+    """``columns`` with the CPU modes' rates ((instance, mode) -> s/s) replaced by ``cpu_pct``
+    (100 x (1 - (idle + iowait) / all)) and ``iowait_pct`` per instance, as the agent counts."""
+    out = {name: col for name, col in columns.items() if name != CPU_MODES}
+    modes: dict[str, dict[str, float]] = {}
+    for key, value in columns.get(CPU_MODES, {}).items():
+        if isinstance(key, tuple) and value is not None:
+            modes.setdefault(key[0], {})[key[1]] = value
+    busy: dict[str, float | None] = {}
+    iowait: dict[str, float | None] = {}
+    for instance, rates in modes.items():
+        total = sum(rates.values())
+        if total > 0 and "idle" in rates:
+            busy[instance] = 100.0 * (1.0 - (rates["idle"] + rates.get("iowait", 0.0)) / total)
+            iowait[instance] = 100.0 * rates.get("iowait", 0.0) / total
+    out["cpu_pct"], out["iowait_pct"] = busy, iowait
     return out
 
 

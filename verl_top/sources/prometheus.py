@@ -45,12 +45,14 @@ from verl_top.protocol import MAX_GPU_INDEX, in_range
 from verl_top.sources.base import Emit, Source
 from verl_top.sources.http_client import HttpClient, HttpError, HttpOptions, time_limit
 from verl_top.sources.node_exporter import (
+    cpu_columns,
     host_sample,
     host_samples,
     instance_values,
     join_hosts,
     node_info_query,
     node_queries,
+    series_key,
 )
 from verl_top.untrusted import (
     JsonArrayStream,
@@ -707,6 +709,17 @@ def gpu_sample(host: str, index: int, t: float, values: Values) -> GpuSample:
 # --- the source ---------------------------------------------------------------------------------
 
 
+Asked = tuple[dict[str, list[Series]], list[str]]  # answers by name, errors
+Pending = asyncio.Future[Asked] | None  # node_exporter's queries in flight
+
+
+async def _dropped(future: asyncio.Future[Any] | None) -> None:
+    """Cancel queries no longer wanted and wait for them to end (nothing left running)."""
+    if future is not None:
+        future.cancel()
+        await asyncio.gather(future, return_exceptions=True)
+
+
 @dataclass
 class _Known:
     """What the source has told the store, so it only repeats what changed."""
@@ -730,6 +743,7 @@ class PrometheusSource:
         self.rounds = 0
         self.queries_last = 0
         self._known = _Known()
+        self._last_info: dict[str, list[Series]] = {}  # the DCGM identities, for the join
         self._sem = asyncio.Semaphore(max(1, settings.parallel))
         sel = settings.selector
         rsel = settings.selector if settings.rollout_selector is None else settings.rollout_selector
@@ -808,14 +822,19 @@ class PrometheusSource:
             await self.client.close()
 
     async def poll(self, emit: Emit) -> None:
-        """One round: every metric once, at one evaluation time, within the round's budget."""
+        """One round: every metric once, at one evaluation time, within the round's budget.
+
+        node_exporter's queries go after the GPU queries and can never cost them: the round
+        stands on the GPU answers; host values that miss the budget are skipped this round."""
         self.rounds += 1
         before = self.client.requests
         started = time.monotonic()
+        deadline = started + self.settings.budget
         at = time.time()
+        node: Pending = None
         try:
             async with time_limit(self.settings.budget):
-                records, errors = await self._round(at)
+                records, errors, node = await self._round(at)
         except asyncio.TimeoutError:
             self._lost(
                 emit,
@@ -829,32 +848,79 @@ class PrometheusSource:
             return
         finally:
             self.queries_last = self.client.requests - before
-        for record in records:
+        for record in records:  # the GPUs now, whatever node_exporter's queries do
             emit(record)
+        host_answers, host_note = await self._node_answers(node, deadline - time.monotonic())
+        self.queries_last = self.client.requests - before
+        if host_answers is not None:  # after the hellos: the hosts exist
+            for record in self._host_records({**self._last_info, **host_answers}, at):
+                emit(record)
         # A query Prometheus refused (an old version without a function, say) leaves its
         # metric without data; the rest of the round stands.
-        reason = f"{len(errors)} queries failed, e.g. {errors[0]}" if errors else ""
+        reasons = [f"{len(errors)} queries failed, e.g. {errors[0]}"] if errors else []
+        reasons += [host_note] if host_note else []
         if not any(isinstance(r, GpuSample) for r in records):
             where = f"{{{self.settings.selector}}}" if self.settings.selector else "at all"
-            reason = (
+            reasons = [
                 f"no DCGM GPU series match {where} (is dcgm-exporter scraped by this "
                 "Prometheus, and is --prom-selector right?)"
-            )
-        self._status(emit, "up", reason, time.monotonic() - started)
+            ]
+        self._status(emit, "up", "; ".join(reasons), time.monotonic() - started)
 
-    async def _round(self, at: float) -> tuple[list[Record], list[str]]:
+    async def _round(self, at: float) -> tuple[list[Record], list[str], Pending]:
+        """The GPU and rollout answers as records, their errors, and the node_exporter
+        queries still in flight."""
         exprs = {"_info": self.info_expr, **self.gpu_exprs}
         if self.rollout_exprs:
             exprs.update({"_rinfo": self.rollout_info, **self.rollout_exprs})
-        if self.node_exprs:
-            exprs.update({"_ninfo": self.node_info, **self.node_exprs})
-        answers, errors = await self._ask_all(exprs, at)
-        if "_info" not in answers:
-            raise PromError(errors[0] if errors else "no answer")
+        answers, errors, node = await self._ask_gpus_first(exprs, at)
+        self._last_info = {"_info": answers["_info"]}
         records = self._gpu_records(answers, at)
-        records += self._host_records(answers, at)
         records += rollout_records(answers, at)
-        return records, errors
+        return records, errors, node
+
+    async def _ask_gpus_first(
+        self,
+        exprs: Mapping[str, str],
+        at: float,
+        span: tuple[float, float] | None = None,
+        budget: int = MAX_ANSWER_POINTS,
+    ) -> tuple[dict[str, list[Series]], list[str], Pending]:
+        """``exprs`` answered (PromError without the DCGM identities), and node_exporter's
+        queries started after them, so their requests queue behind the GPU ones; the node
+        queries are returned still in flight (None without node_exporter)."""
+        gpu = asyncio.ensure_future(self._ask_all(exprs, at, span, budget))
+        node: Pending = None
+        try:
+            await asyncio.sleep(0)  # the GPU requests take the connections first
+            if self.node_exprs:
+                node_exprs = {"_ninfo": self.node_info, **self.node_exprs}
+                node = asyncio.ensure_future(self._ask_all(node_exprs, at, span, budget))
+            answers, errors = await gpu
+            if "_info" not in answers:
+                raise PromError(errors[0] if errors else "no answer")
+        except BaseException:
+            await _dropped(gpu)
+            await _dropped(node)
+            raise
+        return answers, errors, node
+
+    async def _node_answers(
+        self, node: Pending, remaining: float
+    ) -> tuple[dict[str, list[Series]] | None, str]:
+        """node_exporter's answers within ``remaining`` seconds (None: none this time) and
+        what went wrong ('' when nothing did)."""
+        if node is None:
+            return None, ""
+        try:
+            async with time_limit(max(0.0, remaining)):
+                answers, errors = await node
+        except (asyncio.TimeoutError, PromError) as exc:
+            await _dropped(node)
+            why = str(exc) or "they did not answer within the round's budget"
+            return None, f"host values (node_exporter) skipped this round: {why}"
+        note = f"{len(errors)} node_exporter queries failed, e.g. {errors[0]}" if errors else ""
+        return answers, note
 
     def _host_records(self, answers: Mapping[str, list[Series]], at: float) -> list[Record]:
         """node_exporter's values as HostSamples of the DCGM hosts they join; a host whose
@@ -1004,18 +1070,18 @@ class PrometheusSource:
             grid = HistoryGrid(end - (points - 1) * step, step, points)
             exprs = {"_info": self.info_expr, **self.gpu_exprs}
             exprs.update(self.rollout_exprs)
-            if self.node_exprs:
-                exprs.update({"_ninfo": self.node_info, **self.node_exprs})
             async with time_limit(max(0.0, deadline - loop.time())):
-                answers, _ = await self._ask_all(
+                answers, _, node = await self._ask_gpus_first(
                     exprs, end, (grid.start, step), budget=2 * HISTORY_SAMPLES
                 )
         except (asyncio.TimeoutError, PromError) as exc:
             reason = str(exc) or f"no answer within {s.history_budget:g} s"
             self._status(emit, "slow", f"no history at start-up: {reason}", None)
             return
-        if "_info" not in answers:
-            return
+        # Host history only if it comes soon: it may wait half of what is left of the budget,
+        # the other half is the regrouping's (the GPUs' history never waits for the hosts').
+        host_answers, _ = await self._node_answers(node, (deadline - loop.time()) / 2)
+        answers.update(host_answers or {})
         until = time.monotonic() + max(0.0, deadline - loop.time())
         history = await asyncio.to_thread(history_records, self, answers, grid, until)
         if history.late:
@@ -1086,11 +1152,6 @@ def _instance(labels: Mapping[str, str]) -> str | None:
     return clean_text(labels.get("instance", ""), 128) or None
 
 
-def _node_key(labels: Mapping[str, str]) -> str | None:
-    """A node_exporter series' ``instance`` as the join (node_exporter.join_hosts) keys it."""
-    return labels.get("instance") or None
-
-
 def node_join(answers: Mapping[str, list[Series]]) -> dict[str, str]:
     """node_exporter instance -> DCGM host, from the node info and DCGM info answers."""
     gpu_hosts = []
@@ -1113,7 +1174,9 @@ def history_records(
     present = _dense(answers["_info"], gpu_of, grid)
     gpu_cols = {name: _dense(answers.get(name, []), gpu_of, grid) for name in source.gpu_exprs}
     join = node_join(answers) if source.node_exprs else {}
-    node_cols = {name: _dense(answers.get(name, []), _node_key, grid) for name in source.node_exprs}
+    node_cols = {
+        name: _dense(answers.get(name, []), series_key, grid) for name in source.node_exprs
+    }
     queries = rollout_queries("")
     roll_cols = {name: _dense(answers.get(name, []), _instance, grid) for name in queries}
     servers: dict[str, tuple[str, str]] = {}
@@ -1139,10 +1202,12 @@ def history_records(
         out.samples += len(here)
         # Host samples only for hosts whose GPUs are there (their hello came first).
         shown = {h for h, _ in here}
-        nodes = {
-            name: {i: _scaled(row[k], 1.0) for i, row in col.items()}
-            for name, col in node_cols.items()
-        }
+        nodes = cpu_columns(
+            {
+                name: {key: _scaled(row[k], 1.0) for key, row in col.items()}
+                for name, col in node_cols.items()
+            }
+        )
         here_join = {i: h for i, h in join.items() if h in shown}
         out.records += host_samples(nodes, here_join, t, sparse=True)
         cols = {
