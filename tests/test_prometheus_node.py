@@ -42,7 +42,7 @@ from verl_top.cli import app_parser
 from verl_top.inputs import build_inputs
 from verl_top.model import GpuSample, HostSample, SourceStatus
 from verl_top.origin import no_host_sample_text
-from verl_top.sources.node_exporter import join_hosts
+from verl_top.sources.node_exporter import NodePlan, join_hosts, scrape_window
 from verl_top.sources.prometheus import PrometheusSource, PromSettings
 from verl_top.store import Store
 from verl_top.ui.app import VerlTopApp
@@ -151,8 +151,9 @@ def test_a_node_that_goes_away_reads_no_data_not_its_last_values(node_prom: Prom
     async def two_rounds(emit) -> None:
         await source.poll(emit)
         # The node_exporters stop answering: every node query comes back empty.
-        source.node_exprs = dict.fromkeys(source.node_exprs, "vector(0) > 1")
-        source.node_info = "vector(0) > 1"
+        plan = source.node_plan
+        plan.queries = dict.fromkeys(plan.queries, "vector(0) > 1")
+        plan.info, plan.next_at = "vector(0) > 1", 0.0
         await source.poll(emit)
 
     records = run(source, two_rounds)
@@ -219,6 +220,36 @@ def test_slow_host_queries_never_cost_the_gpu_round(node_prom: PromServer) -> No
     assert not any(isinstance(r, HostSample) for r in records)
     (status,) = [r for r in records if isinstance(r, SourceStatus) and r.state == "up"]
     assert "host values (node_exporter) skipped this round" in status.reason
+
+
+class Last:
+    """An answered series with one value (what NodePlan.learn reads)."""
+
+    def __init__(self, value: float) -> None:
+        self.labels: dict[str, str] = {}
+        self.value = value
+
+    def last(self) -> float:
+        return self.value
+
+
+def test_host_queries_follow_the_scrape_interval() -> None:
+    plan = NodePlan(interval=5.0)
+    first = plan.due(100.0)
+    assert first is not None and "_nscrape" in first and "[2m]" in first["cpu_modes"]
+    assert plan.due(105.0) is not None  # interval unknown: every round
+    plan.learn({"_nscrape": [Last(30.0)]}, 105.0)  # node_exporter scraped every 30 s
+    assert "[90s]" in plan.queries["cpu_modes"] and "[90s]" in plan.queries["net_rx_bps"]
+    assert plan.due(110.0) is not None  # due since 105; next one a scrape interval later
+    assert [plan.due(t) is None for t in (115.0, 120.0, 130.0, 137.0)] == [True] * 4
+    again = plan.due(140.0)
+    assert again is not None and "_nscrape" not in again  # asked again after 5 minutes
+    assert "_nscrape" in plan.due(410.0)
+    # No answer, or a nonsense one, keeps what was known; the window stays within bounds.
+    plan.learn({"_nscrape": []}, 410.0)
+    plan.learn({"_nscrape": [Last(-1.0)]}, 410.0)
+    assert plan.scrape_s == 30.0
+    assert [scrape_window(x) for x in (None, 1.0, 15.0, 1000.0)] == ["2m", "15s", "45s", "600s"]
 
 
 def test_join_rules_name_one_host_or_none() -> None:

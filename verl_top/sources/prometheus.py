@@ -27,7 +27,7 @@ import re
 import time
 import urllib.parse
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -45,13 +45,13 @@ from verl_top.protocol import MAX_GPU_INDEX, in_range
 from verl_top.sources.base import Emit, Source
 from verl_top.sources.http_client import HttpClient, HttpError, HttpOptions, time_limit
 from verl_top.sources.node_exporter import (
+    NodePlan,
     cpu_columns,
     host_sample,
     host_samples,
     instance_values,
     join_hosts,
-    node_info_query,
-    node_queries,
+    scrape_query,
     series_key,
 )
 from verl_top.untrusted import (
@@ -754,9 +754,14 @@ class PrometheusSource:
         queries = rollout_queries(rsel) if settings.rollout else {}
         self.rollout_exprs = {name: expr for name, (expr, _) in queries.items()}
         self.rollout_info = rollout_info(rsel)
-        nsel = settings.node_selector
-        self.node_exprs = node_queries(nsel) if settings.node else {}
-        self.node_info = node_info_query(nsel)
+        self.node_plan = (
+            NodePlan(settings.node_selector, settings.interval) if settings.node else None
+        )
+
+    @property
+    def node_exprs(self) -> dict[str, str]:
+        """node_exporter's queries by HostSample field ({} without them)."""
+        return self.node_plan.queries if self.node_plan is not None else {}
 
     # asking
 
@@ -873,7 +878,10 @@ class PrometheusSource:
         exprs = {"_info": self.info_expr, **self.gpu_exprs}
         if self.rollout_exprs:
             exprs.update({"_rinfo": self.rollout_info, **self.rollout_exprs})
-        answers, errors, node = await self._ask_gpus_first(exprs, at)
+        plan = self.node_plan
+        node_exprs = plan.due(time.monotonic()) if plan is not None else None
+        node_job = None if not node_exprs else (lambda: self._ask_all(node_exprs, at))
+        answers, errors, node = await self._ask_gpus_first(exprs, at, node_job)
         self._last_info = {"_info": answers["_info"]}
         records = self._gpu_records(answers, at)
         records += rollout_records(answers, at)
@@ -883,19 +891,19 @@ class PrometheusSource:
         self,
         exprs: Mapping[str, str],
         at: float,
+        node_job: Callable[[], Awaitable[Asked]] | None,
         span: tuple[float, float] | None = None,
         budget: int = MAX_ANSWER_POINTS,
     ) -> tuple[dict[str, list[Series]], list[str], Pending]:
-        """``exprs`` answered (PromError without the DCGM identities), and node_exporter's
-        queries started after them, so their requests queue behind the GPU ones; the node
-        queries are returned still in flight (None without node_exporter)."""
+        """``exprs`` answered (PromError without the DCGM identities), and ``node_job``
+        (node_exporter's queries) started after them, so its requests queue behind the GPU
+        ones; it is returned still in flight (None when there is none)."""
         gpu = asyncio.ensure_future(self._ask_all(exprs, at, span, budget))
         node: Pending = None
         try:
             await asyncio.sleep(0)  # the GPU requests take the connections first
-            if self.node_exprs:
-                node_exprs = {"_ninfo": self.node_info, **self.node_exprs}
-                node = asyncio.ensure_future(self._ask_all(node_exprs, at, span, budget))
+            if node_job is not None:
+                node = asyncio.ensure_future(node_job())
             answers, errors = await gpu
             if "_info" not in answers:
                 raise PromError(errors[0] if errors else "no answer")
@@ -919,6 +927,8 @@ class PrometheusSource:
             await _dropped(node)
             why = str(exc) or "they did not answer within the round's budget"
             return None, f"host values (node_exporter) skipped this round: {why}"
+        if self.node_plan is not None:
+            self.node_plan.learn(answers, time.monotonic())
         note = f"{len(errors)} node_exporter queries failed, e.g. {errors[0]}" if errors else ""
         return answers, note
 
@@ -1070,10 +1080,12 @@ class PrometheusSource:
             grid = HistoryGrid(end - (points - 1) * step, step, points)
             exprs = {"_info": self.info_expr, **self.gpu_exprs}
             exprs.update(self.rollout_exprs)
+            span, budget = (grid.start, step), 2 * HISTORY_SAMPLES
+            node_job = None
+            if self.node_plan is not None:
+                node_job = lambda: self._history_nodes(end, span, budget)  # noqa: E731
             async with time_limit(max(0.0, deadline - loop.time())):
-                answers, _, node = await self._ask_gpus_first(
-                    exprs, end, (grid.start, step), budget=2 * HISTORY_SAMPLES
-                )
+                answers, _, node = await self._ask_gpus_first(exprs, end, node_job, span, budget)
         except (asyncio.TimeoutError, PromError) as exc:
             reason = str(exc) or f"no answer within {s.history_budget:g} s"
             self._status(emit, "slow", f"no history at start-up: {reason}", None)
@@ -1096,6 +1108,15 @@ class PrometheusSource:
             emit(record)
             if i % EMIT_CHUNK == EMIT_CHUNK - 1:
                 await asyncio.sleep(0)  # 60k samples at 1024 GPUs: let the screen draw
+
+    async def _history_nodes(self, at: float, span: tuple[float, float], budget: int) -> Asked:
+        """node_exporter's range queries for the start-up history, their rate window set by
+        the scrape interval, asked first (one small instant query)."""
+        plan = self.node_plan
+        assert plan is not None
+        series = await self.client.query(scrape_query(plan.selector), at)
+        plan.learn({"_nscrape": series}, time.monotonic())
+        return await self._ask_all({"_ninfo": plan.info, **plan.queries}, at, span, budget)
 
 
 @dataclass(frozen=True)
