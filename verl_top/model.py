@@ -374,6 +374,11 @@ class RayActors(Record):
     actors: list[RayActor] = field(default_factory=list)
     driver_log: str = ""
     note: str = ""
+    # For a snapshot (export/environment.py): the cluster's Ray version (/api/version) and the
+    # job's id and launch command (its entrypoint in the dashboard's job list).
+    ray_version: str = ""
+    job_id: str = ""
+    entrypoint: str = ""
 
 
 @dataclass

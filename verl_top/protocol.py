@@ -172,6 +172,7 @@ TEXT_LIMITS: dict[str, int] = {
     "title": 4096,
     "method": 256,
     "user": 64,
+    "entrypoint": 4096,
 }
 # Caps on list lengths by field name; longer lists are cut (and counted as ``cap:``).
 LIST_CAPS: dict[str, int] = {
