@@ -171,6 +171,8 @@ def test_fmt_seconds_is_readable() -> None:
         "17.6 min",
         "2.5 h",
     ]
+
+
 def test_banner_seconds_are_the_shared_readable_ones() -> None:
     from verl_top.diagnosis import readable
 

@@ -191,7 +191,7 @@ def summarize(
         if gpu_activity
         else []
     )
-    versions = {}
+    versions: dict[str, str] = {}
     for h in store.hosts.values():
         if h.hello is not None and h.hello.driver:
             versions.setdefault("NVIDIA driver", h.hello.driver)
@@ -299,7 +299,7 @@ def fmt_signed(seconds: float) -> str:
 
 
 def _likely_causes(comp: Comparison, stage: StageDelta) -> list[str]:
-    causes = []
+    causes: list[str] = []
     prefixes = STAGE_KEYS.get(stage.stage, ())
     for key, a, b in comp.config_diff:
         if key in MODEL_KEYS and stage.stage in GPU_STAGES:

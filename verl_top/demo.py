@@ -19,6 +19,7 @@ import random
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from verl_top.model import (
     GpuInfo,
@@ -119,7 +120,11 @@ def _gpu_sample(
     row = trace.pick(phase, k)
     gpm = row["gpm"]
     mem_frac = MEM_BY_STAGE.get(stage, 0.5)
-    pct = lambda v: None if v is None else min(100.0, _jitter(rng, v))  # noqa: E731
+
+    def pct(value: float | None) -> float | None:
+        jittered = _jitter(rng, value)
+        return None if jittered is None else min(100.0, jittered)
+
     return GpuSample(
         host=host,
         t=round(t, 3),
@@ -253,10 +258,10 @@ def _nested(flat: dict[str, object]) -> dict[str, object]:
     """Dotted keys back to the nested dict verl pretty-prints at start."""
     out: dict[str, object] = {}
     for key, value in flat.items():
-        node = out
+        node: dict[str, Any] = out  # a dict of dicts as deep as the dotted keys
         *parents, leaf = key.split(".")
         for part in parents:
-            node = node.setdefault(part, {})  # type: ignore[assignment]
+            node = node.setdefault(part, {})
         node[leaf] = value
     return out
 

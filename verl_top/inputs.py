@@ -160,6 +160,9 @@ def build_inputs(args: argparse.Namespace) -> Inputs:
     pipeline = Pipeline(store, recorder)
     inputs = Inputs(store=store, pipeline=pipeline, recorder=recorder)
     logs = [parse_log_spec("verl", p) for p in args.verl_log]
+    # Expected before its first line: a job just started prints nothing for a while, and GPU
+    # symptoms then are warm-up (the "waiting for the first verl step" state).
+    store.verl_log_given = bool(logs)
     logs += [parse_log_spec("nccl", p) for p in args.nccl_log]
     if args.verl_config:
         logs.append(parse_log_spec("verl_config", args.verl_config))
@@ -443,7 +446,7 @@ def _add_ray(inputs: Inputs, args: argparse.Namespace, logs: list[LogSpec]) -> N
     """--ray: the nodes come from the Ray cluster (and follow it); see docs/ray.md."""
     from verl_top.flags import ray_settings
     from verl_top.sources import registry
-    from verl_top.sources.ray import RayError
+    from verl_top.sources.ray import RayError, RaySource
 
     if args.hosts or args.slurm:
         raise InputError("--ray finds the nodes itself: drop --hosts / --slurm")
@@ -461,7 +464,9 @@ def _add_ray(inputs: Inputs, args: argparse.Namespace, logs: list[LogSpec]) -> N
     inputs.sources.append(source)
     inputs.store.origin = "ray"
     _add_local_logs(inputs, logs, finite=False)
-    inputs.title = f"verl-top — ray {source.url}"
+    # The "ray" kind builds one RaySource: it knows the dashboard URL it reached.
+    url = source.url if isinstance(source, RaySource) else source.name
+    inputs.title = f"verl-top — ray {url}"
 
 
 def expect_busbw_overrides(values: list[str]) -> dict[str, float]:

@@ -291,14 +291,16 @@ def _clean_list(spec: _Spec, raw: Any, where: str, issues: list[str]) -> Any:
         raw = raw[:cap]
     out = []
     bad = False
+    # A list of records (dataclasses) or of scalars (``item`` is then a kind string).
+    nested = (
+        spec.item if isinstance(spec.item, type) and dataclasses.is_dataclass(spec.item) else None
+    )
     for item in raw:
-        if dataclasses.is_dataclass(spec.item):
+        if nested is not None:
             try:
                 if not isinstance(item, dict):
                     raise Rejected(f"drop:{where}.{spec.name}")
-                out.append(
-                    spec.item(**_clean_fields(spec.item, item, f"{where}.{spec.name}", issues))
-                )
+                out.append(nested(**_clean_fields(nested, item, f"{where}.{spec.name}", issues)))
             except Rejected as exc:
                 issues.append(exc.reason)
             continue
@@ -399,8 +401,7 @@ def validate(data: Any, issues: list[str] | None = None) -> Record:
     if not isinstance(data, dict):
         raise Rejected("json", "not a JSON object")
     rtype = data.get("type")
-    cls = RECORD_TYPES.get(rtype) if isinstance(rtype, str) else None
-    if cls is None:
+    if not isinstance(rtype, str) or (cls := RECORD_TYPES.get(rtype)) is None:
         raise Rejected("type", f"unknown record type {_show(rtype)}")
     version = data.get("v", VERSION)
     if isinstance(version, bool) or not isinstance(version, int) or not 0 < version <= VERSION:
@@ -448,7 +449,8 @@ class Decoder:
     def decode(self, line: str | bytes) -> Record | None:
         """The record on ``line``, or None for a blank or refused line."""
         if len(line) > MAX_RECORD_BYTES:
-            return self._refuse({}, Rejected("size", f"line of {len(line)} bytes"))
+            self._refuse({}, Rejected("size", f"line of {len(line)} bytes"))
+            return None
         if isinstance(line, bytes | bytearray):
             line = bytes(line).decode("utf-8", "replace")
         line = line.strip()
@@ -457,7 +459,8 @@ class Decoder:
         try:
             data = loads(line, max_bytes=MAX_RECORD_BYTES)
         except UntrustedJSONError as exc:
-            return self._refuse({}, Rejected("json", str(exc)))
+            self._refuse({}, Rejected("json", str(exc)))
+            return None
         return self.decode_dict(data)
 
     def decode_dict(self, data: Any) -> Record | None:
@@ -466,9 +469,11 @@ class Decoder:
         try:
             record = validate(data, issues)
         except Rejected as exc:
-            return self._refuse(data, exc)
+            self._refuse(data, exc)
+            return None
         except Exception as exc:  # noqa: BLE001 - the boundary must hold whatever comes
-            return self._refuse(data, Rejected("error", f"{type(exc).__name__}: {exc}"))
+            self._refuse(data, Rejected("error", f"{type(exc).__name__}: {exc}"))
+            return None
         for reason in issues:
             self._count(record.host, reason)
         self.decoded += 1
@@ -484,7 +489,6 @@ class Decoder:
         self.last_error = clean_text(str(exc), 200)
         host = data.get("host") if isinstance(data, dict) else None
         self._count(clean_text(host, 255) if isinstance(host, str) else "", exc.reason)
-        return None
 
     def decode_all(self, lines: Iterable[str | bytes]) -> Iterator[Record]:
         """Decode many lines, skipping the refused ones."""
@@ -507,11 +511,11 @@ def open_recording(path: str | Path, mode: str = "r") -> IO[str]:
     """Open a recording for text reading/writing; ``.gz`` paths are gzip-compressed."""
     p = Path(path)
     if p.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(p, mode.replace("t", "") + "b"), encoding="utf-8")
+        return io.TextIOWrapper(gzip.GzipFile(p, mode.replace("t", "") + "b"), encoding="utf-8")
     return open(p, mode, encoding="utf-8")
 
 
-def open_recording_bytes(path: str | Path) -> IO[bytes]:
+def open_recording_bytes(path: str | Path) -> io.BufferedIOBase:
     """Open a recording for reading bytes (decompressed when ``.gz``): the reader decodes each
     line itself, so one bad byte costs that line, not the rest of the file."""
     p = Path(path)

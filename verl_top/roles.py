@@ -336,7 +336,7 @@ def _job_rank(j: JobProcess, ranks: dict[int, int]) -> int | None:
 
 
 def process_map(
-    procs: dict[str, ProcessList | None], actors: list[RayActor] | tuple[RayActor, ...] = ()
+    procs: Mapping[str, ProcessList | None], actors: list[RayActor] | tuple[RayActor, ...] = ()
 ) -> list[MappedProcess]:
     """Every process of the job per host: GPU processes (one entry per pid, its GPUs and GPU
     memory summed), then the agent's job processes that hold no GPU, then Ray actors of the job

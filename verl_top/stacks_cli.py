@@ -8,6 +8,7 @@ import json
 import socket
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 
 from verl_top import stacks
 from verl_top.node_exec import Runner, local_run
@@ -90,7 +91,7 @@ async def _host_stacks(
 
 async def collect(
     specs: list[tuple[HostSpec, list[int]]],
-    connect: Callable[[HostSpec], object],
+    connect: Callable[[HostSpec], AbstractAsyncContextManager[Runner]],
     python: str,
     ray: stacks.RayTrace | None,
 ) -> list[stacks.ProcessStack]:
@@ -101,7 +102,7 @@ async def collect(
         try:
             if is_local(spec):
                 return await _host_stacks(local_run, spec, pids, python, ray)
-            async with connect(spec) as run:  # type: ignore[attr-defined]
+            async with connect(spec) as run:
                 return await _host_stacks(run, spec, pids, python, ray)
         except (RemoteCommandError, RuntimeError, OSError) as exc:
             return [stacks.ProcessStack(spec.name, pid, error=str(exc)) for pid in pids or [0]]

@@ -255,7 +255,7 @@ class Ring:
             return []
         if not self.ascending():
             return self.label_series(since)[1]
-        return self._from(self.labels, self._start(since))  # type: ignore[return-value]
+        return self._from(self.labels, self._start(since))
 
     def label_series(self, since: float | None = None) -> tuple[list[float], list[str]]:
         """Times and phase labels (replayed traces only)."""
@@ -365,7 +365,7 @@ class Store:
         # unreadable line), by "host:path"; filled by the pipeline's parsers (issue 17).
         self.log_stats: dict[str, dict[str, object]] = {}
         # Set when finished logs are read post-mortem: path -> {"mtime": ..., "size": ...}.
-        self.post_mortem: dict[str, dict[str, float]] = {}
+        self.post_mortem: dict[str, dict[str, object]] = {}
         self.probes: deque[ProbeResult] = deque(maxlen=self.limits.probes)
         self.nccl: dict[str, NcclInfo] = {}
         # Per host: the agent's topology/network inventory record, and its GPU link matrix
@@ -376,6 +376,7 @@ class Store:
         self.latencies: deque[float] = deque(maxlen=self.limits.latencies)
         self.now: float = 0.0  # newest data time seen
         self.first_t: float | None = None  # data time of the first timed record
+        self.verl_log_given = False  # --verl-log was given (its first line may not be here yet)
         self.version = 0  # bumps on every ingest; lets views skip work when nothing changed
         self.replay = False  # set by replay sources: the header says REPLAY
         # Where the data comes from (verl_top/origin.py: local, ssh, ray, prometheus, replay,

@@ -365,6 +365,7 @@ class JsonArrayStream:
             while not self.done:
                 # Whitespace between tokens is consumed for good: a long run of it (a gzip
                 # bomb of spaces) is never scanned twice.
+                # _WS matches the empty string, so match() is never None (no check in this loop).
                 start = self._pos = _WS.match(self._buf, self._pos).end()  # type: ignore[union-attr]
                 self._step()
         except _More:
@@ -384,7 +385,7 @@ class JsonArrayStream:
         return ".".join(key for _, key in self._stack if key) or "top level"
 
     def _skip_ws(self) -> str:
-        self._pos = _WS.match(self._buf, self._pos).end()  # type: ignore[union-attr]
+        self._pos = _WS.match(self._buf, self._pos).end()  # type: ignore[union-attr]  # as in _run
         if self._pos >= len(self._buf):
             raise _More
         return self._buf[self._pos]

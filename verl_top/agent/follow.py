@@ -84,9 +84,12 @@ class Follower:
         return True
 
     def _read_head(self) -> bytes:
+        fh = self._fh
+        if fh is None:  # closed: no fingerprint
+            return b""
         try:
-            self._fh.seek(0)
-            return self._fh.read(HEAD_BYTES)
+            fh.seek(0)
+            return fh.read(HEAD_BYTES)
         except OSError:
             return b""
 
@@ -152,6 +155,8 @@ class Follower:
     def _read_more(self, out: list[str]) -> None:
         """Read what was appended since the last call into ``out`` (complete lines only)."""
         fh = self._fh
+        if fh is None:  # closed (rotated away): nothing more to read
+            return
         fh.seek(self._offset)
         data = fh.read(self.max_read)
         if not data:
@@ -186,15 +191,14 @@ class Follower:
 
     def poll(self, host: str, t: float) -> list[Wire]:
         """Log record dicts for what changed since the last poll."""
-        records = []
-        lines = []
+        records: list[Wire] = []
+        lines: list[str] = []
         try:
-            st = os.stat(self.path)
+            st: os.stat_result | None = os.stat(self.path)
         except OSError:
             st = None
         if self._fh is not None:
-            rotated = st is None or (st.st_dev, st.st_ino) != self._ino
-            if rotated:
+            if st is None or (st.st_dev, st.st_ino) != self._ino:  # rotated
                 # Lines written to the old file just before the rotation are still ours.
                 try:
                     self._read_more(lines)
@@ -257,7 +261,8 @@ class Follower:
     def _emit(self, records: list[Wire], host: str, t: float, lines: list[str]) -> None:
         if not lines and not self._reset:
             return
-        chunk, size = [], 0
+        chunk: list[str] = []
+        size = 0
         for line in lines:
             # At most max_lines lines and about MAX_CHARS_PER_RECORD characters per record.
             if chunk and (len(chunk) >= self.max_lines or size + len(line) > MAX_CHARS_PER_RECORD):
@@ -280,9 +285,9 @@ class Follower:
 
     def flush(self, host: str, t: float) -> list[Wire]:
         """Log records for a last line that has no newline yet (the file is known finished)."""
-        lines = []
+        lines: list[str] = []
         self._flush_partial(lines)
-        records = []
+        records: list[Wire] = []
         if lines:
             self._emit(records, host, t, lines)
         return records

@@ -199,11 +199,11 @@ class HostSampler:
                 if "MemAvailable" in info and "MemTotal" in info:
                     break  # the first lines; the other ~50 are not needed
         total = info.get("MemTotal")
-        avail = info.get("MemAvailable")
-        if avail is None and total is not None:
-            avail = info.get("MemFree", 0) + info.get("Buffers", 0) + info.get("Cached", 0)
         if total is None:
             return None, None
+        avail = info.get("MemAvailable")
+        if avail is None:  # kernels before 3.14: estimate it as free(1) did
+            avail = info.get("MemFree", 0) + info.get("Buffers", 0) + info.get("Cached", 0)
         return total - avail, total
 
     def _net(self) -> tuple[int, int]:
@@ -303,7 +303,7 @@ class HostSampler:
         prev = self._prev
         self._prev = (mono, cpu, acpu)
         cpu_pct = iowait = agent_pct = None
-        per_core = []
+        per_core: list[float] = []
         if prev is not None and mono > prev[0]:
             cpu_pct, iowait, per_core = _cpu_busy(cpu, prev[1])
             agent_pct = round(100.0 * (acpu - prev[2]) / (mono - prev[0]), 2)

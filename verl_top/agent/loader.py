@@ -93,8 +93,13 @@ class MemoryImporter:
             return None
         from importlib.machinery import ModuleSpec  # noqa: PLC0415 - frozen, already loaded
 
+        # typeshed wants an importlib.abc.Loader subclass; PEP 451 asks only for create_module
+        # and exec_module (defined here), and subclassing would import importlib.abc on nodes.
         spec = ModuleSpec(
-            fullname, self, origin="<verl-top-agent>/" + found[0], is_package=found[1]
+            fullname,
+            self,  # type: ignore[arg-type]
+            origin="<verl-top-agent>/" + found[0],
+            is_package=found[1],
         )
         if found[1]:
             spec.submodule_search_locations = []

@@ -274,7 +274,7 @@ class _Writer:
     def __init__(self, stream: TextIO | None = None) -> None:
         stream = stream or sys.stdout
         self.raw = getattr(stream, "buffer", None)
-        self.text = stream if self.raw is None else None
+        self.text = stream  # written only when it has no byte buffer (raw)
         self.broken = False
 
     def write(self, records: list[Wire]) -> bool:

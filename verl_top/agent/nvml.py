@@ -234,7 +234,7 @@ class CtypesNvml:
             self.lib = c.CDLL(path)
         except OSError as exc:
             raise BackendUnavailable(f"NVML library not found (libnvidia-ml.so.1): {exc}") from exc
-        self._fns = {}
+        self._fns: dict[str, Any] = {}
         _, self.Utilization, self.MemoryV2, _ = _nvml_structs()
 
         class MemoryV1(c.Structure):
@@ -469,22 +469,22 @@ class NvmlBackend:
         self._slow_due = self._gpm_due = self._mem_due = True
         if nvml is None:
             try:
-                import pynvml as nvml  # noqa: PLC0415 - optional
+                import pynvml  # noqa: PLC0415 - optional
             except Exception as exc:
                 raise BackendUnavailable(f"pynvml (nvidia-ml-py) not installed ({exc})") from exc
+            nvml = pynvml
         self.nv = nvml
         self.error = ""
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as exc:
             code = getattr(exc, "value", None)
-            raise BackendUnavailable(
-                NVML_INIT_REASONS.get(code, f"NVML init failed: {exc}")
-            ) from exc
+            reason = NVML_INIT_REASONS.get(code) if isinstance(code, int) else None
+            raise BackendUnavailable(reason or f"NVML init failed: {exc}") from exc
         except OSError as exc:  # very old bindings surface dlopen failures raw
             raise BackendUnavailable(f"NVML library not found (libnvidia-ml.so.1): {exc}") from exc
-        self._unsupported = set()
-        self._lost = {}  # index -> monotonic time of the next retry
+        self._unsupported: set[tuple[int, str]] = set()  # (GPU index, query) NVML refused
+        self._lost: dict[int, float] = {}  # index -> monotonic time of the next retry
         self._mem_v2 = getattr(nvml, "nvmlMemory_v2", None)
         self._reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
             nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
@@ -508,11 +508,13 @@ class NvmlBackend:
         if count == 0:
             self._shutdown()
             raise BackendUnavailable("NVML sees no GPUs")
-        self.handles = []
-        self.gpus = []
-        self._limits = []
-        self._totals = []
-        self._gpm = []  # per GPU: None or [prev_sample, cur_sample, metrics_struct, last_mono]
+        self.handles: list[Any] = []  # None for a GPU NVML could not open
+        self.gpus: list[dict[str, Any]] = []
+        self._limits: list[float | None] = []
+        self._totals: list[float | None] = []
+        self._gpm: list[
+            list[Any] | None
+        ] = []  # per GPU: None or [prev_sample, cur_sample, metrics_struct, last_mono]
         for i in range(count):
             self._init_gpu(i)
         self.capabilities = ["gpm"] if any(g is not None for g in self._gpm) else []
@@ -623,8 +625,8 @@ class NvmlBackend:
                 return old(h)
             raise
 
-    def _gpm_sample(self, i: int, h: Any, fields: dict[str, Any]) -> None:
-        st = self._gpm[i]
+    def _gpm_sample(self, i: int, h: Any, st: list[Any], fields: dict[str, Any]) -> None:
+        """Read GPU ``i``'s GPM metrics into ``fields``; ``st`` is its ``_gpm`` state."""
         mono = time.monotonic()
         if mono - st[3] < GPM_MIN_GAP_S:
             return
@@ -661,8 +663,11 @@ class NvmlBackend:
         if f.get("mem_used_mib") is not None:
             f["mem_total_mib"] = self._totals[i] or f.get("mem_total_mib")
         f["power_limit_w"] = self._limits[i]
-        if self._gpm_due and self._gpm[i] is not None and (i, "gpm") not in self._unsupported:
-            self._gpm_sample(i, h, f)  # between GPM ticks the last window's values are repeated
+        gpm = self._gpm[i]
+        if self._gpm_due and gpm is not None and (i, "gpm") not in self._unsupported:
+            self._gpm_sample(
+                i, h, gpm, f
+            )  # between GPM ticks the last window's values are repeated
         return tuple((k, f[k]) for k in GPU_FIELDS if f.get(k) is not None)
 
     def _q_rc(self, i: int, key: str, code: int) -> bool:

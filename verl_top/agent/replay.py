@@ -190,7 +190,11 @@ class ReplayBackend:
         for i in range(self.n):
             src = gpus[i % nrec]
             vals = src if (i < nrec and nrec > 1) else self._vary(i, src)
-            f = {"index": i, "mem_total_mib": self.mem_total, "power_limit_w": self.limit}
+            f: dict[str, Any] = {
+                "index": i,
+                "mem_total_mib": self.mem_total,
+                "power_limit_w": self.limit,
+            }
             f.update(vals)
             f["index"] = i
             f["lost"] = bool(f.get("lost", False))

@@ -9,6 +9,7 @@ from .wire import GPU_FIELDS
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
     from .backends import ProcRow
     from .wire import Fields
@@ -96,7 +97,7 @@ def smi_gpu_fields(row: dict[str, str]) -> Fields | None:
     index = smi_value(row.get("index", ""))
     if not isinstance(index, int):
         return None
-    f = {"index": index}
+    f: dict[str, Any] = {"index": index}
     lost = False
     for key, name in SMI_FIELD_MAP:
         cell = row.get(key)
@@ -130,9 +131,10 @@ class SmiBackend:
     def __init__(self, exe: str | None = None, runner: Runner | None = None) -> None:
         import shutil  # noqa: PLC0415 - only this fallback needs it
 
-        self.exe = exe or shutil.which("nvidia-smi")
-        if not self.exe:
+        found = exe or shutil.which("nvidia-smi")
+        if not found:
             raise BackendUnavailable("nvidia-smi not on PATH")
+        self.exe = found
         self._run = runner or self._spawn
         self.error = ""
         self.nvml_version = ""

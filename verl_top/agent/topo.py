@@ -259,8 +259,8 @@ def nvml_topology(
     nv: Any, handles: list[Any], buses: list[str], sys_root: str = SYS_ROOT
 ) -> tuple[list[Entry], dict[str, str]]:
     """GPU entries and the GPU-pair link matrix from NVML (NVLink first, else the PCIe level)."""
-    gpus = []
-    nvl = []
+    gpus: list[Entry] = []
+    nvl: list[tuple[int, int, list[str]]] = []  # (links up, links to NVSwitches, remote buses)
     for i, h in enumerate(handles):
         if h is None:
             gpus.append({"index": i, "nvlink_error": "GPU not accessible"})
@@ -333,12 +333,16 @@ def collect_topology(
     nics = read_rdma_ports(sys_root)
     nics += read_net_ifaces(sys_root, skip={n["netdev"] for n in nics if n.get("netdev")})
     nics = nics[:MAX_NICS]
-    gpus, links, text, source, error = [], {}, "", "", ""
+    gpus: list[Entry] = []
+    links: dict[str, str] = {}
+    text = source = error = ""
+    # Only the NVML backends (pynvml or its ctypes twin) carry a binding and device handles.
     nv = getattr(backend, "nv", None)
-    if nv is not None and getattr(backend, "handles", None) is not None:
+    handles = getattr(backend, "handles", None)
+    if nv is not None and handles is not None:
         buses = [g.get("bus_id", "") for g in backend.gpus]
         try:
-            gpus, links = nvml_topology(nv, backend.handles, buses, sys_root)
+            gpus, links = nvml_topology(nv, handles, buses, sys_root)
             source = "nvml"
         except Exception as exc:  # a binding without the NVLink calls: fall back to the text
             error = f"NVML topology failed: {exc}"

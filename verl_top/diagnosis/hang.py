@@ -42,6 +42,10 @@ BAD_STATES = ("T", "t", "Z", "D")
 IO_METHODS = frozenset(
     {"save_checkpoint", "load_checkpoint", "init_model"}
 )  # stopped, traced, zombie, blocked: never normal for long
+# A driver's or trainer actor's own loop (verl's `TaskRunner.run`, a trainer's `fit`) lasts as
+# long as the job: it is no stage and never a hang candidate (seen on the real H200 job: the
+# driver in `run` for minutes was named while the stopped worker was not).
+LIFETIME_METHODS = frozenset({"run", "fit", "main", "train", "loop", "__init__"})
 MAX_GROUP_LINES = 6
 CPU_FRESH_S = 5.0  # a process list older than this says nothing about CPU now
 
@@ -210,7 +214,7 @@ def running(view: View, th: Thresholds) -> list[Running] | None:
     out: list[Running] = []
     limits: dict[str, tuple[float, str, MethodHistory | None]] = {}
     for p in procs:
-        if not p.method or p.since is None:
+        if not p.method or p.since is None or p.method in LIFETIME_METHODS:
             continue
         if p.method not in limits:
             hist = method_history(view, p.method)

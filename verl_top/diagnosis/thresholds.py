@@ -217,6 +217,8 @@ class Thresholds:
 RETIRED = frozenset({"hysteresis_margin", "hysteresis_evals"})
 
 THRESHOLD_DOCS: dict[str, tuple[float, str, str]] = {
-    f.name: (float(f.default), f.metadata["unit"], f.metadata["why"])  # type: ignore[arg-type]
-    for f in dataclasses.fields(Thresholds)
+    f.name: (float(value), f.metadata["unit"], f.metadata["why"])
+    for f, value in zip(
+        dataclasses.fields(Thresholds), dataclasses.astuple(Thresholds()), strict=True
+    )
 }

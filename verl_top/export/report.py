@@ -291,9 +291,10 @@ def _gpus(doc: dict[str, Any]) -> list[str]:
         by_host.setdefault(g["host"], []).append(g)
     if len(gpus) <= MAX_GPU_ROWS:
         header = ["GPU", "activity", "NVML util", "tensor", "DRAM", "mem GiB", "power", "throttle"]
-        for host, rows in by_host.items():
-            lines += ["", f"**{md_text(host)}** ({md_text(rows[0].get('name') or 'GPU')})", ""]
-            lines += _table(header, [_gpu_row(g) for g in rows])
+        for host, host_gpus in by_host.items():
+            name = md_text(host_gpus[0].get("name") or "GPU")
+            lines += ["", f"**{md_text(host)}** ({name})", ""]
+            lines += _table(header, [_gpu_row(g) for g in host_gpus])
         return lines + [""]
     header = ["host", "GPUs", "activity", "lowest GPU", "NVML util", "tensor", "DRAM", "power"]
     rows = []

@@ -151,7 +151,10 @@ def _gpu_samples(store: Store, entry: GpuEntry, since: float) -> list[GpuSample]
     out: list[GpuSample] = []
     for i, t in enumerate(times):
         bits = reasons[i]
-        values = {c: (None if math.isnan(v := cols[c][i]) else v) for c in GPU_METRICS}
+        # GpuSample's float fields by column name (NaN: no data).
+        values: dict[str, Any] = {
+            c: (None if math.isnan(v := cols[c][i]) else v) for c in GPU_METRICS
+        }
         out.append(
             GpuSample(
                 host=entry.host,
@@ -311,7 +314,7 @@ def _host_json(store: Store, entry: HostEntry, since: float) -> dict[str, Any]:
     }
 
 
-def _gpu_json(store: Store, entry: GpuEntry, since: float, names: dict[int, str]):
+def _gpu_json(store: Store, entry: GpuEntry, since: float, names: dict[int, str]) -> dict[str, Any]:
     columns = GPU_METRICS + GPU_DERIVED
     latest: dict[str, Any] | None = None
     reasons: list[str] = []
@@ -384,7 +387,7 @@ def build_snapshot(
     created = time.time() if now is None else now
     since = store.window_start()
     hosts = list(store.hosts.values())
-    gpus = []
+    gpus: list[dict[str, Any]] = []
     for h in hosts:
         names = {g.index: g.name for g in h.hello.gpus} if h.hello else {}
         gpus.extend(_gpu_json(store, h.gpus[i], since, names) for i in sorted(h.gpus))

@@ -156,7 +156,7 @@ class WebhookNotifier:
                 status = await self.post(self.url, body, self.timeout_s)
             except (OSError, asyncio.TimeoutError) as exc:
                 reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-                status, why = None, type(reason).__name__
+                why = type(reason).__name__
             else:
                 if 200 <= status < 300:
                     self.sent += 1

@@ -269,9 +269,9 @@ def inventory_for(
                 by_name.setdefault(key.split(".")[0], rec)
     out = {}
     for host in hosts:
-        rec = by_name.get(host) or by_name.get(host.split(".")[0])
-        if rec is not None:
-            out[host] = rec
+        found = by_name.get(host) or by_name.get(host.split(".")[0])
+        if found is not None:
+            out[host] = found
     return out
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import re
@@ -25,7 +26,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from verl_top.sources.ssh import SshSettings
 
 SCRIPT_PATH = Path(__file__).with_name("torch_probe.py")
-RunFn = Callable[[list[str], str], AsyncIterator[str]]
+RunFn = Callable[[list[str], str], AsyncGenerator[str, None]]  # closed with aclosing
 _KILL_GRACE_S = 3.0
 DEFAULT_MASTER_PORT = 29533  # across nodes; away from torchrun's 29500 that a job may hold
 _PEER_GRACE_S = 15.0  # a non-first launcher ended: how long the first may still take
@@ -110,13 +111,13 @@ def probe_payload() -> str:
     return f"{len(script.encode('utf-8'))}\n{script}"
 
 
-def probe_command(python: str = "python3", **kwargs: object) -> tuple[list[str], str]:
+def probe_command(python: str = "python3", **kwargs: Any) -> tuple[list[str], str]:
     """(remote argv, stdin text) of one launcher; see :data:`PROBE_BOOTSTRAP`.
 
     The transport must write the stdin text and keep stdin open while the probe runs: the probe
     cancels itself (killing its ranks) when stdin closes.
     """
-    args = probe_args(**kwargs)  # type: ignore[arg-type]
+    args = probe_args(**kwargs)  # its keywords, checked by name there
     return [python, "-u", "-c", PROBE_BOOTSTRAP, *args, "--stdin-eof-cancel"], probe_payload()
 
 
@@ -356,9 +357,7 @@ async def run_remote_probe(
     port = master_port if master_port is not None else (0 if single else DEFAULT_MASTER_PORT)
     # Progress comes from rank 0's launcher (the first host); ``on_progress(host, text)``.
     sinks = [
-        ProbeCollector(
-            (lambda text, h=h: on_progress(h, text)) if on_progress is not None else None
-        )
+        ProbeCollector(functools.partial(on_progress, h) if on_progress is not None else None)
         for h in hosts
     ]
 
@@ -376,7 +375,7 @@ async def run_remote_probe(
             **kwargs,
         )
         try:
-            async with contextlib.aclosing(runs[i](argv, stdin_text)) as lines:  # type: ignore[type-var]
+            async with contextlib.aclosing(runs[i](argv, stdin_text)) as lines:
                 async for line in lines:
                     sinks[i].feed(line)
         except asyncio.CancelledError:
@@ -463,7 +462,7 @@ def ssh_probe_runner(settings: SshSettings, spec: HostSpec) -> RunFn:
 
     from verl_top.sources.ssh import run_remote
 
-    def run(argv: list[str], stdin_text: str) -> AsyncIterator[str]:
+    def run(argv: list[str], stdin_text: str) -> AsyncGenerator[str, None]:
         command = "exec " + " ".join(shlex.quote(a) for a in argv)
         return run_remote(settings, spec, command, stdin_text)
 
@@ -519,7 +518,7 @@ async def probe_ssh_hosts(
     scope: str = "intra",
     nprocs: int = 0,
     gpu_count_command: str = GPU_COUNT_COMMAND,
-    **kwargs: object,
+    **kwargs: Any,  # run_remote_probe's keywords, checked by name there
 ) -> list[ProbeResult]:
     """Probe nodes over SSH: each alone (``intra``, one result per host, run concurrently) or
     all together (``inter``, one result; ``nprocs`` ranks per node, default: the fewest GPUs
@@ -543,7 +542,7 @@ async def probe_ssh_hosts(
             names,
             collective,
             nprocs=nprocs,
-            master_addr=addr,  # type: ignore[arg-type]
+            master_addr=addr,
             python=settings.python,
             **kwargs,
         )
@@ -559,7 +558,7 @@ async def probe_ssh_hosts(
                     collective,
                     nprocs=nprocs,
                     python=settings.python,
-                    **kwargs,  # type: ignore[arg-type]
+                    **kwargs,
                 )
                 for s in specs
             )
@@ -858,10 +857,10 @@ def format_probe(result: ProbeResult) -> str:
     if peak is not None:
         line = f"busbw max (>= 256 MiB when present): {peak:.2f} GB/s"
         if exp is not None:
-            r = ratio(peak, exp)
+            share = ratio(peak, exp)
             line += f"  expected ~{exp.gbs:.0f} GB/s for {exp.link or 'this link'}"
-            if r is not None:
-                line += f"  ratio {r:.0%}"
+            if share is not None:
+                line += f"  ratio {share:.0%}"
             if result.expected_source:
                 line += f"\nexpected from: {result.expected_source}"
         elif result.nranks <= 1:

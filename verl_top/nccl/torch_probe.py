@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import time
+from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as mp_wait
 
 PROTOCOL_VERSION = 1
@@ -483,7 +484,7 @@ def _launch(args, procs: list, done: set) -> int:
         "pg_timeout": max(30.0, args.timeout),
     }
     ctx = multiprocessing.get_context("fork")  # works when this script was read from stdin
-    readers = []
+    readers: list[Connection] = []
     for local_rank in range(nprocs):
         recv, send = ctx.Pipe(duplex=False)
         proc = ctx.Process(target=worker, args=(local_rank, cfg, send), daemon=False)
@@ -494,7 +495,7 @@ def _launch(args, procs: list, done: set) -> int:
     return _supervise(args, procs, readers, done, leader)
 
 
-def _supervise(args, procs: list, readers: list, done: set, leader: bool) -> int:
+def _supervise(args, procs: list, readers: list[Connection], done: set, leader: bool) -> int:
     deadline = time.monotonic() + args.timeout
     stdin_fd = sys.stdin.fileno() if args.stdin_eof_cancel and sys.stdin else None
     errors: list = []
@@ -509,10 +510,11 @@ def _supervise(args, procs: list, readers: list, done: set, leader: bool) -> int
             return EXIT_TIMEOUT
         waitables = list(open_readers) + ([stdin_fd] if stdin_fd is not None else [])
         for ready in mp_wait(waitables, timeout=min(remaining, 0.5)):
-            if ready == stdin_fd:
-                if not os.read(stdin_fd, 4096):
+            if isinstance(ready, int):  # stdin's fd, the one waitable that is no reader
+                if not os.read(ready, 4096):
                     raise Cancelled("stdin closed")
                 continue
+            assert isinstance(ready, Connection)  # wait() returns what it was given
             try:
                 msg = ready.recv()
             except EOFError:

@@ -424,7 +424,7 @@ def parse_nodes(rows: Any, refused: list[str] | None = None) -> list[RayNode]:
     A node whose IP is not an IPv4/IPv6 address is refused (it would reach SSH) and said in
     ``refused`` with its node id; at most MAX_NODES nodes are kept.
     """
-    nodes = []
+    nodes: list[RayNode] = []
     for row in _rows(rows):
         node_id, ip = row.get("node_id"), row.get("node_ip")
         if not isinstance(node_id, str) or not isinstance(ip, str) or not ip:

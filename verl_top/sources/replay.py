@@ -7,11 +7,11 @@ down while it runs; the UI drives it through ``ReplayControl``.
 from __future__ import annotations
 
 import asyncio
+import io
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 from verl_top.model import Record
 from verl_top.protocol import MAX_RECORD_BYTES, Decoder, Rejected, open_recording_bytes
@@ -75,7 +75,7 @@ READ_BLOCK = 1 << 20  # bytes read from the (decompressed) recording at a time
 _CONTENT = re.compile(rb"\S[^\n]*")
 
 
-def _lines(fh: IO[bytes], limit: int = MAX_RECORD_BYTES) -> Iterator[bytes | None]:
+def _lines(fh: io.BufferedIOBase, limit: int = MAX_RECORD_BYTES) -> Iterator[bytes | None]:
     """The non-blank lines of a binary stream, without their newline; None for each line over
     ``limit`` bytes, skipped without being held."""
     carry = b""  # the start of a line the last block did not finish

@@ -26,7 +26,7 @@ import random
 import shlex
 import socket
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -435,7 +435,7 @@ class SshShared:
 
     def __init__(self, settings: SshSettings) -> None:
         self.settings = settings
-        self.client_keys: list[asyncssh.SSHKeyPair] | None = None
+        self.client_keys: Sequence[asyncssh.SSHKeyPair] | None = None
         self._sem: asyncio.Semaphore | None = None
         self.bastions: dict[str, Bastion] = {}
         self.known_hosts = KnownHostsCache()
@@ -812,7 +812,8 @@ class SshSource:
             self._state(emit, fail.state, f"{fail.reason} (retry in {_fmt_delay(delay)})")
             await asyncio.sleep(delay)
 
-    async def _connect(self) -> tuple[asyncssh.SSHClientConnection, _Client]:
+    async def _connect(self) -> tuple[asyncssh.SSHClientConnection, _Client, Route]:
+        """Connect to the node (through its jump hosts): the connection, its client, its route."""
         route = self.shared.route(self.spec)
         self.route = route
         async with self.shared.semaphore:
@@ -826,13 +827,13 @@ class SshSource:
                 raise classify(exc, client, route, self.shared) from None
             self.shared.handshakes += 1
         self.warning = client.policy.warning
-        return conn, client
+        return conn, client, route
 
     async def _session(self, emit: Emit) -> None:
         """One connection's life; always ends by raising (_HostFailure or CancelledError)."""
         from verl_top.agent.ship import agent_payload, bootstrap_for
 
-        conn, client = await self._connect()
+        conn, client, route = await self._connect()
         stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         up_since: float | None = None
         stderr_task: asyncio.Task[None] | None = None
@@ -871,7 +872,7 @@ class SshSource:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001
-                fail = classify(exc, client, self.route, self.shared)
+                fail = classify(exc, client, route, self.shared)
                 fail.healthy_for = _since(up_since)
                 raise fail from None
             # stdout ended: the agent exited (or the channel closed).
@@ -1041,7 +1042,7 @@ async def ssh_exec(settings: SshSettings, spec: HostSpec) -> AsyncIterator[Runne
     yields ``run(argv, timeout)``. Raises :class:`RemoteCommandError` when it cannot connect."""
     source = SshSource(spec, settings)
     try:
-        conn, _ = await source._connect()
+        conn, _, _ = await source._connect()
     except _HostFailure as exc:
         raise RemoteCommandError(spec.name, exc.state, exc.reason) from None
     try:
@@ -1071,7 +1072,7 @@ async def run_remote(
     stdin_text: str = "",
     *,
     close_stdin: bool = False,
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str, None]:
     """Run the shell ``command`` on ``spec`` and yield its output lines (stderr merged in).
 
     Connects exactly as :class:`SshSource` does (same options, host-key policy, bastion and
@@ -1084,7 +1085,7 @@ async def run_remote(
     """
     source = SshSource(spec, settings)
     try:
-        conn, client = await source._connect()
+        conn, client, _ = await source._connect()
     except _HostFailure as exc:
         raise RemoteCommandError(spec.name, exc.state, exc.reason) from None
     proc: asyncssh.SSHClientProcess | None = None

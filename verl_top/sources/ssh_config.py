@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from asyncssh.config import SSHClientConfig
+from asyncssh.config import SSHClientConfig, SSHConfig
 
 DEFAULT_USER_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
 DEFAULT_GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
@@ -153,7 +153,7 @@ def config_files(path: str | None, system: str = SYSTEM_CONFIG) -> list[str]:
     return [str(p) for p in found if os.access(p, os.R_OK)]
 
 
-def load(paths: Sequence[str], host: str, port: int | None, user: str | None) -> _Config:
+def load(paths: Sequence[str], host: str, port: int | None, user: str | None) -> SSHConfig:
     """asyncssh's parse of ``paths`` for ``host`` (``port``/``user`` as given on the command
     line, which ssh_config cannot override). Raises asyncssh.config.ConfigParseError."""
     me = local_user()
@@ -175,6 +175,18 @@ def _expand(path: str, tokens: dict[str, str]) -> str:
     return os.path.expanduser("".join(out))
 
 
+def _number(value: object) -> int | float | str:
+    """A numeric option for int()/float(): asyncssh's parser stores ints, the CLI floats."""
+    if isinstance(value, (int, float, str)):
+        return value
+    raise TypeError(f"ssh_config: a number expected, not {value!r}")
+
+
+def _strings(value: object) -> list[str]:
+    """A list option (IdentityFile): asyncssh appends each value to a list; unset is []."""
+    return [str(p) for p in value] if isinstance(value, (list, tuple)) else []
+
+
 def _files(value: Any, default: Sequence[str], tokens: dict[str, str]) -> tuple[str, ...]:
     items = default if value is None else value  # [] is "none"
     return tuple(_expand(str(p), tokens) for p in items)
@@ -192,7 +204,7 @@ def resolve(
     cfg = load(paths, host, port, user)
     get = cfg.get
     hostname = str(get("Hostname", host))
-    eff_port = int(get("Port", 22))  # type: ignore[arg-type]
+    eff_port = int(_number(get("Port", 22)))
     eff_user = str(get("User") or local_user())
     home = os.path.expanduser("~")
     tokens = {"%": "%", "h": hostname, "n": host, "p": str(eff_port), "r": eff_user, "d": home}
@@ -202,8 +214,7 @@ def resolve(
         user_kh = (os.path.expanduser(cli.known_hosts),)
     global_kh = _files(get("GlobalKnownHostsFile"), DEFAULT_GLOBAL_KNOWN_HOSTS, tokens)
     named = [os.path.expanduser(p) for p in cli.identities]
-    files: list[str] = get("IdentityFile", []) or []  # type: ignore[assignment]
-    named += [os.path.expanduser(str(p)) for p in files]
+    named += [os.path.expanduser(p) for p in _strings(get("IdentityFile"))]
     if not named:
         named = [os.path.expanduser(f"~/.ssh/{n}") for n in DEFAULT_IDENTITIES]
         missing: tuple[str, ...] = ()
@@ -231,9 +242,9 @@ def resolve(
         host_key_alias=str(get("HostKeyAlias")) if get("HostKeyAlias") else None,
         check_host_ip=bool(get("CheckHostIP", False)),
         hash_known_hosts=bool(get("HashKnownHosts", False)),
-        connect_timeout=float(timeout) if timeout is not None else None,  # type: ignore[arg-type]
-        keepalive_interval=None if interval is None else float(interval),  # type: ignore[arg-type]
-        keepalive_count_max=None if count is None else int(count),  # type: ignore[call-overload]
+        connect_timeout=float(_number(timeout)) if timeout is not None else None,
+        keepalive_interval=None if interval is None else float(_number(interval)),
+        keepalive_count_max=None if count is None else int(_number(count)),
         config_files=tuple(str(p) for p in paths),
     )
 

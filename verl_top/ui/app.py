@@ -13,18 +13,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.color import Color
 from textual.screen import Screen
+from textual.theme import Theme
+from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Input, TabbedContent, TabPane
 
 from verl_top.assessment import Assessment
 from verl_top.diagnosis.engine import Engine
 from verl_top.inputs import Inputs
 from verl_top.monitor import LIVE_PERIOD_S, Monitor
+from verl_top.sources.base import Source
 from verl_top.store_summary import SummaryCache
 from verl_top.ui.filter_bar import FilterBar
 from verl_top.ui.findings_screen import FindingsScreen
@@ -35,6 +38,9 @@ from verl_top.ui.process_screen import ProcessScreen
 from verl_top.ui.snapshot_action import SnapshotExporter
 from verl_top.ui.ui_state import UiSettingsSaver
 from verl_top.ui.widgets import severity_class
+
+if TYPE_CHECKING:
+    from verl_top.ui.probe_screen import ProbeRunner  # imported on key p only
 
 MIN_STALE_S = 5.0
 # History windows that + and - step through (seconds).
@@ -149,7 +155,7 @@ class VerlTopApp(App):
         self.refresh_count = 0
         self.title = inputs.title
         self.snapshots = SnapshotExporter(self)
-        self.probe_runner: Any = None  # key p: tests inject a fake; None = run_local_probe
+        self.probe_runner: ProbeRunner | None = None  # key p: tests inject a fake
 
     # -- layout ----------------------------------------------------------------------------
 
@@ -182,7 +188,7 @@ class VerlTopApp(App):
             for src in self.inputs.sources:
                 self.run_worker(
                     self._run_source(src),
-                    name=getattr(src, "name", "source"),
+                    name=src.name,
                     group="sources",
                     exit_on_error=False,
                 )
@@ -192,9 +198,9 @@ class VerlTopApp(App):
         # focus would move the tabs back to pane 1 after a first digit key.
         self.focus_main()
 
-    async def _run_source(self, src: Any) -> None:
+    async def _run_source(self, src: Source) -> None:
         """Run one source; a failure becomes a note and a notification, never a crash."""
-        name = getattr(src, "name", "source")
+        name = src.name
         try:
             await src.run(self.inputs.pipeline.emit)
         except asyncio.CancelledError:
@@ -254,8 +260,8 @@ class VerlTopApp(App):
         self.ui_settings.save(sort=pane.sort_key, sort_reverse=pane.sort_reverse)
         self.refresh_now()
 
-    def _on_theme_changed(self, theme: Any) -> None:
-        self.ui_settings.theme_changed(getattr(theme, "name", str(theme)))
+    def _on_theme_changed(self, theme: Theme) -> None:
+        self.ui_settings.theme_changed(theme.name)
         self._palette = None
         for step in range(1, 6):
             pane = self.pane(step)
@@ -370,7 +376,7 @@ class VerlTopApp(App):
         while len(self.screen_stack) > 1:
             await self.pop_screen()
 
-    def main_widget(self, step: int) -> Any:
+    def main_widget(self, step: int) -> Widget:
         """What has focus on a pane: its table (pane 1: GPUs, or hosts when there is no GPU;
         pane 4: the node map), else the pane itself so the arrows scroll it."""
         pane = self.pane(step)
@@ -409,7 +415,7 @@ class VerlTopApp(App):
             # A closed screen hands its saved focus back after this: focus again after that.
             self.call_after_refresh(self.focus_main)
 
-    def action_back(self) -> None:
+    async def action_back(self) -> None:
         """Esc on the panes: hide a host table opened with h (from it), else clear the host
         filter (screens above close themselves on Esc)."""
         pane = self.throughput

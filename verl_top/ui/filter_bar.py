@@ -9,8 +9,12 @@ kept the header shows it (``filter node02``), so rows missing from a table are n
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.binding import Binding
 from textual.widgets import Input
+
+from verl_top.ui.running_app import monitor_app
 
 
 def gpu_labels(host: str, index: int | None) -> tuple[str, ...]:
@@ -59,10 +63,10 @@ class FilterBar(Input):
         Binding("escape", "clear_filter", "Clear filter", show=True),
     ]
 
-    def __init__(self, **kwargs: object) -> None:
+    def __init__(self, **kwargs: Any) -> None:  # Input's keyword arguments
         super().__init__(
             placeholder="filter hosts/GPUs: node02, gpu7, node02/7 (Enter: keep · Esc: clear)",
-            **kwargs,  # type: ignore[arg-type]
+            **kwargs,
         )
         # Not focusable while hidden: the screen's auto-focus would pick it and swallow keys.
         self.can_focus = False
@@ -93,12 +97,12 @@ class FilterBar(Input):
     def _hide(self) -> None:
         self.remove_class("-shown")
         self.can_focus = False
-        focus_main = getattr(self.app, "focus_main", None)
+        app = monitor_app(self)
         self.screen.set_focus(None)
-        if callable(focus_main):
-            focus_main()  # the table again, so arrows, j/k and Enter act at once
+        if app is not None:
+            app.focus_main()  # the table again, so arrows, j/k and Enter act at once
 
     def _apply(self, text: str) -> None:
-        setter = getattr(self.app, "set_host_filter", None)
-        if callable(setter):
-            setter(text)
+        app = monitor_app(self)
+        if app is not None:
+            app.set_host_filter(text)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -16,6 +16,9 @@ from verl_top.ui.banner import fit_banner, fmt_seconds, saving_text, status_labe
 from verl_top.ui.widgets import DEAD_STATES, severity_class
 from verl_top.untrusted import clean_text
 from verl_top.verl.flavour import store_flavour
+
+if TYPE_CHECKING:
+    from verl_top.sources.replay import ReplayControl
 
 RATE_STEPS = 20  # steps used for the step rate
 
@@ -133,7 +136,7 @@ class VerlTopHeader(Vertical):
         assessment: Assessment,
         mode: str,
         title: str,
-        replay: Any,
+        replay: ReplayControl | None,
         replay_t0: float | None,
         host_filter: str = "",
     ) -> None:
@@ -159,9 +162,9 @@ class VerlTopHeader(Vertical):
         if verl := flavour_part(store):  # the trainer mode decides what timing_s/gen means
             parts.append((1, Text(f" {clean_text(verl)}", style="dim")))
         if replay is not None:
-            pos = getattr(replay, "position", 0.0) or 0.0
+            pos = replay.position
             rel = pos - replay_t0 if replay_t0 is not None and pos else 0.0
-            if getattr(replay, "finished", False):
+            if replay.finished:
                 # The whole recording was played (a headless snapshot plays it at full speed):
                 # say how much data it held, not the replay clock's position.
                 span = store.now - store.first_t if store.first_t is not None else 0.0

@@ -47,10 +47,10 @@ def _title(cls: type) -> str:
     return doc.split(". ")[0].split("; ")[0].rstrip(".")
 
 
-def _own_classes(base: type) -> Iterator[type]:
+def _own_classes(base: type[DOMNode]) -> Iterator[type[DOMNode]]:
     """Subclasses of ``base`` (recursively) defined in verl-top's UI package."""
-    seen: set[type] = set()
-    stack = list(base.__subclasses__())
+    seen: set[type[DOMNode]] = set()
+    stack: list[type[DOMNode]] = list(base.__subclasses__())
     while stack:
         cls = stack.pop()
         if cls in seen:

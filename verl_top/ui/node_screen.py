@@ -31,9 +31,11 @@ from textual_plotext import PlotextPlot
 
 from verl_top.assessment import Assessment
 from verl_top.export.redact import redact_lines
+from verl_top.model import GpuProcess
 from verl_top.origin import no_host_sample_text, no_processes_text
 from verl_top.roles import classify, process_map, verl_name
 from verl_top.store import GpuEntry, HostEntry, Store, mean
+from verl_top.ui.running_app import app_palette, monitor_app
 from verl_top.ui.widgets import (
     DASH,
     DEAD_STATES,
@@ -165,16 +167,16 @@ def envelope(
         "max": ([], []),
     }
     for k, x in enumerate(xs):
-        vals = [b[k] for b in per_gpu if k < len(b) and b[k] is not None]
+        vals = [v for b in per_gpu if k < len(b) and (v := b[k]) is not None]
         if not vals:
             continue
         for name, value in (
             ("min", min(vals)),
-            ("mean", sum(vals) / len(vals)),  # type: ignore[arg-type]
+            ("mean", sum(vals) / len(vals)),
             ("max", max(vals)),
         ):
             out[name][0].append(x)
-            out[name][1].append(value)  # type: ignore[arg-type]
+            out[name][1].append(value)
     return out
 
 
@@ -388,11 +390,11 @@ def _size(nbytes: float | None) -> str:
     return f"{nbytes / 2**20:.0f} MiB"
 
 
-def role_label(proc: Any) -> str:
+def role_label(proc: GpuProcess) -> str:
     """verl's name of the process with the method it runs now (``actor/rollout/ref ·
     generate_sequences``); the coarse role when the name is unknown."""
-    name = getattr(proc, "verl_role", None) or verl_name(proc.cmd or "") or proc.role or ""
-    method = getattr(proc, "method", None) or classify(proc.cmd or "").method
+    name = proc.verl_role or verl_name(proc.cmd or "") or proc.role or ""
+    method = proc.method or classify(proc.cmd or "").method
     if not name:
         return DASH
     return f"{name} · {method}" if method else name
@@ -686,8 +688,7 @@ class NodeScreen(Screen):
 
     def palette(self) -> dict[str, str]:
         """Theme colours for Rich text (the app's palette)."""
-        getter = getattr(self.app, "palette", None)
-        return getter() if callable(getter) else {}
+        return app_palette(self)
 
     def entry(self) -> HostEntry | None:
         """The host's store entry (None if it vanished)."""
@@ -709,17 +710,17 @@ class NodeScreen(Screen):
             return
         event.stop()
         pid = process_row_pid(str(event.row_key.value or ""))
-        opener = getattr(self.app, "open_process", None)
-        if pid is not None and callable(opener):
-            opener(self.host, pid)
+        app = monitor_app(self)
+        if pid is not None and app is not None:
+            app.open_process(self.host, pid)
 
     def action_stacks(self) -> None:
         """t: the Python stacks of the job's processes on this node (py-spy, read-only; each
         process is paused for the moment it is read)."""
         from verl_top.ui.stacks_screen import StacksScreen
 
-        inputs = getattr(self.app, "inputs", None)
-        sources = list(getattr(inputs, "sources", ()) or ())
+        app = monitor_app(self)
+        sources = list(app.inputs.sources) if app is not None else []
         self.app.push_screen(StacksScreen(self.store, sources, self.host))
 
     # -- refresh ---------------------------------------------------------------------------

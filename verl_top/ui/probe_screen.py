@@ -20,17 +20,24 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
+from textual.timer import Timer
 from textual.widgets import Button, Static
+from textual.worker import Worker
 
-from verl_top.model import ProbeResult
+from verl_top.model import NodeTopology, ProbeResult
+from verl_top.ui.running_app import app_palette
 from verl_top.untrusted import clean_text
+
+if TYPE_CHECKING:
+    from verl_top.sources.ssh import SshSource
+    from verl_top.ui.app import VerlTopApp
 
 # runner(force) -> the probe's result(s); the app's default probes the plan's hosts.
 ProbeRunner = Callable[[bool], Awaitable["ProbeResult | list[ProbeResult]"]]
@@ -57,8 +64,8 @@ class ProbePlan:
     gpus: list[str] = field(default_factory=list)  # "0 NVIDIA H200" per GPU of the local host
     busy: list[int] = field(default_factory=list)  # local GPU indices with compute processes
     remote_hosts: list[str] = field(default_factory=list)
-    remote_sources: list[Any] = field(default_factory=list)  # their SshSource (spec, settings)
-    inventory: dict[str, Any] = field(default_factory=dict)  # host -> the agent's topo record
+    remote_sources: list[SshSource] = field(default_factory=list)  # (spec, settings) of each
+    inventory: dict[str, NodeTopology] = field(default_factory=dict)  # host -> agent's topo
     progress: dict[str, str] = field(default_factory=dict)  # host -> latest progress line
     remote_gpus: dict[str, int] = field(default_factory=dict)  # host -> GPUs in its hello
     local_no_gpu: str = ""  # why this machine cannot be probed (its agent found no GPU)
@@ -74,7 +81,7 @@ class ProbePlan:
         return self.local_runnable or bool(self.remote_sources)
 
 
-def plan_probe(app: Any) -> ProbePlan:
+def plan_probe(app: VerlTopApp) -> ProbePlan:
     """Local and remote hosts of the app's sources, the local GPUs and the busy ones."""
     from verl_top.sources.local import LocalSource
     from verl_top.sources.ssh import SshSource
@@ -110,9 +117,9 @@ def plan_runner(plan: ProbePlan) -> ProbeRunner:
     async def run(force: bool) -> list[ProbeResult]:
         from verl_top.nccl.probe import probe_ssh_hosts, run_local_probe
 
-        jobs = []
-        if plan.local_runnable:
-            local = plan.local_host
+        jobs: list[Awaitable[ProbeResult | list[ProbeResult]]] = []
+        local = plan.local_host
+        if plan.local_runnable and local is not None:  # runnable: there is a local host
             jobs.append(
                 run_local_probe(
                     "all_reduce",
@@ -220,8 +227,8 @@ class ProbeScreen(ModalScreen["list[ProbeResult] | None"]):
         self.emit = emit
         self.state = "confirm"  # confirm | running | cancelling | done
         self._started = 0.0
-        self._worker: Any = None
-        self._ticker: Any = None
+        self._worker: Worker[None] | None = None
+        self._ticker: Timer | None = None
 
     def compose(self) -> ComposeResult:
         plan = self.plan
@@ -250,9 +257,7 @@ class ProbeScreen(ModalScreen["list[ProbeResult] | None"]):
             if plan.local_host is None:
                 text.append(f"stops itself after {PROBE_TIMEOUT_S:.0f} s\n")
         text.append("\n")
-        text.append(
-            WARNING, style=f"bold {getattr(self.app, 'palette', dict)().get('warning', 'yellow')}"
-        )
+        text.append(WARNING, style=f"bold {app_palette(self).get('warning', 'yellow')}")
         can_run = plan.can_run
         with Vertical():
             yield Static(text, id="probe-text")
@@ -354,7 +359,7 @@ def probe_summary(result: ProbeResult) -> str:
     return text
 
 
-def open_probe(app: Any) -> None:
+def open_probe(app: VerlTopApp) -> None:
     """Key p: the confirmation screen in a live session, else say why not."""
     if isinstance(app.screen, ProbeScreen):
         return
@@ -362,7 +367,7 @@ def open_probe(app: Any) -> None:
         app.notify(NEEDS_LIVE, severity="warning", markup=False)
         return
     plan = plan_probe(app)
-    runner = getattr(app, "probe_runner", None) or plan_runner(plan)
+    runner = app.probe_runner or plan_runner(plan)
 
     def done(results: list[ProbeResult] | None) -> None:
         if not results:

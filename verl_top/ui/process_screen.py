@@ -27,6 +27,8 @@ from verl_top.export.redact import redact_mapping
 from verl_top.node_exec import Runner
 from verl_top.progress import STATE_WORDS
 from verl_top.roles import classify, process_map, trainer_method
+from verl_top.sources.base import Source
+from verl_top.store import Store
 from verl_top.ui.stacks_screen import runner_for
 from verl_top.ui.widgets import sparkline
 from verl_top.untrusted import clean_text
@@ -84,7 +86,7 @@ class ProcessScreen(Screen[None]):
     ]
 
     def __init__(
-        self, store: Any, sources: Sequence[Any], host: str, pid: int, readonly: bool = False
+        self, store: Store, sources: Sequence[Source], host: str, pid: int, readonly: bool = False
     ) -> None:
         super().__init__()
         self.store = store

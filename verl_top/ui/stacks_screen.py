@@ -9,8 +9,8 @@ only: a replay or Prometheus has no process to read.
 from __future__ import annotations
 
 import socket
+import sys
 from collections.abc import Sequence
-from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -21,30 +21,47 @@ from textual.widgets import Footer, Static
 
 from verl_top import stacks
 from verl_top.node_exec import Runner, local_run
+from verl_top.sources.base import Source
+from verl_top.store import Store
 from verl_top.untrusted import clean_text
 
 
-def runner_for(sources: Sequence[Any], host: str) -> Runner | None:
+def _made(module: str) -> bool:
+    """Whether the session imported a source module: a class never imported has no instance
+    (so a session without SSH or Ray does not pay their imports, ~0.2-0.3 s, on key t)."""
+    return module in sys.modules
+
+
+def runner_for(sources: Sequence[Source], host: str) -> Runner | None:
     """How to run a command on ``host``: its SSH source's connection, or this machine for the
     in-process agent; None when the session has no live source for it."""
-    for src in sources:
-        if getattr(src, "name", None) == host and callable(getattr(src, "exec", None)):
-            return src.exec  # type: ignore[no-any-return]
-        if type(src).__name__ == "LocalSource" and getattr(src, "host", None) == host:
+    ssh, local = _made("verl_top.sources.ssh"), _made("verl_top.sources.local")
+    if ssh:
+        from verl_top.sources.ssh import SshSource  # noqa: PLC0415 - loaded already
+    if local:
+        from verl_top.sources.local import LocalSource  # noqa: PLC0415 - loaded already
+    for src in sources:  # the first source of the host, in the session's order
+        if ssh and isinstance(src, SshSource) and src.name == host:
+            return src.exec
+        if local and isinstance(src, LocalSource) and src.host == host:
             return local_run
     return None
 
 
-def ray_for(sources: Sequence[Any], store: Any) -> stacks.RayTrace | None:
+def ray_for(sources: Sequence[Source], store: Store) -> stacks.RayTrace | None:
     """The Ray dashboard's traceback when the session watches one (--ray)."""
-    url = next((s.url for s in sources if type(s).__name__ == "RaySource"), None)
+    if not _made("verl_top.sources.ray"):
+        return None
+    from verl_top.sources.ray import RaySource  # noqa: PLC0415 - loaded already
+
+    url = next((s.url for s in sources if isinstance(s, RaySource)), None)
     if not url:
         return None
     ips = {n.name: n.ip for n in store.ray_nodes}
     return stacks.ray_traceback(url, lambda h: ips.get(h) or socket.gethostbyname(h))
 
 
-def targets_for(store: Any, host: str, pid: int | None = None) -> list[stacks.Target]:
+def targets_for(store: Store, host: str, pid: int | None = None) -> list[stacks.Target]:
     """The job's processes on ``host`` (or the one ``pid``) as the store knows them."""
     entry = store.hosts.get(host)
     plist = None if entry is None else entry.procs
@@ -74,7 +91,9 @@ class StacksScreen(Screen[None]):
         Binding("r", "reread", "Read again"),
     ]
 
-    def __init__(self, store: Any, sources: Sequence[Any], host: str, pid: int | None = None):
+    def __init__(
+        self, store: Store, sources: Sequence[Source], host: str, pid: int | None = None
+    ) -> None:
         super().__init__()
         self.store = store
         self.sources = sources

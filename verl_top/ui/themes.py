@@ -54,6 +54,8 @@ class ThemeError(Exception):
 
 def _toml() -> Any:
     """tomllib (3.11+) or tomli (3.10); ValueError when neither is there."""
+    # The checker reads one Python version (3.10, then tomllib is missing to it) on a machine
+    # that may lack tomli (3.11+): each import's ignore covers the version it is not for.
     try:
         import tomllib as toml  # type: ignore[import-not-found,unused-ignore]
     except ModuleNotFoundError:  # Python 3.10

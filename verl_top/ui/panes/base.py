@@ -9,6 +9,7 @@ from textual.css.query import NoMatches
 
 from verl_top.assessment import Assessment
 from verl_top.store import Store
+from verl_top.ui.running_app import app_palette
 from verl_top.ui.widgets import FindingsBox
 
 
@@ -28,9 +29,7 @@ class Pane(VerticalScroll):
 
     def palette(self) -> dict[str, str]:
         """Theme colours for Rich renderables (CSS covers widgets, Rich text needs hex)."""
-        app = self.app
-        getter = getattr(app, "palette", None)
-        return getter() if callable(getter) else {}
+        return app_palette(self)
 
     def refresh_pane(self, store: Store, assessment: Assessment) -> None:
         """Update the findings and, when the store changed, the content."""

@@ -31,6 +31,7 @@ from verl_top.origin import missing_steps_text
 from verl_top.status import waited_s, waiting_for_first_step
 from verl_top.store import Store
 from verl_top.ui.panes.base import Pane
+from verl_top.ui.running_app import monitor_app
 from verl_top.ui.widgets import REQUIRED, Column, add_plain_row, cell_width, fit_names
 from verl_top.verl.flavour import store_flavour
 from verl_top.verl.stages import STAGE_BY_NAME, StepView, is_rollout_name, stage_bands
@@ -270,7 +271,7 @@ def stage_summary(
         ("trend", "left"),
         *((("baseline s", "right"), ("vs baseline", "left")) if comparison else ()),
     ):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+        table.add_column(col, justify=justify)
     order: dict[str, None] = {}
     for v in normal:
         shares = v.shares()
@@ -586,9 +587,9 @@ class DataflowPane(Pane):
         and trainer mode (timing_s/gen is a wait in the async trainers)."""
         from verl_top.ui.key_explain import KeyExplainScreen
 
-        store = getattr(self.app, "store", None)
-        if store is not None:
-            self.app.push_screen(KeyExplainScreen(store))
+        app = monitor_app(self)
+        if app is not None:
+            app.push_screen(KeyExplainScreen(app.store))
 
     def update_content(self, store: Store, assessment: Assessment) -> None:
         width = self.scrollable_content_region.width

@@ -9,11 +9,11 @@ below 0.6× the cluster mean); and the GPU interconnect topology when a source c
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Group, RenderableType
+from rich.console import Group, JustifyMethod, RenderableType
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -25,7 +25,9 @@ from verl_top.nccl.expected import rdma_ports
 from verl_top.nccl.topo import slow_tp_groups, topology_marks
 from verl_top.roles import process_map
 from verl_top.store import Store, mean
+from verl_top.ui.filter_bar import host_matches
 from verl_top.ui.panes.base import Pane
+from verl_top.ui.running_app import monitor_app
 from verl_top.ui.widgets import (
     DASH,
     DEAD_STATES,
@@ -39,6 +41,8 @@ from verl_top.ui.widgets import (
     gpu_total,
 )
 from verl_top.untrusted import clean_text
+
+HostKeep = Callable[[str, list[int]], bool]  # (host, its GPU indices) -> the row is shown
 
 ROLLOUT_TP = "actor_rollout_ref.rollout.tensor_model_parallel_size"
 PARALLEL_KEYS = (
@@ -125,12 +129,12 @@ def role_letter(roles: list[str]) -> str:
 
 
 def map_rows(
-    store: Store, stats: list[GpuStat], width: int, palette: dict[str, str], keep: Any
+    store: Store, stats: list[GpuStat], width: int, palette: dict[str, str], keep: HostKeep
 ) -> list[tuple[str, tuple[Any, ...]]]:
     """DataTable rows of the map: node, one cell per GPU, mean, spread, state."""
     by_host: dict[str, dict[int, GpuStat]] = {}
-    for s in stats:
-        by_host.setdefault(s.host, {})[s.index] = s
+    for stat in stats:
+        by_host.setdefault(stat.host, {})[stat.index] = stat
     rows: list[tuple[str, tuple[Any, ...]]] = []
     muted = palette.get("muted", "grey50")
     for h in store.hosts.values():
@@ -239,19 +243,17 @@ def parallel_block(store: Store, palette: dict[str, str]) -> RenderableType:
 def _ranges(ranks: Iterable[int]) -> str:
     """``0-7,16`` from a set of ranks."""
     values = sorted(set(ranks))
+    if not values:
+        return DASH
     parts: list[str] = []
-    start = prev = None
-    for r in values:
-        if start is None:
-            start = prev = r
-        elif r == prev + 1:  # type: ignore[operator]
-            prev = r
-        else:
+    start = prev = values[0]
+    for r in values[1:]:
+        if r != prev + 1:  # a gap closes the run
             parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-            start = prev = r
-    if start is not None:
-        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-    return ",".join(parts) or DASH
+            start = r
+        prev = r
+    parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+    return ",".join(parts)
 
 
 def _spread(values: list[float]) -> str:
@@ -303,15 +305,16 @@ def roles_block(store: Store, stats: list[GpuStat]) -> RenderableType:
         for role in s.roles or ["(no process)"]:
             groups.setdefault(role, []).append(s)
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for col, justify in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("role", "left"),
         ("GPUs", "right"),
         ("nodes", "right"),
         ("ranks", "left"),
         ("activity % min/mean/max", "right"),
         ("memory % min/mean/max", "right"),
-    ):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    )
+    for col, justify in columns:
+        table.add_column(col, justify=justify)
     for role in sorted(groups, key=lambda r: (r.startswith("("), r)):
         members = groups[role]
         letter = ROLE_LETTERS.get(role, "-" if role.startswith("(") else "?")
@@ -372,10 +375,10 @@ def process_row_target(key: str) -> tuple[str, int] | None:
 
 def straggler_block(stats: list[GpuStat], palette: dict[str, str]) -> RenderableType:
     """GPUs and nodes whose mean activity is below 0.6× the cluster mean over the window."""
-    live = [s for s in stats if s.live and s.activity is not None]
+    live = [(s, s.activity) for s in stats if s.live and s.activity is not None]
     if len(live) < 2:
         return Text("needs activity from ≥ 2 live GPUs", style="dim")
-    cluster = sum(s.activity for s in live) / len(live)  # type: ignore[misc]
+    cluster = sum(act for _, act in live) / len(live)
     cut = STRAGGLER_RATIO * cluster
     text = Text()
     text.append(f"cluster mean {cluster:.0f} % · straggler below {cut:.0f} % ", style="dim")
@@ -384,8 +387,8 @@ def straggler_block(stats: list[GpuStat], palette: dict[str, str]) -> Renderable
         text.append("\nevery GPU idle over the window", style="italic")
         return text
     nodes: dict[str, list[float]] = {}
-    for s in live:
-        nodes.setdefault(s.host, []).append(s.activity)  # type: ignore[arg-type]
+    for s, act in live:
+        nodes.setdefault(s.host, []).append(act)
     warn = palette.get("warning", "yellow")
     slow_nodes = sorted(
         ((sum(v) / len(v), host) for host, v in nodes.items() if sum(v) / len(v) < cut),
@@ -398,16 +401,17 @@ def straggler_block(stats: list[GpuStat], palette: dict[str, str]) -> Renderable
                 text.append(f" mean {value:.0f} % = {value / cluster:.2f}× the cluster mean")
         else:
             text.append("\nno straggler node", style=palette.get("success", "green"))
+    slow_hosts = {h for _, h in slow_nodes}
     slow_gpus = sorted(
-        (s for s in live if s.activity < cut and s.host not in {h for _, h in slow_nodes}),  # type: ignore[operator]
-        key=lambda s: s.activity,  # type: ignore[arg-type, return-value]
+        ((s, act) for s, act in live if act < cut and s.host not in slow_hosts),
+        key=lambda pair: pair[1],
     )
     if slow_gpus:
-        for s in slow_gpus[:STRAGGLERS_SHOWN]:
+        for s, act in slow_gpus[:STRAGGLERS_SHOWN]:
             text.append("\n⚠ GPU ", style=warn)
             text.append(clean_text(s.name), style=f"bold {warn}")
             text.append(
-                f" {s.activity:.0f} % = {s.activity / cluster:.2f}× the cluster mean"  # type: ignore[operator]
+                f" {act:.0f} % = {act / cluster:.2f}× the cluster mean"
                 + ("" if s.roles else " (no process on it)")
             )
         if len(slow_gpus) > STRAGGLERS_SHOWN:
@@ -417,17 +421,9 @@ def straggler_block(stats: list[GpuStat], palette: dict[str, str]) -> Renderable
     return text
 
 
-def _gpu_links(matrix: Any) -> dict[tuple[int, int], str]:
-    """A host's GPU link matrix as ``{(i, j): link}`` (also from a parsed ``Topology``)."""
-    if isinstance(matrix, dict):
-        return {(int(i), int(j)): str(v) for (i, j), v in matrix.items()}
-    links = getattr(matrix, "links", None)
-    out: dict[tuple[int, int], str] = {}
-    if isinstance(links, dict):
-        for (a, b), v in links.items():
-            if str(a).startswith("GPU") and str(b).startswith("GPU"):
-                out[(int(str(a)[3:]), int(str(b)[3:]))] = str(v)
-    return out
+def _gpu_links(matrix: Mapping[tuple[int, int], str]) -> dict[tuple[int, int], str]:
+    """A host's GPU link matrix (``store.topology``) as ``{(i, j): link}``."""
+    return {(int(i), int(j)): str(v) for (i, j), v in matrix.items()}
 
 
 def inventory_lines(store: Store, palette: dict[str, str]) -> Text | None:
@@ -526,16 +522,10 @@ def topology_block(store: Store, palette: dict[str, str]) -> RenderableType:
     return Group(*parts)
 
 
-def _host_keep(app: Any) -> Any:
-    """The app's host filter (key /) as a predicate (host, gpu indices) -> bool."""
-    text = str(getattr(app, "host_filter", "") or "")
+def _host_keep(text: str) -> HostKeep:
+    """The host filter (key /) as a predicate (host, its GPU indices) -> shown."""
     if not text.strip():
         return lambda host, gpus: True
-    try:
-        from verl_top.ui.filter_bar import host_matches
-    except ImportError:  # no filter bar: plain substring of the host name
-        needle = text.strip().lower()
-        return lambda host, gpus: needle in host.lower()
     return lambda host, gpus: host_matches(text, host, gpus)
 
 
@@ -588,7 +578,9 @@ class MappingPane(Pane):
             self._map_states = states
             self._reset_grid(width)
         assert self.map_sync is not None
-        rows = map_rows(store, stats, width, palette, _host_keep(self.app))
+        app = monitor_app(self)
+        keep = _host_keep(app.host_filter if app is not None else "")
+        rows = map_rows(store, stats, width, palette, keep)
         legend = Text("Map: ", style="bold")
         legend.append("mean activity % over the window, letter = role of the GPU's main process ")
         legend.append(
@@ -650,9 +642,9 @@ class MappingPane(Pane):
             return
         event.stop()
         target = process_row_target(str(event.row_key.value or ""))
-        opener = getattr(self.app, "open_process", None)
-        if target is not None and callable(opener):
-            opener(*target)
+        app = monitor_app(self)
+        if target is not None and app is not None:
+            app.open_process(*target)
 
     def on_data_table_cell_selected(self, event: DataTable.CellSelected) -> None:
         """Enter on a map cell opens that node (on that GPU when the cell is a GPU)."""
@@ -662,6 +654,6 @@ class MappingPane(Pane):
         host = event.cell_key.row_key.value
         col = str(event.cell_key.column_key.value or "")
         gpu = int(col[1:]) if col.startswith("g") and col[1:].isdigit() else None
-        opener = getattr(self.app, "open_node", None)
-        if host and callable(opener):
-            opener(host, gpu)
+        app = monitor_app(self)
+        if host and app is not None:
+            app.open_node(host, gpu)
