@@ -214,16 +214,16 @@ def join_hosts(
     taken: set[str] = set()
     for instance in sorted(nodenames):
         nodename, where = nodenames[instance], address(instance).lower()
-        host = (
+        found = (
             names.get(nodename)
             or names.get(where)
             or shorts.get(_short(nodename))
             or shorts.get(_short(where))
             or addrs.get(where)
         )
-        if host is not None and host not in taken:  # two exporters for one host: the first
-            out[instance] = host
-            taken.add(host)
+        if found is not None and found not in taken:  # two exporters for one host: the first
+            out[instance] = found
+            taken.add(found)
     return out
 
 
