@@ -230,3 +230,11 @@ def test_faults_quick(tmp_path: Path) -> None:
             assert row["recall"] == 1.0 and row["precision"] == 1.0, row
             assert row["p95_detect_s"] is not None
     assert rows["hang"]["hang_leads"] == 1.0
+
+
+def test_accuracy_table(tmp_path: Path) -> None:
+    """docs/diagnosis-accuracy.md's tables: every corpus row, with the agreement the tests check."""
+    stdout, data = run_bench("accuracy_table.py", [], tmp_path)
+    assert len(data["real"]) >= 30 and len(data["new_eras"]) == 8
+    assert all(r["agrees"] for r in data["real"] + data["new_eras"]), stdout
+    assert f"{len(data['real'])} of {len(data['real'])} real leads agree" in stdout

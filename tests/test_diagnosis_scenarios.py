@@ -58,7 +58,8 @@ def test_scenario_engine(name: str) -> None:
 
 def test_every_rule_has_a_scenario() -> None:
     rules = {f.__name__ for rules in STEP_RULES.values() for f in rules}
-    assert len(rules) == 35  # 33 + flow.async_balance and sync.weight_push (issue 28)
+    # 33 + flow.async_balance and sync.weight_push (issue 28) + job.crashed
+    assert len(rules) == 36
     expected = {json.loads((SCEN / n / "expected.json").read_text())["rule"] for n in NAMES}
     produced = set()
     for name in NAMES:

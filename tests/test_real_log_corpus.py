@@ -16,7 +16,11 @@ once through ``verl-top diagnose --verl-log FILE --json`` in-process (cli.main) 
   MFU 1.0; no finding title naming MFU and no text quoting an MFU of 0 when the log has no MFU
   (``mfu: absent | not_estimated``); no "healthy" while a finding claims to save more than
   HEALTHY_SAVING_MAX of the step (issue 27 item 6);
-- the verl version and trainer mode where the row names them (issue 28 item 1).
+- the verl version, trainer mode and device where the row names them (issue 28 items 1, 4);
+- ``crash``: a log that died before any timed step leads with ``job.crashed``, quoting the
+  exception line and where it was raised, while its status stays "no data";
+- ``text_forbidden``: patterns no text for people may match (e.g. asking a TPU job for NVML,
+  GPM or an NCCL log).
 
 Rows and checks the current tool gets wrong are strict xfails whose reason names the defect
 (``known_disagreement`` / ``known_flaws`` in expected.yaml): a fix turns them into failures, so
@@ -57,13 +61,14 @@ MFU_STATES = ("logged", "not_estimated", "absent")
 # The generic text checks every row gets; known_flaws keys are these, "advice: <pattern>" or
 # "finding: <rule>".
 TEXT_CHECKS = ("sci_notation", "mfu_bound", "mfu_unlogged", "healthy_with_savings")
-VERL_CHECKS = ("verl_version", "verl_mode")
+VERL_CHECKS = ("verl_version", "verl_mode", "verl_device")
 # "Healthy" next to a finding that claims to save more than this share of the step is the
 # issue-27 flaw (its example: up to 58 s of a 124 s step). The tool states no share of its own.
 HEALTHY_SAVING_MAX = 0.2
 # expected.yaml says `sync` for a synchronous trainer (written before the tool had a mode
 # vocabulary); the tool names the classic RayPPOTrainer `legacy` and the V1 one `sync`.
 MODES_OF = {"sync": ("legacy", "sync")}
+CRASH_RULE = "job.crashed"
 
 SCI = re.compile(r"\b\d+(?:\.\d+)?[eE][+-]?\d+\b")
 MFU_ONE = re.compile(r"\bMFU (?:of )?(?:1(?:\.0+)?|100(?:\.0+)? ?%)(?![\d.])")
@@ -144,10 +149,15 @@ def test_corpus_is_complete() -> None:
             assert re.compile(item["pattern"]) and item["because"], case["file"]
         for item in case.get("findings_forbidden", []):
             assert item["rule"].split(".")[0] in STEP_OF_PREFIX and item["because"]
+        for item in case.get("text_forbidden", []):
+            assert re.compile(item["pattern"]) and item["because"], case["file"]
         assert case.get("mfu", "logged") in MFU_STATES, case["file"]
+        if case.get("crash"):
+            assert re.compile(case["crash"]["text"]) and re.compile(case["crash"]["where"])
         known = set(TEXT_CHECKS + VERL_CHECKS)
         known |= {f"advice: {a['pattern']}" for a in case.get("advice_forbidden", [])}
         known |= {f"finding: {a['rule']}" for a in case.get("findings_forbidden", [])}
+        known |= {f"text: {a['pattern']}" for a in case.get("text_forbidden", [])}
         assert set(case.get("known_flaws") or {}) <= known, case["file"]
 
 
@@ -176,6 +186,12 @@ def test_real_log_lead_verdict(case: dict, diagnosed: Callable) -> None:
     got = f"got {state}, step {lead['step']} {lead['rule']}: {lead['headline']}"
     want = f"expected {exp['label']} ({', '.join(exp['rules'])}); why: {case['why']}"
     rules = set(exp["rules"])
+    if case.get("crash"):
+        # A crash before any timed step: nothing to judge in the steps ("no data", exit 3),
+        # and the crash leads (issue 27 item 8 rows' `needs`).
+        assert "no_data" in rules and lead["rule"] == CRASH_RULE, f"{got}\n{want}"
+        assert state == "no data" and doc["no_data"] and code != 0, got
+        return
     if lead["rule"] is not None:
         assert lead["rule"] in rules, f"{got}\n{want}"
         assert lead["step"] == STEP_OF_PREFIX[lead["rule"].split(".")[0]], got
@@ -193,6 +209,45 @@ def test_real_log_lead_verdict(case: dict, diagnosed: Callable) -> None:
         assert code != 0, f"exit code {code} on a log with nothing to judge; {got}"
 
 
+@pytest.mark.parametrize("case", [pytest.param(c, id=_id(c)) for c in CASES if c.get("crash")])
+def test_crash_is_named_with_where_it_happened(case: dict, diagnosed: Callable) -> None:
+    """The exception line the job died of, and where (the failed Ray task or verl frame), in
+    the crash finding, and the exception in the headline and status people read."""
+    _, doc = diagnosed(case["file"])
+    want = case["crash"]
+    crash = next((f for f in doc["findings"] if f["rule"] == CRASH_RULE), None)
+    assert crash is not None, [f["rule"] for f in doc["findings"]]
+    assert re.search(want["text"], crash["title"]), crash["title"]
+    assert any(re.search(want["where"], line) for line in crash["evidence"]), crash["evidence"]
+    name = re.match(r"[\w.]+", want["text"].replace("\\", "")).group()
+    for text in (doc["bottleneck"]["headline"], doc["status"]["text"]):
+        assert name in text, text
+
+
+def _pace_rows() -> list[object]:
+    """Rows whose numbers give the step time a person reads off the window (issue 27 item 8)."""
+    return [
+        pytest.param(c, id=_id(c))
+        for c in CASES
+        if c["expected"]["rules"][0] == "none"
+        and ((c.get("numbers") or {}).get("step_s") or (c.get("numbers") or {}).get("core_step_s"))
+    ]
+
+
+@pytest.mark.parametrize("case", _pace_rows())
+def test_healthy_text_quotes_the_windows_median_step(case: dict, diagnosed: Callable) -> None:
+    """'healthy: ..., 110 s a step (median of steps 118-120)', not the last step's 176 s: the
+    pace quoted is the one the verdict covers."""
+    _, doc = diagnosed(case["file"])
+    assert doc["status"]["state"] in ("healthy", "no single bottleneck"), doc["status"]
+    numbers = case["numbers"]
+    want = numbers.get("step_s") or numbers.get("core_step_s")
+    text = doc["status"]["text"]
+    said = re.search(r"(\d+(?:\.\d+)?) s a step \(median of steps (\d+)-(\d+)\)", text)
+    assert said is not None, text
+    assert abs(float(said.group(1)) - want) <= 0.05 * want, (text, want)
+
+
 def _advice_params() -> list[object]:
     """(row, forbidden pattern) and (row, forbidden rule) pairs, one test each."""
     params: list[object] = []
@@ -202,6 +257,13 @@ def _advice_params() -> list[object]:
             params.append(
                 pytest.param(
                     case, "advice", item, id=f"{_id(case)}-{check}", marks=_marks(case, check)
+                )
+            )
+        for item in case.get("text_forbidden", []):
+            check = f"text: {item['pattern']}"
+            params.append(
+                pytest.param(
+                    case, "text", item, id=f"{_id(case)}-{check}", marks=_marks(case, check)
                 )
             )
         for item in case.get("findings_forbidden", []):
@@ -224,8 +286,11 @@ def test_advice_fits_the_jobs_own_config(
         rules = [f["rule"] for f in doc["findings"]]
         assert item["rule"] not in rules, f"{item['rule']} reported; {item['because']}"
         return
-    said = [(f["rule"], f["advice"]) for f in doc["findings"]]
-    said += [("headline", doc["bottleneck"]["headline"]), ("status", doc["status"]["text"])]
+    if kind == "text":  # any text for people: titles, evidence, checks too
+        said = list(_texts(doc))
+    else:
+        said = [(f["rule"], f["advice"]) for f in doc["findings"]]
+        said += [("headline", doc["bottleneck"]["headline"]), ("status", doc["status"]["text"])]
     bad = [f"{where}: {text}" for where, text in said if re.search(item["pattern"], text)]
     assert not bad, f"{item['because']}, yet:\n" + "\n".join(bad)
 
@@ -304,6 +369,8 @@ def test_verl_version_and_mode(case: dict, check: str, diagnosed: Callable) -> N
     want, got = case["verl"], doc["verl"]
     if check == "verl_version":
         assert _version_ok(str(want["version"]), got["version_range"]), (want, got)
+    elif check == "verl_device":
+        assert got["device"] == want.get("device", "gpu"), (want, got)
     else:
         mode = want["trainer_mode"]
         assert got["trainer_mode"] in MODES_OF.get(mode, (mode,)), (want, got)

@@ -11,8 +11,10 @@ with that mode's meaning.
 from __future__ import annotations
 
 import re
+from importlib import resources
 
 import pytest
+import yaml
 
 from verl_top.model import VerlStep
 from verl_top.verl.async_stats import AsyncStats
@@ -221,3 +223,37 @@ def test_a_bad_entry_is_named(entry: str, message: str) -> None:
     with pytest.raises(ValueError, match=message) as err:
         parse_catalogue(text)
     assert "timing_s/broken" in str(err.value)
+
+
+# Every release tag of verl-project/verl from the catalogue's oldest to its pinned tag. A tag
+# left out is a release whose keys were never read (v0.7.1 once was: update_weights and the
+# agent loop's num_preempted were dated v0.8.0 although v0.7.1 prints both).
+RELEASE_TAGS = (
+    "v0.4.0",
+    "v0.4.1",
+    "v0.5.0",
+    "v0.6.0",
+    "v0.6.1",
+    "v0.7.0",
+    "v0.7.1",
+    "v0.8.0",
+    "v0.9.0",
+)
+
+
+def test_every_release_tag_was_read() -> None:
+    doc = yaml.safe_load((resources.files("verl_top") / "data" / "verl_keys.yaml").read_text())
+    assert tuple(doc["tags_read"]) == RELEASE_TAGS
+
+
+@pytest.mark.parametrize("key", sorted(CAT.keys))
+def test_first_and_last_release_are_sourced(key: str) -> None:
+    """A key's ``since`` and ``until`` tags each name a line at that tag where verl writes it,
+    and both are tags that were read."""
+    info = CAT.keys[key]
+    tags = {s.split(" ")[0] for s in info.source}
+    for bound in (info.since, info.until):
+        if bound is None:
+            continue
+        assert bound in tags, f"{key}: {bound} has no source line"
+        assert bound in RELEASE_TAGS or bound.startswith("main-"), bound

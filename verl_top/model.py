@@ -322,10 +322,12 @@ class LogEvent(Record):
     """A notable line: NCCL WARN, watchdog timeout, traceback, OOM."""
 
     TYPE: ClassVar[str] = "event"
-    kind: str = ""  # nccl_warn | watchdog | error
+    kind: str = ""  # nccl_warn | watchdog | error | crash
     text: str = ""
     path: str = ""
     severity: float = 0.5
+    where: str = ""  # crash: the failed Ray task and frame (verl_top/verl/crash.py)
+    after_steps: int = 0  # crash: verl step lines of the same log read before it
 
 
 @dataclass

@@ -204,7 +204,7 @@ class Monitor:
         lead = next((f for f in verdict.findings if f.rule == rule), None) if rule else None
         outcome = verdict.outcome
         if lead is not None:
-            outcome = "bottleneck"
+            outcome = "no data" if verdict.no_data else "bottleneck"  # a crash before any step
         elif outcome == "bottleneck":
             outcome = "healthy"  # held back (warm-up, or a challenger still confirming)
         return dataclasses.replace(

@@ -345,6 +345,15 @@ def verl09_log(name: str) -> list[Record]:
     return out
 
 
+def crash_log(name: str, t: float) -> list[Record]:
+    """The records the verl parser reads from a real corpus log (config, crash event), at ``t``."""
+    from verl_top.verl.parse import VerlStreamParser
+
+    parser = VerlStreamParser("head", name)
+    lines = (FIX / "real_logs" / name).read_text(errors="replace").splitlines()
+    return parser.feed(lines, t) + parser.flush(t)
+
+
 def scenarios() -> dict[str, tuple[list[Record], dict[str, Any], str]]:
     train = [("train_matmul_bf16", 150)]
     s: dict[str, tuple[list[Record], dict[str, Any], str]] = {}
@@ -423,6 +432,16 @@ def scenarios() -> dict[str, tuple[list[Record], dict[str, Any], str]]:
         "real verl log steps 1-20 (timing/update_actor p95 21.0 s: overrun after 63 s); a "
         "WorkerDict (pid and title constructed, title format real) in update_actor for 120 s, "
         "its GPU in the real train phase then 120 s in the real idle_after phase",
+    )
+    add(
+        "job_crashed",
+        crash_log("searchr1_hotpot_wandb_only_oom_in_step1_rollout.log", T_END - 90)
+        + gpus("n1", 1, [("idle_after", 120)]),
+        1,
+        "job.crashed",
+        "the real Search-R1 driver log that died of a CUDA OOM in step 1's generation (its "
+        "config and its traceback as the verl parser reads them, timed 90 s before the end), "
+        "and 1 GPU in the real idle_after phase",
     )
     add(
         "nccl_transport_socket",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from verl_top.diagnosis import (
+    crash,
     hang,
     step1_throughput,
     step2_comm,
@@ -16,6 +17,7 @@ from verl_top.diagnosis import (
     step5_config,
 )
 from verl_top.diagnosis.findings import (
+    CRASH_RULE,
     STEP_NAMES,
     Check,
     Finding,
@@ -24,13 +26,16 @@ from verl_top.diagnosis.findings import (
     Verdict,
     worth_text,
 )
+from verl_top.diagnosis.guards import device_guard
 from verl_top.diagnosis.ranking import improvements_text, rank
+from verl_top.diagnosis.readable import seconds
 from verl_top.diagnosis.thresholds import Thresholds
-from verl_top.diagnosis.view import View, mean
+from verl_top.diagnosis.view import View, mean, median
 from verl_top.store import Store
 
 STEP_RULES: dict[int, list[Rule]] = {
-    1: step1_throughput.RULES + [hang.job_hang],  # job.hang: docs/hangs.md
+    # job.hang: docs/hangs.md; job.crashed: the exception the driver died of
+    1: step1_throughput.RULES + [hang.job_hang] + crash.RULES,
     2: step2_comm.RULES,
     # step3_rollout: the rollout servers' metrics (--prometheus); step3_async: async trainers
     3: step3_dataflow.RULES + step3_long_tail.RULES + step3_rollout.RULES + step3_async.RULES,
@@ -45,10 +50,11 @@ def run_rules(view: View, th: Thresholds) -> tuple[list[Finding], list[Check]]:
     checks: list[Check] = []
     for step, rules in STEP_RULES.items():
         for rule in rules:
+            name = rule.__name__.replace("_", ".", 1)
             try:
-                result = rule(view, th)
+                # A rule the job's device cannot feed says so instead of judging (guards.py).
+                result = device_guard(view, step, name) or rule(view, th)
             except Exception as exc:  # a broken rule must never take the monitor down
-                name = rule.__name__.replace("_", ".", 1)
                 checks.append(
                     Check(step, name, "no_data", f"rule failed: {type(exc).__name__}: {exc}")
                 )
@@ -90,12 +96,16 @@ class Engine:
         nothing = not inputs["gpus"] and not timed
         ranked = rank(findings, timed, th, max(view.role_seconds().values(), default=0.0))
         lead = ranked.lead
+        crashed = next((f for f in ranked.findings if f.rule == CRASH_RULE), None)
         if nothing and inputs["logs"]:
             # A verl log was given but no timed step came out of it (and no GPU was seen):
-            # nothing measured to judge, whatever the printed config says.
-            lead = None
-        if lead is not None:
-            outcome: Outcome = "bottleneck"
+            # nothing measured to judge, whatever the printed config says; a crash says why.
+            lead = crashed
+        died = lead is not None and nothing and lead is crashed  # before any timed step
+        if died:
+            outcome: Outcome = "no data"
+        elif lead is not None:
+            outcome = "bottleneck"
         elif ranked.worth_doing and not nothing:
             outcome = "no single bottleneck"
         else:
@@ -103,7 +113,7 @@ class Engine:
         headline = (
             improvements_text(ranked.worth_doing, view.median_step_s())
             if outcome == "no single bottleneck"
-            else self._headline(view, lead, inputs, nothing)
+            else self._headline(view, lead, inputs, nothing, died)
         )
         return Verdict(
             bottleneck_step=lead.step if lead else None,
@@ -113,7 +123,7 @@ class Engine:
             checks=checks,
             t=store.now,
             inputs=inputs,
-            no_data=nothing and lead is None,
+            no_data=nothing and (lead is None or died),
             healthy_detail=healthy_detail(view),
             outcome=outcome,
             window=window_text(view, inputs),
@@ -121,11 +131,21 @@ class Engine:
         )
 
     def _headline(
-        self, view: View, lead: Finding | None, inputs: dict, nothing: bool = False
+        self,
+        view: View,
+        lead: Finding | None,
+        inputs: dict,
+        nothing: bool = False,
+        died: bool = False,
     ) -> str:
         unread = unread_logs_text(inputs)
         if lead is None and nothing and (inputs["logs"] or inputs["steps"]):
             return "No data to judge: " + untimed_text(inputs, unread)
+        if lead is not None and died:  # the crash a run died of before any timed step
+            where = lead.data.get("where") or "in the driver"
+            return f"No data to judge: {lead.title[0].lower()}{lead.title[1:]} ({where}); " + (
+                untimed_text(inputs, unread)
+            )
         if lead is not None:
             worth = worth_text(lead)
             return (
@@ -174,11 +194,20 @@ def healthy_detail(view: View) -> str:
     acts = [m for g in view.gpus() if (m := view.gpu_mean(g, "activity")) is not None]
     if acts:
         parts.append(f"{len(acts)} GPUs at {mean(acts) or 0:.0f} % activity")
+    # The steps the verdict judges (their median), not the last one: a last step twice the
+    # usual (a fork's anchor pass) must not read as the job's pace.
     rec = view.recent_steps()
-    if rec and rec[-1].throughput is not None:
-        parts.append(f"{rec[-1].throughput:.0f} tokens/s/GPU")
-    if rec and rec[-1].step_time_core:
-        parts.append(f"step {rec[-1].step} took {rec[-1].step_time_core:.0f} s")
+    tput = median(s.throughput for s in rec if s.throughput is not None)
+    if tput is not None:
+        parts.append(f"{tput:.0f} tokens/s/GPU")
+    step_s = view.median_step_s()
+    if rec and step_s:
+        if len(rec) == 1:
+            parts.append(f"step {rec[0].step} took {seconds(step_s)}")
+        else:
+            parts.append(f"{seconds(step_s)} a step")
+    if len(rec) > 1 and (tput is not None or step_s):
+        parts[-1] += f" (median of steps {rec[0].step}-{rec[-1].step})"
     return ", ".join(parts)
 
 

@@ -28,7 +28,10 @@ Outcome = Literal["bottleneck", "no single bottleneck", "healthy", "no data"]
 # names a cause, and hysteresis never keeps one in front of a cause (docs/diagnosis.md).
 SYMPTOM_RULES = frozenset({"gpu.idle", "tput.drop", "gpu.util_misleading", "sync.wait"})
 # Faults: the job is broken, not slow. These lead even before the first verl step.
-FAULT_RULES = frozenset({"nccl.watchdog", "job.stalled", "job.hang"})
+FAULT_RULES = frozenset({"nccl.watchdog", "job.stalled", "job.hang", "job.crashed"})
+# The job died of an exception (diagnosis/crash.py): it leads when no step was timed; after
+# timed steps it is reported below the lead (the steps say where the time went).
+CRASH_RULE = "job.crashed"
 # Where the time goes: one finding per stage role (Finding.stage) that a step spends too long in.
 STAGE_RULES = frozenset(
     {

@@ -3,7 +3,8 @@
 With verl's step timings known, the lead is the finding with the largest recoverable cost
 (``save_s``, what its advised change could save per step):
 
-1. a fault (a watchdog timeout, a stalled job) leads always;
+1. a fault (a watchdog timeout, a stalled job) leads always, except a crash after timed
+   steps (``job.crashed``), which is listed: those steps say where the time went;
 2. then causes whose saving is at least ``material_frac`` of the step, largest first;
 3. then causes whose cost is not known (a socket transport, a topology), by severity;
 4. then causes worth less than ``material_frac`` of the step;
@@ -26,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from verl_top.diagnosis.findings import (
+    CRASH_RULE,
     FAULT_RULES,
     PERIODIC_RULES,
     SETTING_RULES,
@@ -79,6 +81,8 @@ def _material(f: Finding, th: Thresholds) -> bool:
 
 def tier(f: Finding, findings: Sequence[Finding], th: Thresholds, stage_max_s: float) -> int:
     """The tier of a finding when step timings are known (lower leads)."""
+    if f.rule == CRASH_RULE:
+        return PART_OF  # a post-mortem fact: the timed steps say where the time went
     if f.rule in FAULT_RULES:
         return FAULT
     if subsumed(f, findings):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from verl_top.diagnosis.advice import tput_drop_advice, util_misleading_advice
 from verl_top.diagnosis.findings import Check, Finding, Rule, RuleResult, no_data, passed, scale
-from verl_top.diagnosis.guards import device_guard
 from verl_top.diagnosis.hang import hang_found
 from verl_top.diagnosis.readable import seconds, times
 from verl_top.diagnosis.thresholds import Thresholds
@@ -67,8 +66,6 @@ def gpu_idle(view: View, th: Thresholds) -> RuleResult:
 
 def gpu_util_misleading(view: View, th: Thresholds) -> RuleResult:
     """NVML util looks busy while GPM SM or tensor util shows little real work, outside gen."""
-    if (guard := device_guard(view, STEP, "gpu.util_misleading")) is not None:
-        return guard
     if not (view.has_column("sm_util") or view.has_column("tensor_util")):
         return no_data(
             STEP, "gpu.util_misleading", "needs GPM SM/tensor util (Hopper+ GPU, agent with pynvml)"
@@ -138,8 +135,6 @@ def gpu_util_misleading(view: View, th: Thresholds) -> RuleResult:
 
 def gpu_throttle(view: View, th: Thresholds) -> RuleResult:
     """Clock-event reasons show power/thermal/HW slowdown for more than throttle_frac of the window."""
-    if (guard := device_guard(view, STEP, "gpu.throttle")) is not None:
-        return guard
     fracs: dict[str, float] = {}
     reasons: set[str] = set()
     for g in view.gpus():

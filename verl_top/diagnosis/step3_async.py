@@ -62,8 +62,8 @@ TRAINER_POOL = "trainer.n_gpus_per_node x trainer.nnodes"
 
 
 def _dev(view: View) -> str:
-    """What the accelerators are called in evidence: NPU on Ascend, else GPU."""
-    return "NPU" if view.on_npu() else "GPU"
+    """What the accelerators are called in evidence: NPU on Ascend, TPU on XLA, else GPU."""
+    return view.facts().accelerator
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from verl_top.diagnosis.advice import replicas_advice, seqlen_advice, unused_gpu_advice
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
-from verl_top.diagnosis.guards import device_guard
 from verl_top.diagnosis.straggler import straggler_finding, stragglers
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, fmt_pct, mean, median
@@ -284,8 +283,6 @@ def _marks_finding(marks: list[str]) -> Finding:
 
 def map_topology(view: View, th: Thresholds) -> RuleResult:
     """A TP group spans GPUs that are not linked by NVLink (topology SYS/PHB/NODE/PIX/PXB)."""
-    if (guard := device_guard(view, STEP, "map.topology")) is not None:
-        return guard
     topo = view.topology()
     marks = [
         f"{host} GPU{m.gpu}: {m.text}"
@@ -356,7 +353,7 @@ def map_config_mismatch(view: View, th: Thresholds) -> RuleResult:
         return passed(
             STEP,
             "map.config_mismatch",
-            f"{want} GPUs configured" + (f", {seen} seen" if seen else ""),
+            f"{want} {view.facts().accelerator}s configured" + (f", {seen} seen" if seen else ""),
         )
     return Finding(
         STEP,

@@ -126,7 +126,8 @@ def cfg_micro_batch_small(view: View, th: Thresholds) -> RuleResult:
         STEP,
         "cfg.micro_batch_small",
         sev,
-        f"Micro batch of {number(per_gpu)} x ~{sample[0]:.0f} tokens = {tokens:.0f} tokens per GPU "
+        f"Micro batch of {number(per_gpu)} x ~{sample[0]:.0f} tokens = {tokens:.0f} tokens per "
+        f"{view.facts().accelerator} "
         "without dynamic batch size: small GEMMs"
         + (f", MFU {mfu_text(mfu[1])}" if (mfu := view.median_mfu()) else ""),
         [

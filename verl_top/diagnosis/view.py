@@ -602,7 +602,7 @@ class View:
             self._facts = dataclasses.replace(
                 facts,
                 engine=facts.engine or fl.engine,
-                device="npu" if fl.device == "npu" else facts.device,
+                device=fl.device if fl.device != "gpu" else facts.device,
                 strategy=facts.strategy or fl.backend,
                 trainer_mode=fl.trainer_mode,
             )

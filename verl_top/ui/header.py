@@ -69,8 +69,8 @@ def flavour_part(store: Store) -> str:
     parts = [f"verl {fl.version_range}", fl.mode_name]
     if fl.engine:
         parts.append(fl.engine)
-    if fl.device == "npu":
-        parts.append("NPU")
+    if fl.device in ("npu", "tpu"):
+        parts.append(fl.device.upper())
     return " · ".join(parts)
 
 

@@ -12,6 +12,9 @@ surface and rule first asks ``VerlFlavour``. It is told from what the job itself
 - the keys of the step lines (``timing_s/generate_async``, ``fully_async/*``, the doubled
   ``timing_s/timing_s/param_sync``...), which also bound the verl version through the key
   catalogue (verl_top/data/verl_keys.yaml: since/until of each key);
+- the keys of the printed config, dated by the release lines that print them
+  (verl_top/data/verl_config_keys.yaml, ``verl_top.verl.config_dates``), so a run that died
+  before its first step still says which verl it ran;
 - the Ray actors' class names when ``--ray`` lists them.
 
 Each conclusion keeps the clue it rests on (``VerlFlavour.evidence``).
@@ -23,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from verl_top.verl.config_dates import config_version
 from verl_top.verl.keys import ASYNC_MODES, MODE_NAMES, MODES, catalogue
 
 if TYPE_CHECKING:
@@ -99,7 +103,7 @@ class VerlFlavour:
     trainer_mode: str | None = None  # one of keys.MODES, None when nothing tells
     engine: str | None = None  # vllm | sglang | trtllm | hf | a fork's name
     backend: str | None = None  # fsdp | fsdp2 | megatron | veomni | torchtitan
-    device: str = "gpu"  # gpu | npu
+    device: str = "gpu"  # gpu | npu | tpu
     pools: Pools = field(default_factory=Pools)
     evidence: tuple[str, ...] = ()
 
@@ -167,6 +171,8 @@ def describe(verl: Mapping[str, Any]) -> str:
     parts += [str(p) for p in (verl.get("engine"), verl.get("backend")) if p]
     if verl.get("device") == "npu":
         parts.append("Ascend NPU")
+    elif verl.get("device") == "tpu":
+        parts.append("TPU (XLA)")
     pools = verl.get("pools") or {}
     text = Pools(pools.get("trainer"), pools.get("rollout"), pools.get("reward")).text()
     if text:
@@ -247,6 +253,9 @@ def _versions(clues: _Clues, config: Mapping[str, Any], keys: frozenset[str]) ->
         clues.bound(None, (0, 2), "timing/ prefix (verl <= 0.2; timing_s/ from 0.3)")
     if "trainer.use_v1" in config:
         clues.bound((0, 9), None, "config has trainer.use_v1 (verl >= 0.9)")
+    dated = config_version(config)
+    if dated is not None:
+        clues.bound(dated.low, dated.high, dated.text())
 
 
 def _mode(
@@ -310,6 +319,17 @@ def _engine(config: Mapping[str, Any], actors: frozenset[str]) -> str | None:
     return None
 
 
+def _device(config: Mapping[str, Any], backend: Any) -> str:
+    """``npu`` (Ascend), ``tpu`` (torch-xla forks: ``trainer.device=tpu`` or the ``xla``
+    strategy), else ``gpu``."""
+    device = str(config.get("trainer.device") or "").lower()
+    if device == "npu":
+        return "npu"
+    if device in ("tpu", "xla") or str(backend or "").lower() == "xla":
+        return "tpu"
+    return "gpu"
+
+
 def _pools(config: Mapping[str, Any], mode: str | None) -> Pools:
     trainer = _product(config, "trainer.n_gpus_per_node", "trainer.nnodes")
     rollout = None
@@ -345,14 +365,13 @@ def detect(
     mode = _mode(clues, config, actor_set, keys)
     _versions(clues, config, keys)
     backend = config.get("actor_rollout_ref.actor.strategy")
-    device = str(config.get("trainer.device") or "").lower()
     return VerlFlavour(
         version_low=clues.low,
         version_high=clues.high,
         trainer_mode=mode,
         engine=_engine(config, actor_set),
         backend=str(backend).lower() if isinstance(backend, str) and backend else None,
-        device="npu" if device == "npu" else "gpu",
+        device=_device(config, backend),
         pools=_pools(config, mode),
         evidence=tuple(clues.evidence),
     )

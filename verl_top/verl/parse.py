@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verl_top.model import NcclInfo, Record, VerlConfig, VerlStep
+from verl_top.model import LogEvent, NcclInfo, Record, VerlConfig, VerlStep
 from verl_top.untrusted import clean_text, finite, is_clean
 from verl_top.verl.config import (
     CollectedConfig,
@@ -41,6 +41,8 @@ from verl_top.verl.config import (
     load_config_file,
     load_config_text,
 )
+from verl_top.verl.crash import CrashScanner
+from verl_top.verl.launch import LaunchReader
 
 __all__ = [
     "ParsedLog",
@@ -285,6 +287,10 @@ def _is_fragment(body: str) -> bool:
     return " - " in body and ":" in body and _FRAGMENT_RE.search(body) is not None
 
 
+# The config source of overrides read from the launch command alone (no printed config yet).
+COMMAND_LINE_SOURCE = "console_command_line"
+
+
 class VerlStreamParser:
     """Turns successive chunks of one verl output file into ``VerlStep`` / ``VerlConfig`` records.
 
@@ -316,6 +322,10 @@ class VerlStreamParser:
         self._pending: tuple[str, str] | None = None  # (prefix, body) of a step line, maybe wrapped
         self._block: tuple[int, dict[str, float]] | None = None  # "step: N" + key: value lines
         self._nccl: Any = None  # an NcclStreamParser, made at the first NCCL line
+        self._crash = CrashScanner(host, path)  # the driver's tracebacks (verl/crash.py)
+        self._launch = LaunchReader()  # Hydra overrides of the launch command (verl/launch.py)
+        self._overrides: dict[str, Any] = {}
+        self._printed: tuple[dict[str, Any], str] | None = None  # the last printed config
         self.actors: list[str] = []  # Ray actor classes that printed steps or the config
         self.lines = 0
         self.matched = 0
@@ -338,6 +348,9 @@ class VerlStreamParser:
         self._block = None
         if self._nccl is not None:
             self._nccl.reset()
+        self._crash.reset()
+        self._launch.reset()
+        self._overrides, self._printed = {}, None
 
     def feed(self, lines: list[str], t: float, more: bool = False) -> list[Record]:
         """Parse new lines that arrived at time ``t``; returns the records they complete.
@@ -354,6 +367,12 @@ class VerlStreamParser:
                 if self._line(prefix, body, t, out):
                     hit = True
                     continue
+                if (crash := self._crash.scan(prefix, body, self.steps)) is not None:
+                    crash.t = t
+                    out.append(crash)
+                if (overrides := self._launch.scan(body)) is not None:
+                    self._on_overrides(overrides, t, out)
+                    hit = True
                 if "NCCL" in body:  # workers' NCCL INFO/WARN lines in the driver log
                     self._nccl_line(body, t, out)
                 if self.config_file and self._text_chars < MAX_CONFIG_FILE_CHARS:
@@ -452,14 +471,14 @@ class VerlStreamParser:
             self.actors.append(match.group(1))
 
     def _nccl_line(self, body: str, t: float, out: list[Record]) -> None:
-        """NCCL's own INFO lines printed into the verl log: its transport summary (NcclInfo,
-        read like an NCCL log of the same path), so a log that says "Using network Socket" is
-        not asked for an NCCL log. WARN and watchdog events are the pipeline's EventScanner's."""
+        """NCCL's own lines printed into the verl log, read like an NCCL log of the same path:
+        its transport summary (NcclInfo), so a log that says "Using network Socket" is not
+        asked for an NCCL log, and its WARN and watchdog events (LogEvent), once each."""
         if self._nccl is None:
             from verl_top.nccl.parse import NcclStreamParser
 
             self._nccl = NcclStreamParser(self.host, self.path)
-        out.extend(r for r in self._nccl.feed([body], t) if isinstance(r, NcclInfo))
+        out.extend(r for r in self._nccl.feed([body], t) if isinstance(r, NcclInfo | LogEvent))
 
     def _continues(self, prefix: str, body: str) -> bool:
         """True when ``body`` is the next piece of the pending, terminal-wrapped step line."""
@@ -538,9 +557,27 @@ class VerlStreamParser:
         source = "console_partial" if collected.partial else "console"
         self._emit_values(flatten(collected.tree), source, t, out)
 
+    def _on_overrides(self, overrides: dict[str, Any], t: float, out: list[Record]) -> None:
+        """A launch command's overrides: the config until one is printed, then what fills the
+        keys the printed config lacks (an excerpt cut it)."""
+        self._overrides.update(overrides)
+        if self._printed is None:
+            self._emit_values(dict(self._overrides), COMMAND_LINE_SOURCE, t, out, printed=False)
+        else:
+            self._emit_values(*self._printed, t, out)
+
     def _emit_values(
-        self, values: dict[str, Any], source: str, t: float, out: list[Record]
+        self,
+        values: dict[str, Any],
+        source: str,
+        t: float,
+        out: list[Record],
+        printed: bool = True,
     ) -> None:
+        if printed:
+            self._printed = (values, source)
+            # The printed config is the resolved truth; the command line fills only its gaps.
+            values = {**self._overrides, **values} if self._overrides else values
         if values == self._last_values:
             return
         self._last_values = values
