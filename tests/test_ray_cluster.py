@@ -312,7 +312,7 @@ async def test_live_run_follows_the_driver_log_of_the_taskrunner(
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            if store.steps and host in store.hosts and store.hosts[host].gpus:
+            if store.steps and host in store.hosts and store.hosts[host].gpus and store.ray_job[1]:
                 break
             await asyncio.sleep(0.1)
     finally:
