@@ -15,18 +15,29 @@ Per round: queries, bytes received, wall time and client CPU (``process_time``: 
 JSON through ``untrusted.loads``, records, store ingest), and CPU as a share of the interval.
 Side by side (alternate rounds), the comparator asks the same metrics *without* the ``by``
 aggregation (every raw series with all its labels), which is what a naive client does.
+
+node_exporter (``--node-cores``, 0: none): a child process serves one node_exporter page per
+host (``instance`` and ``nodename`` labels naming the DCGM host, kept by ``honor_labels``; CPU
+seconds per core and mode, network, disk and memory series; counters advance with time so
+``irate`` has values; CONSTRUCTED values). The rounds then alternate three variants: verl-top
+with its node_exporter queries, verl-top without them (``PromSettings.node=False``: what the
+DCGM rounds cost alone), and the raw-series comparator: the with/without ratio is the cost
+of the host metrics, measured in one run. Every measured round of the first asks the host
+queries (live they are asked once per node_exporter scrape interval, NodePlan).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from _common import ensure_repo_on_path, median, table, write_json
@@ -121,6 +132,53 @@ class LagProbe:
         return self.worst
 
 
+NODE_SERVER = r"""
+import sys, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+hosts, cores, addr, port = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+MODES = ("idle", "iowait", "irq", "nice", "softirq", "steal", "system", "user")
+SHARE = (0.55, 0.02, 0.0, 0.0, 0.01, 0.0, 0.07, 0.35)  # of each second, per core
+
+
+def page(now):
+    out = []
+    for h in range(hosts):
+        inst = f'instance="gpu-node-{h:03d}:9100"'
+        out.append(f'node_uname_info{{{inst},nodename="gpu-node-{h:03d}",sysname="Linux"}} 1')
+        for c in range(cores):
+            for mode, share in zip(MODES, SHARE):
+                out.append(f'node_cpu_seconds_total{{{inst},cpu="{c}",mode="{mode}"}} {now * share:.2f}')
+        for dev, rate in (("lo", 9e6), ("eth0", 2e6), ("ib0", 3e9), ("docker0", 1e3)):
+            out.append(f'node_network_receive_bytes_total{{{inst},device="{dev}"}} {now * rate:.0f}')
+            out.append(f'node_network_transmit_bytes_total{{{inst},device="{dev}"}} {now * rate / 2:.0f}')
+        for dev in ("nvme0n1", "nvme1n1", "sda", "dm-0"):
+            out.append(f'node_disk_read_bytes_total{{{inst},device="{dev}"}} {now * 5e6:.0f}')
+            out.append(f'node_disk_written_bytes_total{{{inst},device="{dev}"}} {now * 2e7:.0f}')
+        out.append(f'node_memory_MemTotal_bytes{{{inst}}} 2.16e12')
+        out.append(f'node_memory_MemAvailable_bytes{{{inst}}} 1.5e12')
+        for name, v in (("node_load1", 31.5), ("node_load5", 30.1), ("node_load15", 29.8)):
+            out.append(f'{name}{{{inst}}} {v}')
+    return ("\n".join(out) + "\n").encode()
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = page(time.time())
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+ThreadingHTTPServer((addr, port), Handler).serve_forever()
+"""
+
+
 async def run(url: str, args: argparse.Namespace) -> dict:
     settings = PromSettings(
         url=url, interval=args.interval, budget=args.interval, request_timeout=args.interval
@@ -128,6 +186,7 @@ async def run(url: str, args: argparse.Namespace) -> dict:
     store = Store(StoreLimits(window_s=300.0, points=61))
     pipeline = Pipeline(store, parsers={})
     ours, raw = PrometheusSource(settings), RawSource(settings)
+    gpus_only = PrometheusSource(replace(settings, node=False))
     lag = LagProbe()
     lag.start()
     c0, w0, q0 = time.process_time(), time.perf_counter(), ours.client.requests
@@ -140,18 +199,33 @@ async def run(url: str, args: argparse.Namespace) -> dict:
         "points_per_gpu": min((len(g.history) for g in store.iter_gpus()), default=0),
         "loop_lag_max_s": lag.stop(),
     }
-    rounds: dict[str, list[dict[str, float]]] = {"aggregated (verl-top)": [], "raw series": []}
+    variants = [("aggregated (verl-top)", ours), ("raw series", raw)]
+    if args.node_cores:
+        variants.insert(1, (GPUS_ONLY, gpus_only))
+    rounds: dict[str, list[dict[str, float]]] = {name: [] for name, _ in variants}
     loop = asyncio.get_running_loop()
     next_at = loop.time()
-    for i in range(args.rounds * 2):
-        name, src = ("aggregated (verl-top)", ours) if i % 2 == 0 else ("raw series", raw)
+    for i in range(args.rounds * len(variants)):
+        # every variant inside each interval; the order turns each round (drift falls on all)
+        turn = i // len(variants)
+        name, src = variants[(i + turn) % len(variants)]
+        if src.node_plan is not None:
+            # Every measured round asks the host queries (live, they run once per
+            # node_exporter scrape interval): the table shows a round that has them.
+            src.node_plan.next_at = -math.inf
         lag.start()
         row = await measure(src, pipeline)
         row["loop_lag_max_s"] = lag.stop()
         rounds[name].append(row)
-        next_at += args.interval / 2  # both variants inside each interval
+        next_at += args.interval / len(variants)
         await asyncio.sleep(max(0.0, next_at - loop.time()))
-    return {"history": history, "rounds": rounds, "gpus": store.gpu_count()}
+    for _, src in variants:
+        await src.client.close()
+    hosts = sum(1 for h in store.hosts.values() if h.latest is not None)
+    return {"history": history, "rounds": rounds, "gpus": store.gpu_count(), "host_samples": hosts}
+
+
+GPUS_ONLY = "verl-top without node_exporter"
 
 
 def serve_file(body: str, addr: str, workdir: Path) -> tuple[subprocess.Popen, int]:
@@ -176,6 +250,9 @@ def main() -> None:
     parser.add_argument("--history-wait", type=float, default=20.0, help="s of data before start")
     parser.add_argument("--scrape-interval", default="5s", help="Prometheus scrape_interval")
     parser.add_argument("--addr", default="127.0.0.94")
+    parser.add_argument(
+        "--node-cores", type=int, default=64, help="cores per node_exporter page (0: none)"
+    )
     parser.add_argument("--json-out")
     args = parser.parse_args()
     if not os.path.exists(PROMETHEUS):
@@ -185,24 +262,33 @@ def main() -> None:
         work = Path(tmp)
         body = exposition(args.hosts, args.gpus_per_host)
         http, port = serve_file(body, args.addr, work)
-        prom = PromServer(
-            work / "prom",
-            {"dcgm": [f"{args.addr}:{port}"]},
-            args.addr,
-            scrape_interval=args.scrape_interval,
-        )
+        targets = {"dcgm": [f"{args.addr}:{port}"]}
+        node = None
+        if args.node_cores:
+            node_port = free_port(args.addr)
+            node = subprocess.Popen(
+                [sys.executable, "-c", NODE_SERVER, str(args.hosts), str(args.node_cores),
+                 args.addr, str(node_port)],
+            )  # fmt: skip
+            targets["node"] = [f"{args.addr}:{node_port}"]
+        prom = PromServer(work / "prom", targets, args.addr, scrape_interval=args.scrape_interval)
         try:
             prom.wait_for("DCGM_FI_DEV_GPU_TEMP", n, timeout=60)
+            if node is not None:
+                prom.wait_for("node_load1", args.hosts, timeout=60)
             time.sleep(args.history_wait)
             result = asyncio.run(run(prom.url, args))
         finally:
             prom.stop()
-            os.kill(http.pid, signal.SIGTERM)
-            http.wait(timeout=10)
+            for child in (http, node):
+                if child is not None:
+                    os.kill(child.pid, signal.SIGTERM)
+                    child.wait(timeout=10)
     hist = result["history"]
     print(
         f"{n} GPUs ({args.hosts} hosts x {args.gpus_per_host}), exposition {len(body) / 1e6:.1f} MB "
-        f"per scrape, interval {args.interval:g} s; GPUs in the store: {result['gpus']}"
+        f"per scrape, interval {args.interval:g} s; GPUs in the store: {result['gpus']}, "
+        f"hosts with node_exporter values: {result['host_samples']}"
     )
     print(
         f"start-up history: {hist['queries']} range queries, {hist['bytes'] / 1e6:.1f} MB, "
@@ -246,6 +332,9 @@ def main() -> None:
     ours, raw = summary["aggregated (verl-top)"], summary["raw series"]
     if ours:
         print(f"raw / aggregated client CPU: {raw / ours:.1f}x")
+    if summary.get(GPUS_ONLY):
+        ratio = ours / summary[GPUS_ONLY]
+        print(f"with / without node_exporter client CPU (same run, alternating): {ratio:.2f}x")
     write_json(args.json_out, {"args": vars(args), **result, "exposition_bytes": len(body)})
 
 

@@ -73,7 +73,8 @@ class Exposition:
 
 class PromServer:
     """One real Prometheus process scraping ``targets`` (job name -> list of host:port);
-    ``extra_config``: more top-level YAML (rule_files, alerting)."""
+    ``extra_config``: more top-level YAML (rule_files, alerting); ``job_config``: more YAML
+    lines of a job's scrape config (``relabel_configs``), by job name."""
 
     def __init__(
         self,
@@ -83,6 +84,7 @@ class PromServer:
         scrape_interval: str = "1s",
         extra_config: str = "",
         web_config: Path | None = None,
+        job_config: dict[str, str] | None = None,
     ) -> None:
         self.addr = addr
         self.port = free_port(addr)
@@ -91,9 +93,10 @@ class PromServer:
         self.url = f"{'https' if tls else 'http'}://{addr}:{self.port}"
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
+        extra = job_config or {}
         jobs = "\n".join(
             f"  - job_name: {name}\n    honor_labels: true\n    static_configs:\n"
-            f"      - targets: {json.dumps(addrs)}"
+            f"      - targets: {json.dumps(addrs)}" + (f"\n{extra[name]}" if name in extra else "")
             for name, addrs in targets.items()
         )
         config = workdir / "prometheus.yml"
@@ -155,6 +158,15 @@ class PromServer:
                 os.kill(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=5)
         self.log.close()
+
+
+def stamped(text: str, t_ms: int) -> str:
+    """An exposition with an explicit timestamp (ms) on every sample line, so a test knows
+    the exact time between two captures (Prometheus takes the exposition's timestamp)."""
+    out = []
+    for line in text.splitlines():
+        out.append(line if not line.strip() or line.startswith("#") else f"{line} {t_ms}")
+    return "\n".join(out) + "\n"
 
 
 def fixture_text(name: str) -> str:

@@ -252,7 +252,8 @@ def test_each_origin_has_its_own_way_to_get_verl_steps() -> None:
 
 def test_prometheus_and_replays_say_what_they_cannot_know() -> None:
     """dcgm-exporter has no process list and no host sample: say so, not 'yet' (issue 32
-    item 6); a recording without them says the recording has none."""
+    item 6: host samples come from node_exporter where Prometheus has it); a recording
+    without them says the recording has none."""
     from verl_top.model import GpuSample
     from verl_top.ui.node_screen import render_hidden, render_host
 
@@ -268,6 +269,7 @@ def test_prometheus_and_replays_say_what_they_cannot_know() -> None:
         )
     procs, host = words["prometheus"]
     assert procs.startswith("process lists are not exported by dcgm-exporter")
-    assert "not in dcgm-exporter's series" in host and "yet" not in procs + host
+    # No node_exporter series joined to any host: where host samples would come from.
+    assert "come from node_exporter" in host and "yet" not in procs + host
     assert words["replay"][0] == "the recording has no GPU process list for this node"
     assert "from this node yet" in words["ssh"][0] and "no host sample yet" in words["ssh"][1]

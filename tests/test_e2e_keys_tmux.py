@@ -29,7 +29,7 @@ PANES = {
 }
 
 
-def start(tmux: Tmux, cols: int, rows: int) -> None:
+def start(tmux: Tmux, cols: int, rows: int, *flags: str) -> None:
     env = {
         "TERM": "xterm-256color",
         "PYTHONPATH": str(REPO),
@@ -39,7 +39,7 @@ def start(tmux: Tmux, cols: int, rows: int) -> None:
         "LINES": str(rows),
     }
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-    argv = shlex.join([sys.executable, "-m", "verl_top", "--demo"])
+    argv = shlex.join([sys.executable, "-m", "verl_top", "--demo", *flags])
     cmd = f"env {exports} {argv}; echo {EXIT_MARK}:$?; sleep 60"
     tmux.tmux("-f", "/dev/null", "new-session", "-d", "-s", "setup")
     tmux.tmux("set-option", "-g", "status", "off")  # the pane is the whole cols x rows
@@ -79,8 +79,9 @@ def test_keyboard_walk_through_every_pane_a_node_and_back(tmux: Tmux, size) -> N
     screen = tmux.wait(filled, 40, "pane 1 with data, filling the terminal")
     lines = screen.rstrip("\n").splitlines()
     assert "DEMO" in lines[0] and "hosts 4 up" in lines[0]  # header
-    assert "step 3 bottleneck" in lines[1]  # the verdict, from the first frame
-    assert "1 Throughput" in lines[2] and "5 Config" in lines[2]  # every tab fits
+    assert "step 3" in lines[1] and "saves up to" in lines[1]  # the verdict, first frame
+    assert lines[2].lstrip().startswith("→ ")  # its advice: the banner's second line
+    assert "1 Throughput" in lines[3] and "5 Config" in lines[3]  # every tab fits
     assert "d Diagnosis" in lines[-1] and "q Quit" in lines[-1]  # footer
     for key, text in PANES.items():
         tmux.keys(key)
@@ -134,4 +135,53 @@ def test_issue32_keys_and_states_in_a_real_terminal(tmux: Tmux, size) -> None:
     tmux.wait(lambda s: "filter node02" not in s.splitlines()[0], 15, "Esc clears the filter")
     tmux.keys("F10")
     screen = tmux.wait(lambda s: f"{EXIT_MARK}:" in s, 15, "F10 quits")
+    assert f"{EXIT_MARK}:0" in screen
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 60)], ids=["80x24", "200x60"])
+def test_process_screen_signals_refused_and_stacks_in_a_real_terminal(tmux: Tmux, size) -> None:
+    """Issue 32 item 3 with keys only: Enter on a process row (node screen and pane 4) opens
+    the process screen, F9 is refused with --readonly (no signal dialog), t shows the stacks
+    screen (node and process), Esc walks back each step."""
+    cols, rows = size
+    start(tmux, cols, rows, "--readonly")
+    tmux.wait(lambda s: "sort: host" in s, 40, "pane 1")
+    tmux.keys("Enter")
+    tmux.wait(lambda s: "Node node01" in s, 15, "the node screen")
+    tmux.keys("t")  # the node's stacks: a replay has no process to read, and says so
+    screen = tmux.wait(lambda s: "Python stacks of" in s, 15, "the node's stacks screen")
+    assert "node01" in screen.splitlines()[0] and "No live connection to node01" in screen
+    tmux.keys("Escape")
+    tmux.wait(lambda s: "Node node01" in s, 15, "back on the node screen")
+    tmux.keys("Tab")  # the node's process table, scrolled into view
+    tmux.wait(lambda s: re.search(r"41000\s+verl\s+0", s) is not None, 15, "process rows")
+    tmux.keys("Enter")  # its first row
+    screen = tmux.wait(lambda s: "Process 41000 on node01" in s, 15, "the process screen")
+    assert "actor/rollout" in screen.splitlines()[0] and "ray::WorkerDict" in screen
+    assert all(len(line) <= cols for line in screen.splitlines())
+    tmux.keys("F9")
+    screen = tmux.wait(
+        lambda s: "read-only session (--readonly):" in s and "sends no signal" in s,
+        15,
+        "F9 refused with --readonly",
+    )
+    assert "Send" not in screen and "SIGTERM" not in screen  # no signal dialog opened
+    tmux.keys("t")
+    screen = tmux.wait(lambda s: "Python stacks of pid 41000" in s, 15, "the process's stacks")
+    tmux.keys("Escape")
+    tmux.wait(lambda s: "Process 41000 on node01" in s, 15, "back on the process screen")
+    tmux.keys("Escape")
+    tmux.wait(lambda s: "Node node01" in s, 15, "back on the node screen")
+    tmux.keys("Escape")
+    tmux.wait(lambda s: "sort: host" in s and "Node node01" not in s, 15, "back on pane 1")
+    tmux.keys("4")
+    tmux.wait(lambda s: "Map: mean activity" in s, 15, "pane 4")
+    tmux.keys("Tab")  # pane 4's process table (scrolled into view): the same screen
+    tmux.wait(lambda s: re.search(r"actor/rollout .* node01\s+41000", s) is not None, 15, "rows")
+    tmux.keys("Enter")
+    tmux.wait(lambda s: "Process 41000 on node01" in s, 15, "the process screen from pane 4")
+    tmux.keys("Escape")
+    tmux.wait(lambda s: "Map: mean activity" in s, 15, "back on pane 4")
+    tmux.keys("q")
+    screen = tmux.wait(lambda s: f"{EXIT_MARK}:" in s, 15, "the app to exit")
     assert f"{EXIT_MARK}:0" in screen

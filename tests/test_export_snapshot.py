@@ -440,3 +440,16 @@ def test_process_map_names_gpu_processes_and_ray_actors(tmp_path: Path) -> None:
     assert (driver["pid"], driver["gpus"], driver["source"]) == (2521, [], "ray")
     assert doc["processes"][0]["verl_role"] == "actor/rollout/ref"
     assert "Without a GPU (Ray actors): 1 TaskRunner (driver)" in (out / "report.md").read_text()
+
+
+def test_replayed_host_samples_carry_the_busiest_core_not_a_one_core_list() -> None:
+    """The ring keeps the busiest core only: a rebuilt sample says so (cpu_max_core_pct), so a
+    replayed node screen reads "busiest core 97 %", not "1 cores" (values constructed)."""
+    store = Store(LIMITS)
+    for k, cores in enumerate(([10.0, 97.0, 5.0], [20.0, 30.0, 40.0])):
+        store.ingest(HostSample(host="h", t=1000.0 + k, cpu_pct=50.0, cpu_per_core=cores))
+    first = [r for r in snap.recording_records(store) if isinstance(r, HostSample)][0]
+    assert first.t == 1000.0 and first.cpu_per_core == [] and first.cpu_max_core_pct == 97.0
+    replayed = Store(LIMITS)
+    replayed.ingest(first)
+    assert replayed.hosts["h"].history.values("cpu_max_core", 0.0) == [97.0]

@@ -74,6 +74,8 @@ async def test_prometheus_gpus_fill_every_pane(prom_cluster: dict) -> None:
     assert "facebook/opt-125m" in three and "375/475" in three  # ... next to the vLLM server
     four = screens["4"]
     assert "GPUs seen: 16 on 2 nodes" in four and H100 in four and A800 in four
+    # Its process table says why it is empty in Prometheus' terms, not "not seen yet".
+    assert "no process of the job seen yet" not in four
     # Pane 5: the trainer's reserved memory (log) against the largest real GPU (Prometheus):
     # A800 FB_USED 2 + FB_FREE 81226 MiB = 79.3 GiB (the H100 excerpt has no FB series).
     assert "GiB of 79.3 GiB (NVIDIA A800-SXM4-80GB)" in screens["5"]

@@ -86,7 +86,8 @@ def test_round_maps_real_dcgm_series_to_hosts_and_gpus(prom_cluster: dict) -> No
     assert a1.pcie_tx_mibs == pytest.approx(143341 / 2**20)
     assert a1.tensor_util == 0 and a1.dram_util == 0  # real zeros stay zeros
     assert a1.sm_util is None  # SM_ACTIVE is not in the default field list
-    assert source.queries_last == 2 + 19 + 11  # info + 19 DCGM + rollout info + 11 rollout
+    # info + 19 DCGM + rollout info + 11 rollout; node_exporter: info + 12 + its scrape interval
+    assert source.queries_last == 2 + 19 + 11 + 1 + 12 + 1
     status = [r for r in records if isinstance(r, SourceStatus)]
     assert status and status[0].state == "up"
 

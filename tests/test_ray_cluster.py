@@ -312,7 +312,7 @@ async def test_live_run_follows_the_driver_log_of_the_taskrunner(
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            if store.steps and host in store.hosts and store.hosts[host].gpus:
+            if store.steps and host in store.hosts and store.hosts[host].gpus and store.ray_job[1]:
                 break
             await asyncio.sleep(0.1)
     finally:
@@ -333,3 +333,17 @@ async def test_live_run_follows_the_driver_log_of_the_taskrunner(
     assert worker is not None and (worker.role, worker.rank) == ("trainer", 1)
     assert [n.name for n in store.ray_nodes] == [host]
     assert any("following the driver log" in n for n in store.notes)
+    # For a snapshot: the cluster's Ray version and the job's launch command, from the
+    # dashboard (the driver was started as `python .../driver.py 127.0.0.1:<gcs port>`).
+    import ray
+
+    from verl_top.export.environment import collect_environment
+
+    assert store.ray_version == ray.__version__
+    job_id, entrypoint = store.ray_job
+    runner = store.ray_actor(host, pid)
+    assert runner is not None and job_id == runner.job_id
+    assert entrypoint.endswith(f"driver.py {ray_head.gcs}") and str(ray_head.temp_dir) in entrypoint
+    env = collect_environment(store)
+    assert env.launch == entrypoint and f"Ray job {job_id}" in env.launch_source
+    assert next(s for s in env.software if s.name == "Ray").version == ray.__version__

@@ -66,6 +66,7 @@ class FakeDashboard:
     def __init__(self) -> None:
         self.routes: dict[str, tuple[int, bytes]] = {}
         self.auth: list[str | None] = []
+        self.paths: list[str] = []  # every path asked, in order
         self.nodes: list[dict[str, Any]] = []
         fake = self
 
@@ -73,6 +74,7 @@ class FakeDashboard:
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 fake.auth.append(self.headers.get("Authorization"))
                 path = self.path.split("?", 1)[0]
+                fake.paths.append(path)
                 if path in fake.routes:
                     status, body = fake.routes[path]
                 elif path == "/api/v0/nodes":
@@ -295,6 +297,38 @@ async def test_nodes_join_and_leave_while_running(fake: FakeDashboard) -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await task
     assert all(s.cancelled for s in started), "node sources must stop with the Ray source"
+
+
+async def test_ray_version_and_job_entrypoint_reach_the_record(fake: FakeDashboard) -> None:
+    """The recorded /api/version and /api/v0/jobs replies of Ray 2.60 (tests/fixtures/ray/):
+    the version and the running job's launch command ride on the RayActors record."""
+    fake.nodes = [node_row("head", "127.0.0.11")]
+    fake.routes["/api/version"] = (200, (FIX / "version.json").read_bytes())
+    fake.routes["/api/v0/jobs"] = (200, (FIX / "jobs.json").read_bytes())
+    records: list[Any] = []
+    source = RaySource(Dashboard(fake.url), StubNode, poll_s=0.1, local_names=set())
+    try:
+        await source.poll(records.append)
+    finally:
+        await source._stop_all()  # noqa: SLF001 - the run loop's own cleanup
+    last = _last(records)
+    assert last.ray_version == "2.60.0" and last.job_id == "01000000"
+    assert last.entrypoint == "/root/.pyenv/versions/3.11.7/bin/python driver.py 127.0.0.1:46379"
+
+
+async def test_a_dashboard_without_version_or_jobs_leaves_them_empty(fake: FakeDashboard) -> None:
+    fake.nodes = [node_row("head", "127.0.0.11")]  # /api/version: 404; jobs: none
+    records: list[Any] = []
+    source = RaySource(Dashboard(fake.url), StubNode, poll_s=0.1, local_names=set())
+    try:
+        await source.poll(records.append)
+        await source.poll(records.append)
+    finally:
+        await source._stop_all()  # noqa: SLF001
+    assert (_last(records).ray_version, _last(records).entrypoint) == ("", "")
+    # A 404 is an answer: /api/version is not asked again at every poll; the job list is
+    # (a job may start later).
+    assert fake.paths.count("/api/version") == 1 and fake.paths.count("/api/v0/jobs") >= 2
 
 
 def _last(records: list[Any]) -> RayActors:

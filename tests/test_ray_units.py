@@ -13,6 +13,7 @@ from verl_top.protocol import Decoder, encode
 from verl_top.sources.ray import (
     ClusterView,
     Dashboard,
+    JobInfo,
     NodeSource,
     RayError,
     RaySource,
@@ -22,6 +23,8 @@ from verl_top.sources.ray import (
     map_actors,
     parse_nodes,
     parse_summary,
+    pick_job,
+    ray_version,
 )
 from verl_top.store import Store
 
@@ -224,3 +227,40 @@ def test_ray_actors_record_round_trips_and_lands_in_the_store() -> None:
     assert store.ray_nodes[0].gpus == 8.0 and store.ray_driver_log.startswith("gpu1:")
     assert list(store.notes) == ["Ray: following the driver log"]
     assert "ray:http://head:8265" not in store.hosts  # the dashboard is not a monitored host
+
+
+# --- for a snapshot: the Ray version and the job's launch command ---------------------------
+
+
+def test_version_and_job_from_the_real_replies() -> None:
+    # version.json: {"ray_version": "2.60.0", ...}; jobs.json: one DRIVER job 01000000, RUNNING,
+    # entrypoint "/root/.pyenv/versions/3.11.7/bin/python driver.py 127.0.0.1:46379".
+    assert ray_version(load("version.json")) == "2.60.0"
+    assert ray_version({"version": "4"}) == "" and ray_version(["2.60.0"]) == ""
+    rows = load("jobs.json")["data"]["result"]["result"]
+    entry = "/root/.pyenv/versions/3.11.7/bin/python driver.py 127.0.0.1:46379"
+    assert pick_job(rows, "01000000") == JobInfo("01000000", entry)
+    assert pick_job(rows) == JobInfo("01000000", entry)  # no TaskRunner id: the running one
+    # The TaskRunner's job wins over a newer running one; finished jobs are never guessed.
+    newer = {**rows[0], "job_id": "02000000", "entrypoint": "python other.py", "start_time": 9}
+    done = {**rows[0], "job_id": "03000000", "status": "SUCCEEDED", "start_time": 99}
+    assert pick_job([rows[0], newer, done], "01000000").job_id == "01000000"
+    assert pick_job([rows[0], newer, done]).job_id == "02000000"
+    assert pick_job([done]) is None and pick_job([{**rows[0], "entrypoint": ""}]) is None
+
+
+def test_snapshot_environment_takes_ray_version_and_entrypoint_from_the_record() -> None:
+    from verl_top.export.environment import collect_environment
+
+    entry = "python3 -m verl.trainer.main_ppo data.train_batch_size=1024 trainer.n_gpus_per_node=8"
+    rec = RayActors(
+        host="ray:http://head:8265", t=1.0, ray_version="2.60.0", job_id="01000000",
+        entrypoint=entry,
+    )  # fmt: skip
+    store = Store()
+    store.ingest(Decoder().decode(encode(rec)))
+    store.ingest(Decoder().decode(encode(RayActors(host=rec.host, t=2.0, note="later"))))
+    env = collect_environment(store)
+    ray = next(s for s in env.software if s.name == "Ray")
+    assert (ray.version, ray.source) == ("2.60.0", "the Ray dashboard's /api/version")
+    assert env.launch == entry and "Ray job 01000000" in env.launch_source

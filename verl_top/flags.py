@@ -93,6 +93,7 @@ def prom_settings(args: argparse.Namespace) -> PromSettings | None:
         url=args.prometheus,
         selector=args.prom_selector or "",
         rollout_selector=args.prom_rollout_selector,
+        node_selector=getattr(args, "prom_node_selector", None) or "",
         interval=args.prom_interval,
         budget=min(args.prom_timeout, args.prom_interval),
         request_timeout=args.prom_timeout,
@@ -122,6 +123,13 @@ def add_prometheus_arguments(group: argparse._ArgumentGroup) -> None:
         "--prom-rollout-selector",
         metavar="MATCHERS",
         help="label matchers for the vllm:/sglang: series (default: --prom-selector)",
+    )
+    group.add_argument(
+        "--prom-node-selector",
+        metavar="MATCHERS",
+        help="label matchers for node_exporter's series (host CPU, memory, network, disks), "
+        "e.g. 'job=\"node\"' (default: every node_exporter, joined to the DCGM hosts by name "
+        "or address)",
     )
     group.add_argument(
         "--prom-interval",

@@ -137,6 +137,9 @@ class HostSample(Record):
     TYPE: ClassVar[str] = "host"
     cpu_pct: float | None = None
     cpu_per_core: list[float] = field(default_factory=list)
+    # The busiest core's busy % where the per-core list is not sent (node_exporter through
+    # Prometheus: one value per host instead of one series per core); else max(cpu_per_core).
+    cpu_max_core_pct: float | None = None
     iowait_pct: float | None = None
     load1: float | None = None
     load5: float | None = None
@@ -373,6 +376,11 @@ class RayActors(Record):
     actors: list[RayActor] = field(default_factory=list)
     driver_log: str = ""
     note: str = ""
+    # For a snapshot (export/environment.py): the cluster's Ray version (/api/version) and the
+    # job's id and launch command (its entrypoint in the dashboard's job list).
+    ray_version: str = ""
+    job_id: str = ""
+    entrypoint: str = ""
 
 
 @dataclass

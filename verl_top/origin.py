@@ -76,9 +76,15 @@ def no_processes_text(store: Store) -> str:
 def no_host_sample_text(store: Store) -> str:
     """Why a node has no host sample (CPU, memory, network, disks), in this session's terms."""
     if store.origin == PROMETHEUS:
+        if any(h.latest is not None for h in store.hosts.values()):
+            return (
+                "no node_exporter series joined to this host: none names it by node_uname_info's "
+                'nodename or by its scrape address (docs/prometheus.md, "Host metrics")'
+            )
         return (
-            "host samples (CPU, memory, network, disks) are not in dcgm-exporter's series; "
-            "the node agent sends them (--hosts)"
+            "host samples (CPU, memory, network, disks) come from node_exporter, and this "
+            "Prometheus has no node_cpu_seconds_total series joined to the DCGM hosts "
+            "(--prom-node-selector picks them; or the node agent: --hosts)"
         )
     if recorded(store):
         return "the recording has no host sample for this node"

@@ -91,7 +91,7 @@ RANGES: dict[str, tuple[float, float]] = {
     **dict.fromkeys(
         ("util_gpu", "util_mem", "sm_util", "sm_occupancy", "tensor_util", "dram_util"), _PCT
     ),
-    **dict.fromkeys(("iowait_pct",), _PCT),
+    **dict.fromkeys(("iowait_pct", "cpu_max_core_pct"), _PCT),
     "cpu_pct": (0.0, 1e5),  # a process's CPU % is per core, like top: 64 cores -> 6400
     "agent_cpu_pct": (0.0, 1e5),
     "cpu_per_core": _PCT,
@@ -172,6 +172,7 @@ TEXT_LIMITS: dict[str, int] = {
     "title": 4096,
     "method": 256,
     "user": 64,
+    "entrypoint": 4096,
 }
 # Caps on list lengths by field name; longer lists are cut (and counted as ``cap:``).
 LIST_CAPS: dict[str, int] = {

@@ -164,6 +164,7 @@ KEYS: dict[str, tuple[str, Check]] = {
     "prometheus.url": ("prometheus", _string),
     "prometheus.selector": ("prom_selector", _string),
     "prometheus.rollout_selector": ("prom_rollout_selector", _string),
+    "prometheus.node_selector": ("prom_node_selector", _string),
     "prometheus.interval": ("prom_interval", _number(0.0)),
     "prometheus.timeout": ("prom_timeout", _number(0.0)),
     "prometheus.headers": ("prom_header", _strings),

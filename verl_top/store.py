@@ -388,6 +388,8 @@ class Store:
         self.ray_actors: list[RayActor] = []
         self.ray_by_pid: dict[tuple[str, int], RayActor] = {}
         self.ray_driver_log = ""
+        self.ray_version = ""  # the cluster's Ray version (its dashboard's /api/version)
+        self.ray_job: tuple[str, str] = ("", "")  # (job id, entrypoint: the launch command)
         # The last Python stacks collected (verl_top.stacks.ProcessStack: the node screen's key,
         # `verl-top stacks`), written into snapshots as stacks.txt and snapshot.json "stacks".
         self.stacks: list[Any] = []
@@ -536,7 +538,7 @@ class Store:
         h = self._touch(rec, received)
         h.latest = rec
         values = {name: getattr(rec, name, None) for name in HOST_METRICS}
-        values["cpu_max_core"] = max(rec.cpu_per_core) if rec.cpu_per_core else None
+        values["cpu_max_core"] = max(rec.cpu_per_core) if rec.cpu_per_core else rec.cpu_max_core_pct
         h.history.push(rec.t, values)
 
     def _on_procs(self, rec: ProcessList, received: float | None) -> None:
@@ -617,6 +619,9 @@ class Store:
         self.ray_actors = list(rec.actors)
         self.ray_by_pid = {(a.host, a.pid): a for a in rec.actors if a.pid}
         self.ray_driver_log = rec.driver_log
+        self.ray_version = rec.ray_version or self.ray_version
+        if rec.entrypoint:
+            self.ray_job = (rec.job_id, rec.entrypoint)
         if rec.note and (not self.notes or self.notes[-1] != rec.note):
             self.notes.append(rec.note)
 

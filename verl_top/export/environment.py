@@ -1,9 +1,11 @@
 """What a verl maintainer asks for first: software versions, the launch command, the last errors.
 
-Every item says where it came from, or ``unknown``: nothing is guessed. Sources: the verl
-logs followed on this machine (their first and last MiB, read when the snapshot is written,
-never on the hot path), the lines the nodes' agents sent (each host's log tail), the agents'
-hellos (driver, their Python), the config and verl's flavour detection, and this machine.
+Every item says where it came from, or ``unknown``: nothing is guessed. Sources: with
+``--ray``, the cluster's dashboard (its Ray version, and the job's entrypoint: the command it
+was launched with); the verl logs followed on this machine (their first and last MiB, read
+when the snapshot is written, never on the hot path), the lines the nodes' agents sent (each
+host's log tail), the agents' hellos (driver, their Python), the config and verl's flavour
+detection, and this machine.
 Log text is foreign: it is cleaned and bounded here, and the snapshot redacts it.
 """
 
@@ -137,6 +139,8 @@ def _software(store: Store, head: list[str], tails: list[str]) -> list[Software]
         else Software("verl", UNKNOWN, "no log line or key tells it")
     )
     engine = str(store.config.get("actor_rollout_ref.rollout.name") or "")
+    if store.ray_version:  # the cluster's own answer wins over a line a log printed
+        seen["Ray"] = (clean_text(store.ray_version, 64), "the Ray dashboard's /api/version")
     for name in ("vLLM", "SGLang", "torch", "Ray", "NCCL", "CUDA (NCCL build)"):
         if name in seen:
             items.append(Software(name, *seen[name]))
@@ -165,6 +169,10 @@ def _software(store: Store, head: list[str], tails: list[str]) -> list[Software]
 
 
 def _launch(store: Store, head: list[str]) -> tuple[str | None, str]:
+    job_id, entrypoint = store.ray_job
+    if entrypoint:  # what the job was submitted or started with, as Ray recorded it
+        where = f"Ray job {clean_text(job_id, 64)}" if job_id else "the Ray job"
+        return clean_text(entrypoint, 4096), f"{where}'s entrypoint (Ray dashboard job list)"
     for h in store.hosts.values():
         for proc in h.procs.procs if h.procs is not None else ():
             m = _LAUNCH.search((proc.cmd or "").strip())

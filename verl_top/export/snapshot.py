@@ -188,9 +188,9 @@ def _host_samples(entry: HostEntry, since: float) -> list[HostSample]:
         }
         if values["mem_used_bytes"] is not None:
             values["mem_used_bytes"] = int(values["mem_used_bytes"])
-        # The ring keeps only the busiest core; a one-core list replays to the same column.
-        busiest = values.pop("cpu_max_core", None)
-        values["cpu_per_core"] = [busiest] if busiest is not None else []
+        # The ring keeps only the busiest core: replayed as such (not as a one-core list,
+        # which the node screen drew as "1 cores").
+        values["cpu_max_core_pct"] = values.pop("cpu_max_core", None)
         out.append(
             HostSample(
                 host=entry.name,

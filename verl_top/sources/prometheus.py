@@ -27,7 +27,7 @@ import re
 import time
 import urllib.parse
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -44,6 +44,16 @@ from verl_top.model import (
 from verl_top.protocol import MAX_GPU_INDEX, in_range
 from verl_top.sources.base import Emit, Source
 from verl_top.sources.http_client import HttpClient, HttpError, HttpOptions, time_limit
+from verl_top.sources.node_exporter import (
+    NodePlan,
+    cpu_columns,
+    host_sample,
+    host_samples,
+    instance_values,
+    join_hosts,
+    scrape_query,
+    series_key,
+)
 from verl_top.untrusted import (
     JsonArrayStream,
     UntrustedJSONError,
@@ -257,8 +267,9 @@ def rollout_info(sel: str) -> str:
 _MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
 
 
-def parse_selector(text: str) -> str:
-    """``job="dcgm",namespace=~"gpu.*"`` (braces optional) as PromQL matchers; ValueError if bad."""
+def parse_selector(text: str, flag: str = "--prom-selector") -> str:
+    """``job="dcgm",namespace=~"gpu.*"`` (braces optional) as PromQL matchers; ValueError if bad
+    (the message names ``flag``)."""
     body = text.strip()
     if body.startswith("{") and body.endswith("}"):
         body = body[1:-1]
@@ -267,7 +278,7 @@ def parse_selector(text: str) -> str:
         m = _MATCHER.match(body, pos)
         if m is None:
             raise ValueError(
-                f"--prom-selector {text!r}: expected label matchers like "
+                f"{flag} {text!r}: expected label matchers like "
                 'job="dcgm",namespace=~"train-.*" (name, one of = != =~ !~, a "quoted" value)'
             )
         out.append(f'{m.group(1)}{m.group(2)}"{m.group(3)}"')
@@ -298,6 +309,7 @@ class PromSettings:
     url: str
     selector: str = ""  # PromQL label matchers applied to the DCGM series
     rollout_selector: str | None = None  # for vllm:/sglang: series; None: same as selector
+    node_selector: str = ""  # for node_exporter's series (they carry their own job labels)
     interval: float = 5.0  # s between rounds
     budget: float = 4.0  # s: a round (all queries) must answer within this
     request_timeout: float = 3.0  # s per request (connect + answer)
@@ -305,6 +317,7 @@ class PromSettings:
     history_budget: float = 20.0  # s for the start-up range queries
     parallel: int = 8  # requests in flight at once
     rollout: bool = True
+    node: bool = True  # host metrics from node_exporter, where Prometheus has them
     http: HttpOptions = field(default_factory=HttpOptions)  # headers, token, TLS files
 
     def __post_init__(self) -> None:
@@ -312,6 +325,8 @@ class PromSettings:
         self.selector = parse_selector(self.selector) if self.selector else ""
         if self.rollout_selector is not None:
             self.rollout_selector = parse_selector(self.rollout_selector)
+        if self.node_selector:
+            self.node_selector = parse_selector(self.node_selector, "--prom-node-selector")
         if self.interval <= 0 or self.budget <= 0 or self.request_timeout <= 0:
             raise ValueError("--prometheus: interval and timeouts must be positive")
         self.http.check("--prom")
@@ -694,11 +709,23 @@ def gpu_sample(host: str, index: int, t: float, values: Values) -> GpuSample:
 # --- the source ---------------------------------------------------------------------------------
 
 
+Asked = tuple[dict[str, list[Series]], list[str]]  # answers by name, errors
+Pending = asyncio.Future[Asked] | None  # node_exporter's queries in flight
+
+
+async def _dropped(future: asyncio.Future[Any] | None) -> None:
+    """Cancel queries no longer wanted and wait for them to end (nothing left running)."""
+    if future is not None:
+        future.cancel()
+        await asyncio.gather(future, return_exceptions=True)
+
+
 @dataclass
 class _Known:
     """What the source has told the store, so it only repeats what changed."""
 
     hellos: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    node_hosts: set[str] = field(default_factory=set)  # hosts with node_exporter values
     xids: dict[tuple[str, int], float] = field(default_factory=dict)
     status: tuple[str, str] | None = None
     gone: set[str] = field(default_factory=set)
@@ -716,6 +743,7 @@ class PrometheusSource:
         self.rounds = 0
         self.queries_last = 0
         self._known = _Known()
+        self._last_info: dict[str, list[Series]] = {}  # the DCGM identities, for the join
         self._sem = asyncio.Semaphore(max(1, settings.parallel))
         sel = settings.selector
         rsel = settings.selector if settings.rollout_selector is None else settings.rollout_selector
@@ -726,6 +754,14 @@ class PrometheusSource:
         queries = rollout_queries(rsel) if settings.rollout else {}
         self.rollout_exprs = {name: expr for name, (expr, _) in queries.items()}
         self.rollout_info = rollout_info(rsel)
+        self.node_plan = (
+            NodePlan(settings.node_selector, settings.interval) if settings.node else None
+        )
+
+    @property
+    def node_exprs(self) -> dict[str, str]:
+        """node_exporter's queries by HostSample field ({} without them)."""
+        return self.node_plan.queries if self.node_plan is not None else {}
 
     # asking
 
@@ -791,14 +827,19 @@ class PrometheusSource:
             await self.client.close()
 
     async def poll(self, emit: Emit) -> None:
-        """One round: every metric once, at one evaluation time, within the round's budget."""
+        """One round: every metric once, at one evaluation time, within the round's budget.
+
+        node_exporter's queries go after the GPU queries and can never cost them: the round
+        stands on the GPU answers; host values that miss the budget are skipped this round."""
         self.rounds += 1
         before = self.client.requests
         started = time.monotonic()
+        deadline = started + self.settings.budget
         at = time.time()
+        node: Pending = None
         try:
             async with time_limit(self.settings.budget):
-                records, errors = await self._round(at)
+                records, errors, node = await self._round(at)
         except asyncio.TimeoutError:
             self._lost(
                 emit,
@@ -812,29 +853,97 @@ class PrometheusSource:
             return
         finally:
             self.queries_last = self.client.requests - before
-        for record in records:
+        for record in records:  # the GPUs now, whatever node_exporter's queries do
             emit(record)
+        host_answers, host_note = await self._node_answers(node, deadline - time.monotonic())
+        self.queries_last = self.client.requests - before
+        if host_answers is not None:  # after the hellos: the hosts exist
+            for record in self._host_records({**self._last_info, **host_answers}, at):
+                emit(record)
         # A query Prometheus refused (an old version without a function, say) leaves its
         # metric without data; the rest of the round stands.
-        reason = f"{len(errors)} queries failed, e.g. {errors[0]}" if errors else ""
+        reasons = [f"{len(errors)} queries failed, e.g. {errors[0]}"] if errors else []
+        reasons += [host_note] if host_note else []
         if not any(isinstance(r, GpuSample) for r in records):
             where = f"{{{self.settings.selector}}}" if self.settings.selector else "at all"
-            reason = (
+            reasons = [
                 f"no DCGM GPU series match {where} (is dcgm-exporter scraped by this "
                 "Prometheus, and is --prom-selector right?)"
-            )
-        self._status(emit, "up", reason, time.monotonic() - started)
+            ]
+        self._status(emit, "up", "; ".join(reasons), time.monotonic() - started)
 
-    async def _round(self, at: float) -> tuple[list[Record], list[str]]:
+    async def _round(self, at: float) -> tuple[list[Record], list[str], Pending]:
+        """The GPU and rollout answers as records, their errors, and the node_exporter
+        queries still in flight."""
         exprs = {"_info": self.info_expr, **self.gpu_exprs}
         if self.rollout_exprs:
             exprs.update({"_rinfo": self.rollout_info, **self.rollout_exprs})
-        answers, errors = await self._ask_all(exprs, at)
-        if "_info" not in answers:
-            raise PromError(errors[0] if errors else "no answer")
+        plan = self.node_plan
+        node_exprs = plan.due(time.monotonic()) if plan is not None else None
+        node_job = None if not node_exprs else (lambda: self._ask_all(node_exprs, at))
+        answers, errors, node = await self._ask_gpus_first(exprs, at, node_job)
+        self._last_info = {"_info": answers["_info"]}
         records = self._gpu_records(answers, at)
         records += rollout_records(answers, at)
-        return records, errors
+        return records, errors, node
+
+    async def _ask_gpus_first(
+        self,
+        exprs: Mapping[str, str],
+        at: float,
+        node_job: Callable[[], Awaitable[Asked]] | None,
+        span: tuple[float, float] | None = None,
+        budget: int = MAX_ANSWER_POINTS,
+    ) -> tuple[dict[str, list[Series]], list[str], Pending]:
+        """``exprs`` answered (PromError without the DCGM identities), and ``node_job``
+        (node_exporter's queries) started after them, so its requests queue behind the GPU
+        ones; it is returned still in flight (None when there is none)."""
+        gpu = asyncio.ensure_future(self._ask_all(exprs, at, span, budget))
+        node: Pending = None
+        try:
+            await asyncio.sleep(0)  # the GPU requests take the connections first
+            if node_job is not None:
+                node = asyncio.ensure_future(node_job())
+            answers, errors = await gpu
+            if "_info" not in answers:
+                raise PromError(errors[0] if errors else "no answer")
+        except BaseException:
+            await _dropped(gpu)
+            await _dropped(node)
+            raise
+        return answers, errors, node
+
+    async def _node_answers(
+        self, node: Pending, remaining: float
+    ) -> tuple[dict[str, list[Series]] | None, str]:
+        """node_exporter's answers within ``remaining`` seconds (None: none this time) and
+        what went wrong ('' when nothing did)."""
+        if node is None:
+            return None, ""
+        try:
+            async with time_limit(max(0.0, remaining)):
+                answers, errors = await node
+        except (asyncio.TimeoutError, PromError) as exc:
+            await _dropped(node)
+            why = str(exc) or "they did not answer within the round's budget"
+            return None, f"host values (node_exporter) skipped this round: {why}"
+        if self.node_plan is not None:
+            self.node_plan.learn(answers, time.monotonic())
+        note = f"{len(errors)} node_exporter queries failed, e.g. {errors[0]}" if errors else ""
+        return answers, note
+
+    def _host_records(self, answers: Mapping[str, list[Series]], at: float) -> list[Record]:
+        """node_exporter's values as HostSamples of the DCGM hosts they join; a host whose
+        node series went away gets one empty sample (no data, not its last values)."""
+        if not self.node_exprs:
+            return []
+        join = node_join(answers)
+        columns = instance_values({k: answers.get(k, []) for k in self.node_exprs})
+        out: list[Record] = list(host_samples(columns, join, at))
+        joined = set(join.values())
+        out += [host_sample(h, at, {}) for h in sorted(self._known.node_hosts - joined)]
+        self._known.node_hosts = joined
+        return out
 
     def _gpu_records(self, answers: Mapping[str, list[Series]], at: float) -> list[Record]:
         facts = gpu_facts(answers["_info"])
@@ -971,16 +1080,20 @@ class PrometheusSource:
             grid = HistoryGrid(end - (points - 1) * step, step, points)
             exprs = {"_info": self.info_expr, **self.gpu_exprs}
             exprs.update(self.rollout_exprs)
+            span, budget = (grid.start, step), 2 * HISTORY_SAMPLES
+            node_job = None
+            if self.node_plan is not None:
+                node_job = lambda: self._history_nodes(end, span, budget)  # noqa: E731
             async with time_limit(max(0.0, deadline - loop.time())):
-                answers, _ = await self._ask_all(
-                    exprs, end, (grid.start, step), budget=2 * HISTORY_SAMPLES
-                )
+                answers, _, node = await self._ask_gpus_first(exprs, end, node_job, span, budget)
         except (asyncio.TimeoutError, PromError) as exc:
             reason = str(exc) or f"no answer within {s.history_budget:g} s"
             self._status(emit, "slow", f"no history at start-up: {reason}", None)
             return
-        if "_info" not in answers:
-            return
+        # Host history only if it comes soon: it may wait half of what is left of the budget,
+        # the other half is the regrouping's (the GPUs' history never waits for the hosts').
+        host_answers, _ = await self._node_answers(node, (deadline - loop.time()) / 2)
+        answers.update(host_answers or {})
         until = time.monotonic() + max(0.0, deadline - loop.time())
         history = await asyncio.to_thread(history_records, self, answers, grid, until)
         if history.late:
@@ -995,6 +1108,15 @@ class PrometheusSource:
             emit(record)
             if i % EMIT_CHUNK == EMIT_CHUNK - 1:
                 await asyncio.sleep(0)  # 60k samples at 1024 GPUs: let the screen draw
+
+    async def _history_nodes(self, at: float, span: tuple[float, float], budget: int) -> Asked:
+        """node_exporter's range queries for the start-up history, their rate window set by
+        the scrape interval, asked first (one small instant query)."""
+        plan = self.node_plan
+        assert plan is not None
+        series = await self.client.query(scrape_query(plan.selector), at)
+        plan.learn({"_nscrape": series}, time.monotonic())
+        return await self._ask_all({"_ninfo": plan.info, **plan.queries}, at, span, budget)
 
 
 @dataclass(frozen=True)
@@ -1051,6 +1173,16 @@ def _instance(labels: Mapping[str, str]) -> str | None:
     return clean_text(labels.get("instance", ""), 128) or None
 
 
+def node_join(answers: Mapping[str, list[Series]]) -> dict[str, str]:
+    """node_exporter instance -> DCGM host, from the node info and DCGM info answers."""
+    gpu_hosts = []
+    for s in answers.get("_info", []):
+        key = gpu_of(s.labels)
+        if key is not None:
+            gpu_hosts.append((key[0], s.labels.get("instance", "")))
+    return join_hosts((s.labels for s in answers.get("_ninfo", [])), gpu_hosts)
+
+
 def history_records(
     source: PrometheusSource,
     answers: Mapping[str, list[Series]],
@@ -1062,6 +1194,10 @@ def history_records(
     facts_all = gpu_facts(answers["_info"])
     present = _dense(answers["_info"], gpu_of, grid)
     gpu_cols = {name: _dense(answers.get(name, []), gpu_of, grid) for name in source.gpu_exprs}
+    join = node_join(answers) if source.node_exprs else {}
+    node_cols = {
+        name: _dense(answers.get(name, []), series_key, grid) for name in source.node_exprs
+    }
     queries = rollout_queries("")
     roll_cols = {name: _dense(answers.get(name, []), _instance, grid) for name in queries}
     servers: dict[str, tuple[str, str]] = {}
@@ -1085,6 +1221,16 @@ def history_records(
             out.records += source._hellos(facts_all, values, t)  # noqa: SLF001 - its own parts
         out.records += [gpu_sample(h, i, t, values) for h, i in here]
         out.samples += len(here)
+        # Host samples only for hosts whose GPUs are there (their hello came first).
+        shown = {h for h, _ in here}
+        nodes = cpu_columns(
+            {
+                name: {key: _scaled(row[k], 1.0) for key, row in col.items()}
+                for name, col in node_cols.items()
+            }
+        )
+        here_join = {i: h for i, h in join.items() if h in shown}
+        out.records += host_samples(nodes, here_join, t, sparse=True)
         cols = {
             name: {inst: _scaled(row[k], queries[name][1]) for inst, row in col.items()}
             for name, col in roll_cols.items()

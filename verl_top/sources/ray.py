@@ -216,8 +216,8 @@ ACTOR_ROW = _keep(
     nested={"required_resources": ("GPU",)},
 )  # fmt: skip
 JOB_ROW = _keep(
-    "submission_id", "status", "driver_node_id", "driver_info",
-    nested={"driver_info": ("node_ip_address",)},
+    "submission_id", "status", "driver_node_id", "driver_info", "job_id", "entrypoint",
+    "start_time", nested={"driver_info": ("node_ip_address",)},
 )  # fmt: skip
 SUMMARY_ROW = _keep(
     "hostname", "raylet", nested={"raylet": ("nodeId", "nodeManagerHostname", "rayletSocketName")}
@@ -568,6 +568,42 @@ def _worker_ranks(actors: Sequence[RayActor]) -> None:
             a.rank = None if offset is None else offset + (a.local_rank or 0)
 
 
+@dataclass(frozen=True)
+class JobInfo:
+    """The job verl-top watches, as the dashboard's job list has it."""
+
+    job_id: str = ""
+    entrypoint: str = ""  # the command the job was launched with
+
+
+def ray_version(body: Any) -> str:
+    """``ray_version`` of a ``/api/version`` reply ('' when it has none)."""
+    value = body.get("ray_version") if isinstance(body, dict) else None
+    return clean_text(value, 64) if isinstance(value, str) else ""
+
+
+def pick_job(rows: Sequence[dict[str, Any]], job_id: str = "") -> JobInfo | None:
+    """The job whose id is ``job_id`` (the TaskRunner actor's), else the newest running one,
+    from ``/api/v0/jobs`` rows; None when neither is there."""
+
+    def info(row: dict[str, Any]) -> JobInfo | None:
+        entry, jid = row.get("entrypoint"), row.get("job_id") or row.get("submission_id")
+        if not isinstance(entry, str) or not entry.strip():
+            return None
+        return JobInfo(clean_text(jid, 64) if isinstance(jid, str) else "", entry.strip())
+
+    if job_id:
+        for row in rows:
+            if row.get("job_id") == job_id and (found := info(row)) is not None:
+                return found
+    running = [r for r in rows if r.get("status") == "RUNNING"]
+    running.sort(key=lambda r: r["start_time"] if isinstance(r.get("start_time"), int) else 0)
+    for row in reversed(running):
+        if (found := info(row)) is not None:
+            return found
+    return None
+
+
 async def fetch_view(dash: Dashboard, detail: bool = False) -> ClusterView:
     """Nodes, node extras and live actors in three requests."""
     refused: list[str] = []
@@ -691,6 +727,8 @@ class RaySource:
         self._driver: tuple[str, str] | None = None  # (host, path) being followed
         self._driver_for: tuple[str, int | None] | None = None  # TaskRunner it belongs to
         self._note = note
+        self._version: str | None = None  # None: not asked yet ("": the dashboard has none)
+        self._job = JobInfo()
         self._last: tuple[Any, ...] | None = None
         self.polls = 0
         self.on_stop = on_stop  # e.g. close the SSH bastions the node sources share
@@ -772,14 +810,35 @@ class RaySource:
         await self._sync_nodes(emit)
         if self.find_driver_log:
             await self._driver_log(view, by_id)
+        await self._snapshot_facts()
         self._emit(emit)
+
+    async def _snapshot_facts(self) -> None:
+        """The Ray version (once) and the job's launch command (when the job changed), for a
+        snapshot; a dashboard without them leaves them empty (the snapshot says unknown)."""
+        if self._version is None:
+            try:
+                self._version = ray_version(await self.dash.get("/api/version"))
+            except RayError as exc:
+                if exc.kind != "unreachable":  # a 404 from an older or trimmed dashboard
+                    self._version = ""
+        runner = next((a for a in self._actors if a.role == "driver" and a.job_id), None)
+        wanted = runner.job_id if runner is not None else ""
+        if self._job.entrypoint and (not wanted or wanted == self._job.job_id):
+            return  # known, and the job is the same
+        try:
+            rows = await self.dash.state("/api/v0/jobs", [("limit", str(LIST_LIMIT))], JOB_ROW)
+        except RayError:
+            return  # asked again at the next poll
+        self._job = pick_job(_rows(rows), wanted) or self._job
 
     def _emit(self, emit: Emit) -> None:
         driver = f"{self._driver[0]}:{self._driver[1]}" if self._driver else ""
-        state = (self._nodes, self._actors, driver, self._note)
+        version = self._version or ""
+        state = (self._nodes, self._actors, driver, self._note, version, self._job)
         if state == self._last:
             return  # the recorder keeps every record: send a snapshot only when it changed
-        self._last = (list(self._nodes), list(self._actors), driver, self._note)
+        self._last = (list(self._nodes), list(self._actors), driver, self._note, version, self._job)
         record = RayActors(
             host=self.name,
             t=time.time(),
@@ -787,6 +846,9 @@ class RaySource:
             actors=list(self._actors),
             driver_log=driver,
             note=self._note,
+            ray_version=version,
+            job_id=self._job.job_id,
+            entrypoint=self._job.entrypoint,
         )
         # Actor names, classes and job ids are the dashboard's strings: through the record
         # boundary like an agent's records (cleaned, bounded, counted).

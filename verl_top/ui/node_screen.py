@@ -321,6 +321,10 @@ def render_host(store: Store, h: HostEntry, palette: dict[str, str], width: int 
     if s.cpu_per_core:
         text.append(f"\n{len(s.cpu_per_core)} cores: ", style="dim")
         text.append_text(core_bars(s.cpu_per_core, palette))
+    elif s.cpu_max_core_pct is not None:  # node_exporter via Prometheus: the busiest only
+        text.append("\nbusiest core ", style="dim")
+        text.append(fmt_num(s.cpu_max_core_pct, "{:.0f}", " %"), style="bold")
+        text.append(" (per-core values are not read from Prometheus)", style="dim")
     else:
         text.append("\nper-core CPU not reported", style="dim")
     total = host_mem_total(h)
@@ -566,6 +570,15 @@ def plot_title(name: str, source: str, now: str, width: int) -> str:
     return name[: max(1, room - len(value) - 1)] + "…" + value
 
 
+PLOT_FRAME = 9  # columns of a plot that are not its drawing area: y labels, ticks, borders
+
+
+def fit_note(note: str, width: int) -> str:
+    """A note shown inside a plot ``width`` columns wide, cut with "…" to its drawing area."""
+    room = max(3, width - PLOT_FRAME) if width > 0 else len(note)
+    return note if len(note) <= room else note[: room - 1].rstrip() + "…"
+
+
 class MetricPlot(PlotextPlot):
     """One metric's history (0-100 %) over the window: a line per GPU, or one GPU's line."""
 
@@ -597,7 +610,10 @@ class MetricPlot(PlotextPlot):
             if xs:
                 plt.plot(xs, ys, color=colour, marker="braille")
         if note or not any(xs for _, xs, _, _ in lines):
-            plt.text(note or "no data", x=-window_s * 0.75, y=50)
+            # Left-aligned from the plot's left edge: centred on a point, a note wider than
+            # its half of the plot ran under the y axis ("o GPM on this node").
+            label = fit_note(note or "no data", self.size.width)
+            plt.text(label, x=-window_s, y=50, alignment="left")
         self.builds += 1
         self.refresh()
 
@@ -611,7 +627,7 @@ class NodeScreen(Screen):
         dock: top; height: 1; background: $primary; color: $foreground; text-style: bold;
     }
     #node-scroll { padding: 0 1; }
-    #node-plots { grid-size: 3; grid-gutter: 0 1; grid-rows: 12; height: auto; }
+    #node-plots { grid-size: 3; grid-gutter: 1 1; grid-rows: 12; height: auto; }
     #node-host { height: 12; }
     .node-block { height: auto; margin-top: 1; }
     #node-info, #node-select { margin-top: 0; }

@@ -475,6 +475,45 @@ def fit_columns(
     return out
 
 
+def label_width(label: str) -> int:
+    """Printed width of a column label (its widest line: labels may take two lines)."""
+    return max(cell_len(line) for line in label.split("\n"))
+
+
+def fit_names(
+    columns: Sequence[Column], needed: dict[str, int], avail: int, gap: int = 2
+) -> list[tuple[Column, int]]:
+    """Widths for a Rich table whose ``text`` columns hold names (servers, models, hosts).
+
+    Numbers take their natural width and are never cut; names take theirs whenever the table
+    fits in ``avail`` cells. Only when it does not are names cut (each ends in ``…``), the
+    longest first, down to their ``width``; if even then it is too wide, the lowest-priority
+    column goes (``gap``: cells between two columns)."""
+    shown = [
+        (c, max(label_width(c.label), needed.get(c.key, 0), c.width if c.kind == "num" else 0))
+        for c in columns
+    ]
+
+    def over() -> int:
+        return sum(w for _, w in shown) + gap * max(0, len(shown) - 1) - avail
+
+    while (excess := over()) > 0:
+        cuttable = [i for i, (c, w) in enumerate(shown) if c.kind == "text" and w > c.width]
+        if cuttable:
+            i = max(cuttable, key=lambda k: shown[k][1])
+            c, w = shown[i]
+            # The longest name down to the next-longest (names shrink together), by at most
+            # the excess, never below its floor: each pass takes at least one cell.
+            second = max((shown[k][1] for k in cuttable if k != i), default=c.width)
+            shown[i] = (c, max(c.width, w - excess, min(second, w - 1)))
+            continue
+        optional = [i for i, (c, _) in enumerate(shown) if c.priority < REQUIRED]
+        if not optional:
+            break
+        del shown[min(optional, key=lambda i: (shown[i][0].priority, -i))]
+    return shown
+
+
 def ellipsis_cell(value: Any) -> Any:
     """A text cell that ends in ``…`` when its column is narrower than the text."""
     text = value if isinstance(value, Text) else Text(clean_text(value))

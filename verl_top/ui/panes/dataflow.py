@@ -26,13 +26,13 @@ from textual.widgets import Static
 from verl_top.assessment import Assessment
 from verl_top.compare import Comparison
 from verl_top.diagnosis.phases import Phase
-from verl_top.model import VerlStep
+from verl_top.model import RolloutSample, VerlStep
 from verl_top.origin import missing_steps_text
 from verl_top.status import waited_s, waiting_for_first_step
 from verl_top.store import Store
 from verl_top.ui.panes.base import Pane
 from verl_top.ui.running_app import monitor_app
-from verl_top.ui.widgets import add_plain_row
+from verl_top.ui.widgets import REQUIRED, Column, add_plain_row, cell_width, fit_names
 from verl_top.verl.flavour import store_flavour
 from verl_top.verl.stages import STAGE_BY_NAME, StepView, is_rollout_name, stage_bands
 
@@ -409,43 +409,70 @@ def steps_table(views: Sequence[StepView]) -> Table:
     return table
 
 
-def rollout_table(store: Store) -> RenderableType | None:
-    """The rollout servers' own view (vLLM / SGLang from --prometheus), None when there are none.
+# The rollout servers' table: names first (cut only when the numbers leave no room), then
+# the numbers by priority (the queue and the cache matter most to flow.rollout_queue).
+ROLLOUT_COLUMNS = (
+    Column("server", "server", 12, REQUIRED, "text"),
+    Column("kind", "kind", 6, 8, "text"),  # vllm, sglang: never cut
+    Column("model", "model", 12, 9, "text"),
+    Column("running", "running", 3, 9),
+    Column("waiting", "waiting", 3, 9),
+    Column("kv", "KV %", 3, 8),
+    Column("gen", "gen\ntok/s", 3, 6),
+    Column("ttft", "TTFT ms\np50/p90", 3, 5),
+    Column("tpot", "TPOT ms\np50", 3, 3),
+    Column("e2e", "e2e s\np50/p90", 3, 4),
+    Column("preempt", "preempt\n/min", 3, 2),
+)
 
-    Latency quantiles are the servers' cumulative histograms (since each server started).
-    """
-    if not store.rollout:
-        return None
 
+def _rollout_cells(r: RolloutSample) -> dict[str, str]:
     def num(value: float | None, fmt: str = "{:.0f}") -> str:
         return "—" if value is None else fmt.format(value)
 
     def ms(value: float | None) -> str:
         return "—" if value is None else f"{value * 1000:.0f}"
 
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for name in ("server", "kind", "model", "running", "waiting", "KV %", "gen tok/s"):
-        table.add_column(name, justify="left" if name in ("server", "kind", "model") else "right")
-    for name in ("TTFT p50/p90 ms", "TPOT p50 ms", "e2e p50/p90 s", "preempt/min"):
-        table.add_column(name, justify="right")
+    return {
+        "kind": r.server,
+        "model": r.model,
+        "running": num(r.running),
+        "waiting": num(r.waiting),
+        "kv": num(r.kv_cache_pct),
+        "gen": num(r.gen_tokens_s),
+        "ttft": f"{ms(r.ttft_p50_s)}/{ms(r.ttft_p90_s)}",
+        "tpot": ms(r.tpot_p50_s),
+        "e2e": f"{num(r.e2e_p50_s, '{:.1f}')}/{num(r.e2e_p90_s, '{:.1f}')}",
+        "preempt": num(None if r.preemptions_s is None else r.preemptions_s * 60, "{:.1f}"),
+    }
+
+
+def rollout_table(store: Store, width: int = 0) -> RenderableType | None:
+    """The rollout servers' own view (vLLM / SGLang from --prometheus), None when there are none.
+
+    Latency quantiles are the servers' cumulative histograms (since each server started).
+    Server and model names are shown whole whenever ``width`` leaves room for them beside the
+    numbers, else cut with ``…`` (0: no width known, nothing is cut).
+    """
+    if not store.rollout:
+        return None
+    rows = []
     for name, entry in sorted(store.rollout.items()):
-        r = entry.latest
-        if r is None:
-            continue
-        waiting = Text(num(r.waiting), style="bold" if (r.waiting or 0) >= 1 else "")
-        table.add_row(
-            Text(name),  # foreign strings: plain Text, never markup
-            Text(r.server),
-            Text(r.model),
-            num(r.running),
-            waiting,
-            num(r.kv_cache_pct),
-            num(r.gen_tokens_s),
-            f"{ms(r.ttft_p50_s)}/{ms(r.ttft_p90_s)}",
-            ms(r.tpot_p50_s),
-            f"{num(r.e2e_p50_s, '{:.1f}')}/{num(r.e2e_p90_s, '{:.1f}')}",
-            num(None if r.preemptions_s is None else r.preemptions_s * 60, "{:.1f}"),
-        )
+        if entry.latest is not None:
+            rows.append({"server": name, **_rollout_cells(entry.latest)})
+    needed = {c.key: max((cell_width(r[c.key]) for r in rows), default=0) for c in ROLLOUT_COLUMNS}
+    layout = fit_names(ROLLOUT_COLUMNS, needed, width if width > 0 else 1 << 20)
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for c, w in layout:
+        text = c.kind == "text"
+        table.add_column(
+            c.label, justify="left" if text else "right", width=w, no_wrap=True,
+            overflow="ellipsis",
+        )  # fmt: skip
+    for row in rows:
+        waiting = Text(row["waiting"], style="bold" if row["waiting"] not in ("0", "—") else "")
+        # foreign strings (names): plain Text, never markup
+        table.add_row(*(waiting if c.key == "waiting" else Text(row[c.key]) for c, _ in layout))
     title = Text(
         f"Rollout servers ({len(store.rollout)}, from Prometheus; latencies since server start)",
         style="bold underline",
@@ -587,7 +614,7 @@ class DataflowPane(Pane):
         """Everything below the findings (``width``: the bars take what it leaves, else
         ``bar_width`` and ``note_width``; ``phases``: a finished run's, listed when it changed
         shape)."""
-        servers = rollout_table(store)
+        servers = rollout_table(store, width)
         if not store.steps:
             counts = parse_line(store)
             if counts is not None:  # a log was given but nothing in it could be read

@@ -271,6 +271,18 @@ def _no_roles(store: Store) -> str:
     return "no GPU process lists yet: roles unknown (the node agents report them)"
 
 
+def _no_processes(store: Store) -> str:
+    """Why the job's process table is empty, for this session's reason."""
+    from verl_top.origin import PROMETHEUS, no_processes_text
+
+    if store.origin == PROMETHEUS:
+        return no_processes_text(store)
+    return (
+        "no process of the job seen yet (GPU process lists come from the node agents, "
+        "Ray actors from --ray)"
+    )
+
+
 def roles_block(store: Store, stats: list[GpuStat]) -> RenderableType:
     """Per role: GPUs, nodes, ranks, and activity / memory min / mean / max over its GPUs."""
     if not any(h.procs is not None for h in store.hosts.values()):
@@ -608,17 +620,14 @@ class MappingPane(Pane):
             return
         self._procs_stamp = stamp
         rows = process_rows(store)
-        title = Text("Processes of the job", style="bold underline")
+        title = Text()  # the heading underlined, not the sentence under it
+        title.append("Processes of the job", style="bold underline")
         if rows:
             title.append(
                 "  Enter: open a process (command, environment, stack, signals)", style="dim"
             )
         else:
-            title.append(
-                "\nno process of the job seen yet (GPU process lists come from the node agents, "
-                "Ray actors from --ray)",
-                style="italic",
-            )
+            title.append(f"\n{_no_processes(store)}", style="italic")
         self.query_one("#map-procs-title", Static).update(title)
         table = self.query_one("#map-procs", DataTable)
         table.display = bool(rows)
