@@ -144,7 +144,11 @@ class PaneHost(App):
         yield DataflowPane(id="step3")
 
     def on_mount(self) -> None:
-        self.query_one(DataflowPane).refresh_pane(demo_store(), None)
+        from verl_top.assessment import EMPTY
+
+        self.query_one(DataflowPane).refresh_pane(
+            demo_store(), EMPTY
+        )  # no diagnosis: the pane alone
 
 
 def test_pane3_snapshot(snap_compare) -> None:
