@@ -487,3 +487,16 @@ def test_recent_values_matches_values_on_a_wrapped_ring() -> None:
         r.push(float(i), {"x": float(i) if i != 5 else None})
     assert r.recent_values("x") == r.values("x") == [3.0, 4.0, 6.0]
     assert r.recent_values("x", since=4.0) == r.values("x", since=4.0) == [4.0, 6.0]
+
+
+async def test_a_refresh_after_shutdown_does_nothing() -> None:
+    """A last timer tick or a replay source ending while the app shuts down finds no screens:
+    the refresh is skipped instead of raising ScreenStackError (which panicked the app in CI,
+    seen as 'No screens on stack' once in a loaded run)."""
+    app = make_app(live=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        count = app.refresh_count
+    assert not app.screen_stack  # the screens are gone, the widgets' references are not
+    app.refresh_now()
+    assert app.refresh_count == count

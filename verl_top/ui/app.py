@@ -278,6 +278,10 @@ class VerlTopApp(App):
         """One tick: staleness (live), diagnosis when the store changed, header, visible pane."""
         if self._header is None or self._tabs is None:
             return  # not mounted yet
+        if not self.screen_stack:
+            # Shutting down: a last timer tick or a source ending after the screens closed
+            # would otherwise fail on self.screen (ScreenStackError) and panic the app.
+            return
         store = self.store
         if self.live and self.inputs.mode == "LIVE":
             store.mark_stale(stale_after=max(MIN_STALE_S, 3 * self.refresh_s))
