@@ -262,8 +262,9 @@ def _clean_list(spec: _Spec, raw: Any, where: str, issues: list[str]) -> Any:
         raw = raw[:cap]
     out = []
     bad = False
+    nested = dataclasses.is_dataclass(spec.item)
     for item in raw:
-        if dataclasses.is_dataclass(spec.item):
+        if nested:
             try:
                 if not isinstance(item, dict):
                     raise Rejected(f"drop:{where}.{spec.name}")
@@ -339,14 +340,22 @@ def _clean_fields(cls: type, data: dict[str, Any], where: str, issues: list[str]
         raw = data[spec.name]
         if raw is None and spec.optional:
             continue
-        if spec.kind == "list":
+        kind = spec.kind
+        if (
+            kind == "float"
+            and (type(raw) is float or type(raw) is int)
+            and spec.lo <= raw <= spec.hi
+        ):
+            out[spec.name] = raw  # the common case, as _scalar decides it (NaN fails the range)
+            continue
+        if kind == "list":
             value = _clean_list(spec, raw, where, issues)
-        elif spec.kind == "dict":
+        elif kind == "dict":
             value = _clean_dict(spec, raw, where, issues)
-        elif spec.kind == "any":
+        elif kind == "any":
             value = raw
         else:
-            value = _scalar(spec.kind, spec.name, raw, spec.lo, spec.hi, spec.enum)
+            value = _scalar(kind, spec.name, raw, spec.lo, spec.hi, spec.enum)
         if value is _BAD:
             if spec.key:
                 raise Rejected(f"drop:{where}.{spec.name}", f"bad value {_show(raw)}")
