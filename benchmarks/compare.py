@@ -129,6 +129,17 @@ CASES: tuple[Case, ...] = (
         ),
     ),
     Case(
+        name="postmortem",
+        script="postmortem_log.py",
+        args=("--size-mb", "100", "--rounds", "1"),
+        quick=("--size-mb", "1", "--rounds", "1"),
+        metrics=(
+            Metric("diagnose a 100 MB log: CPU s", _row("verl_top_cpu_s")),
+            Metric("x a bare loop over its lines", _row("ratio")),
+            Metric("peak RSS MB", _row("rss_mb")),
+        ),
+    ),
+    Case(
         name="agent",
         script="agent_cost.py",
         args=("--backend", "replay", "--gpus", "8", "--rates", "10", "--samples", "300"),
@@ -365,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
             "argv": sys.argv[1:] if argv is None else argv,
             "base": base.rev,
             "head": head.rev,
+            "worktrees": [str(side.root) for side in (base, head) if side.temporary],
             "rounds": rounds,
             "quick": args.quick,
             "rows": rows,

@@ -86,6 +86,15 @@ def test_parsers(tmp_path: Path) -> None:
     assert by[("parse_smi_csv + smi_gpu_fields", "smi_query.csv x8 GPUs")]["records_per_pass"] == 8
 
 
+def test_postmortem_log(tmp_path: Path) -> None:
+    stdout, data = run_bench(
+        "postmortem_log.py", ["--size-mb", "1", "--rounds", "1", "--dir", str(tmp_path)], tmp_path
+    )
+    assert "bare loop CPU s" in stdout and "verl-top CPU s" in stdout
+    (row,) = data["rows"]
+    assert row["lead"] == "flow.rollout_bound" and row["lines"] > 5000 and row["ratio"] > 0
+
+
 def test_flood(tmp_path: Path) -> None:
     stdout, data = run_bench("flood.py", ["--lines", "600"], tmp_path)
     assert "peak MiB" in stdout
@@ -173,11 +182,11 @@ def _compare(args: list[str], tmp_path: Path) -> tuple[str, dict]:
 
 def test_compare_runs_base_and_head_side_by_side(tmp_path: Path) -> None:
     """The regression guard checks out BASE in a worktree, runs both and prints the ratio table."""
-    stdout, data = _compare(["HEAD", "--only", "pane,parsers,agent"], tmp_path)
+    stdout, data = _compare(["HEAD", "--only", "pane,parsers,postmortem,agent"], tmp_path)
     assert "HEAD/BASE" in stdout and "spread (min-max)" in stdout
     assert data["base"].startswith("HEAD (") and data["head"].startswith("working tree at")
     rows = {(r["benchmark"], r["metric"]): r for r in data["rows"]}
-    assert {b for b, _ in rows} == {"pane", "parsers", "agent"}
+    assert {b for b, _ in rows} == {"pane", "parsers", "postmortem", "agent"}
     for row in rows.values():
         assert not row["base_error"] and not row["head_error"], row
         assert row["rounds"] == 1 and row["ratio"] is not None
@@ -185,7 +194,8 @@ def test_compare_runs_base_and_head_side_by_side(tmp_path: Path) -> None:
     listing = subprocess.run(
         ["git", "-C", str(REPO), "worktree", "list"], capture_output=True, text=True
     ).stdout
-    assert "verl-top-base-" not in listing
+    (worktree,) = data["worktrees"]
+    assert worktree not in listing and not Path(worktree).exists()
 
 
 def test_compare_says_na_when_base_cannot_run_a_benchmark(tmp_path: Path) -> None:

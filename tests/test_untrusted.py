@@ -10,6 +10,7 @@ from verl_top.untrusted import (
     UntrustedJSONError,
     bounded_int,
     clean_line,
+    clean_lines,
     clean_text,
     finite,
     is_clean,
@@ -58,6 +59,33 @@ def test_clean_line_keeps_line_structure_for_parsers() -> None:
 @given(st.text(alphabet=st.sampled_from(list("\x1b[]P^_X\\\x07\x9b\x9c\x9d;0a")), max_size=40))
 def test_no_escape_survives_any_arrangement(raw: str) -> None:
     assert is_clean(clean_text(raw)) and is_clean(clean_line(raw).replace("\r", ""))
+
+
+# Escapes, controls, separators and plain text, so lines open and close sequences anywhere.
+LINE_CHARS = list("\x1b[]P^_X\\\x07\x9b\x9c\x9d\x90;0a \t\r\n\x00\x7f\u202e\u2028é")
+
+
+@settings(max_examples=400, derandomize=True)
+@given(st.lists(st.text(alphabet=st.sampled_from(LINE_CHARS), max_size=30), max_size=12))
+def test_a_chunk_of_lines_is_cleaned_as_each_line_alone(lines: list[str]) -> None:
+    """The bulk boundary of followed logs gives, line for line, what clean_line gives: an
+    escape left open at the end of one line must not swallow the next."""
+    assert clean_lines(lines) == [clean_line(x) for x in lines]
+    assert clean_lines(lines, limit=7) == [clean_line(x, 7) for x in lines]
+
+
+@settings(max_examples=400, derandomize=True)
+@given(
+    st.lists(st.text(alphabet=st.sampled_from([c for c in LINE_CHARS if c != "\n"]), max_size=30))
+)
+def test_a_chunk_of_lines_without_newlines_takes_the_one_pass_path(lines: list[str]) -> None:
+    assert clean_lines(lines) == [clean_line(x) for x in lines]
+    assert clean_lines(lines, limit=7) == [clean_line(x, 7) for x in lines]
+
+
+def test_a_chunk_keeps_its_lines_when_one_escape_is_left_open() -> None:
+    lines = ["(TaskRunner pid=1) \x1b[36mstep:1 - a:1\x1b[0m", "title \x1b]0;pwned", "next line"]
+    assert clean_lines(lines) == ["(TaskRunner pid=1) step:1 - a:1", "title ", "next line"]
 
 
 @pytest.mark.parametrize(

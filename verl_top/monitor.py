@@ -127,6 +127,7 @@ class Monitor:
         self._next_eval = 0.0
         self._settled = False
         self._assembled_version = -1
+        self._evidence = (False, False)  # (steps, config) at the last evaluation
         self.failure: str | None = None  # why the last evaluation failed (kept verdict)
         self.assessment: Assessment = self._assemble()
 
@@ -138,12 +139,13 @@ class Monitor:
     # -- evaluation ------------------------------------------------------------------------
 
     def due(self) -> bool:
-        """True when the store changed since the last evaluation and the period has passed."""
-        return (
-            self.store.version != self._eval_version
-            and self._clock() >= self._next_eval
-            and _has_data(self.store)
-        )
+        """True when the store changed since the last evaluation and the period has passed,
+        or the first verl steps or the job's config arrived since (new evidence: judged now,
+        not a live period later)."""
+        store = self.store
+        if store.version == self._eval_version or not _has_data(store):
+            return False
+        return self._clock() >= self._next_eval or self._evidence != _evidence(store)
 
     def assess(self, force: bool = False) -> Assessment:
         """Evaluate when due (or ``force``d) and return the latest Assessment.
@@ -166,6 +168,7 @@ class Monitor:
     def _evaluate(self, settle: bool) -> None:
         store = self.store
         self._eval_version = store.version
+        self._evidence = _evidence(store)
         started = self._clock()
         try:
             verdict = self.engine.evaluate(store)
@@ -279,6 +282,11 @@ def _has_data(store: Store) -> bool:
     if store.steps or store.log_stats:
         return True
     return any(h.latest is not None or h.gpus for h in store.hosts.values())
+
+
+def _evidence(store: Store) -> tuple[bool, bool]:
+    """Whether the store holds verl steps and a config."""
+    return bool(store.steps), bool(store.config)
 
 
 def assess_store(store: Store, engine: Engine | None = None) -> Assessment:

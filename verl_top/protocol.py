@@ -24,6 +24,7 @@ from verl_top.untrusted import (
     UntrustedJSONError,
     bounded_int,
     clean_line,
+    clean_lines,
     clean_text,
     finite,
     loads,
@@ -260,6 +261,11 @@ def _clean_list(spec: _Spec, raw: Any, where: str, issues: list[str]) -> Any:
     if len(raw) > cap:
         issues.append(f"cap:{where}.{spec.name}>{cap}")
         raw = raw[:cap]
+    if spec.name == "lines":
+        try:  # a followed log's chunk: cleaned in one pass, as clean_line would each line
+            return clean_lines(raw)
+        except TypeError:
+            pass  # an item is no string: judged one by one below
     out = []
     bad = False
     nested = dataclasses.is_dataclass(spec.item)

@@ -548,6 +548,20 @@ class Store:
         else:
             self.steps.append(rec)
 
+    def insert_steps(self, records: Sequence[VerlStep], before: VerlStep | None) -> None:
+        """Steps read from earlier in a log than ``before`` (a big log's history, filled in
+        after its recent steps were shown): placed just before it, or after every step when
+        ``before`` is None or gone; the newest ``limits.steps`` are kept."""
+        if not records:
+            return
+        steps = list(self.steps)
+        at = next((i for i, s in enumerate(steps) if s is before), None)
+        if at is None:
+            at = len(steps) if before is None else 0
+        self.steps.clear()
+        self.steps.extend([*steps[:at], *records, *steps[at:]])
+        self.version += 1
+
     def _on_config(self, rec: VerlConfig, received: float | None) -> None:
         self.config = dict(rec.values)
         self.config_source = rec.source

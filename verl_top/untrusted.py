@@ -18,6 +18,7 @@ makes the characters safe, the UI makes their meaning inert. See docs/security.m
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -98,6 +99,108 @@ def clean_line(value: Any, limit: int = MAX_LINE) -> str:
     # Keep \r and \n: the log parsers split progress bars and glued lines on them.
     text = _CONTROLS.sub(lambda m: m.group(0) if m.group(0) in "\r\n" else "", text)
     return _bound(text, limit)
+
+
+# The same sequences as _ESCAPES, for many lines joined by "\n": a string-type sequence left
+# open runs to the end of its own line ($ in MULTILINE mode), as it does in that line alone.
+_ESCAPES_PER_LINE = re.compile(
+    _ESCAPES.pattern.replace(r"[^\x07\x1b\x9c]*", r"[^\x07\x1b\x9c\n]*"),
+    re.VERBOSE | re.MULTILINE,
+)
+# Its 7-bit half, starting with a literal ESC (which the regex engine finds ~25x faster than
+# the alternation): the same matches wherever no 8-bit sequence starts outside one.
+_ESC7_PER_LINE = re.compile(
+    r"\x1b(?:\[[\x20-\x3f]*[\x40-\x7e]?|[\]PX^_][^\x07\x1b\x9c\n]*(?:\x07|\x1b\\|\x9c|$)"
+    r"|[\x20-\x2f]*[\x30-\x7e]?)",
+    re.MULTILINE,
+)
+_C1_START = re.compile(r"[\x90\x98\x9b\x9d\x9e\x9f]")
+# _CONTROLS less \r, which clean_line keeps (and \n, which separates the joined lines).
+_CONTROLS_BUT_CR = re.compile(
+    r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def _plain(text: str) -> bool:
+    """True when ``text`` holds nothing to clean but tabs: printable apart from \n and \r.
+
+    ``str.isprintable`` is false for every C0/C1 control, DEL, the line/paragraph separators
+    and the bidi controls (and for a few harmless characters, which then take the regex)."""
+    return text.replace("\n", "").replace("\r", "").replace("\t", "").isprintable()
+
+
+def _fixpoint(pattern: re.Pattern[str], text: str, start: re.Pattern[str]) -> str:
+    while start.search(text) is not None:
+        cleaned = pattern.sub("", text)
+        if cleaned == text:
+            break
+        text = cleaned
+    return text
+
+
+_ESC = re.compile("\x1b")
+
+
+def _strip_escapes_per_line(text: str) -> str:
+    """``strip_escapes`` of every line of ``text`` (lines joined by \n), in one pass each."""
+    if not text.isascii():
+        fast = _fixpoint(_ESC7_PER_LINE, text, _ESC)
+        # The 7-bit pass is exact unless an 8-bit sequence starts outside its matches, and then
+        # that start is still in its result.
+        if _plain(fast) or _C1_START.search(fast) is None:
+            return fast
+        return _fixpoint(_ESCAPES_PER_LINE, text, _ESCAPE_START)
+    return _fixpoint(_ESC7_PER_LINE, text, _ESC)  # ASCII: no 8-bit sequence at all
+
+
+# The colour codes real logs are made of (Ray's prefixes, vLLM, tqdm): removed with
+# str.replace, which finds them far faster than a regex. Each holds one ESC, at its start.
+COMMON_SGR = ("\x1b[0m", "\x1b[36m", "\x1b[2m", "\x1b[32m", "\x1b[39m", "\x1b[22m", "\x1b[1m")
+
+
+def clean_lines(values: list[str], limit: int = MAX_LINE) -> list[str]:
+    """``[clean_line(v, limit) for v in values]`` for a list of strings, cleaned as one text.
+
+    A followed log arrives in chunks of thousands of lines, and a Ray log colours nearly every
+    line: a few passes over the chunk instead of a handful of regex calls per line make the
+    boundary cost what reading costs (issue 30). Lines that themselves hold a newline, or are
+    longer than ``2 * limit``, take the per-line path; raises TypeError when an item is not a
+    string (as ``str.join`` does)."""
+    if not values:
+        return []
+    text = "\n".join(values)
+    if text.count("\n") != len(values) - 1 or max(map(len, values)) > 2 * limit:
+        return [clean_line(v, limit) for v in values]
+    lines = _plain_lines(text)
+    if lines is None:
+        text = _strip_escapes_per_line(text).replace("\t", "    ")
+        if not _plain(text):
+            text = _CONTROLS_BUT_CR.sub("", text)
+        lines = text.split("\n")
+    if max(map(len, lines)) > limit:
+        lines = [_bound(line, limit) for line in lines]
+    return lines
+
+
+def _plain_lines(text: str) -> list[str] | None:
+    """The lines of ``text`` cleaned, when all it holds besides printable characters, tabs and
+    \r is common colour codes; else None (the general path decides).
+
+    Exact: when removing the common codes leaves no ESC (and no other control), every ESC of
+    ``text`` started one of them, and each is a whole CSI sequence to ``_ESCAPES`` too, so
+    nothing else could have been spliced or swallowed."""
+    if "\x1b" in text:
+        for code in COMMON_SGR:
+            text = text.replace(code, "")
+        if "\x1b" in text:
+            return None
+    if "\t" in text:
+        text = text.replace("\t", "    ")
+    lines = text.split("\n")
+    for line in itertools.filterfalse(str.isprintable, lines):
+        if not line.replace("\r", "").isprintable():
+            return None  # a control, DEL, C1, separator or bidi character (or a harmless one)
+    return lines
 
 
 def is_clean(text: str) -> bool:

@@ -1780,11 +1780,22 @@ def no_gpu_message(nvml_reason, smi_reason):
 # File followers
 
 
+def _chars_cut(lines, start, end):
+    """Where the record starting at ``lines[start]`` ends (before ``end``): before the line that
+    would take it past MAX_CHARS_PER_RECORD characters, after one line at least."""
+    size = 0
+    for i in range(start, end):
+        size += len(lines[i])
+        if i > start and size > MAX_CHARS_PER_RECORD:
+            return i
+    return end
+
+
 class Follower:
     """Follows one file like ``tail -F``: growth, truncation, rotation, late creation."""
 
     def __init__(
-        self, kind, path, from_start=False, max_lines=MAX_LINES_PER_RECORD, max_read=None
+        self, kind, path, from_start=False, max_lines=MAX_LINES_PER_RECORD, max_read=None, offset=None
     ):
         self.kind = kind
         self.path = path
@@ -1797,6 +1808,7 @@ class Follower:
         self._partial = b""
         self._reset = False
         self._from_start = from_start
+        self._start_at = offset  # read from this byte on (the caller read what is before)
         self.error = ""  # why the path is not followed (not a regular file), said once
         self._said = ""
         self._open(initial=True)
@@ -1823,6 +1835,8 @@ class Follower:
         self._fh = os.fdopen(fd, "rb")
         self._ino = (st.st_dev, st.st_ino)
         self._offset = 0 if (self._from_start or not initial) else st.st_size
+        if initial and self._start_at is not None and self._start_at <= st.st_size:
+            self._offset = self._start_at
         self._head = self._read_head()
         return True
 
@@ -1906,7 +1920,11 @@ class Follower:
             return
         self._partial = data[cut + 1 :]
         text = data[:cut].decode("utf-8", "replace")
-        out.extend(line[:-1] if line.endswith("\r") else line for line in text.split("\n"))
+        if "\r" in text:  # a CRLF line loses its \r (one pass, not one test per line)
+            text = text.replace("\r\n", "\n")
+            if text.endswith("\r"):
+                text = text[:-1]
+        out.extend(text.split("\n"))
 
     def _flush_partial(self, out):
         if self._partial:
@@ -1967,16 +1985,17 @@ class Follower:
     def _emit(self, records, host, t, lines):
         if not lines and not self._reset:
             return
-        chunk, size = [], 0
-        for line in lines:
-            # At most max_lines lines and about MAX_CHARS_PER_RECORD characters per record.
-            if chunk and (len(chunk) >= self.max_lines or size + len(line) > MAX_CHARS_PER_RECORD):
-                self._emit_one(records, host, t, chunk)
-                chunk, size = [], 0
-            chunk.append(line)
-            size += len(line)
-        if chunk or self._reset:
-            self._emit_one(records, host, t, chunk)
+        # At most max_lines lines and about MAX_CHARS_PER_RECORD characters per record (a line
+        # longer than that alone); counted per slice, line by line only in a slice that is over.
+        start, n = 0, len(lines)
+        while start < n:
+            end = min(n, start + self.max_lines)
+            if sum(map(len, lines[start:end])) > MAX_CHARS_PER_RECORD:
+                end = _chars_cut(lines, start, end)
+            self._emit_one(records, host, t, lines[start:end])
+            start = end
+        if not lines:
+            self._emit_one(records, host, t, [])
 
     def _emit_one(self, records, host, t, lines):
         fields = (("path", self.path), ("kind", self.kind), ("lines", lines), ("reset", self._reset))

@@ -14,7 +14,7 @@ from verl_top.diagnosis import (
 )
 from verl_top.diagnosis.findings import STEP_NAMES, Check, Finding, Rule, Verdict, worth_text
 from verl_top.diagnosis.thresholds import Thresholds
-from verl_top.diagnosis.view import View, mean
+from verl_top.diagnosis.view import StepMemo, View, mean
 from verl_top.store import Store
 
 STEP_RULES: dict[int, list[Rule]] = {
@@ -75,11 +75,12 @@ class Engine:
 
     def __init__(self, thresholds: Thresholds | None = None) -> None:
         self.thresholds = thresholds or Thresholds()
+        self._steps = StepMemo()  # a cache of a pure reading: the verdict does not depend on it
 
     def evaluate(self, store: Store) -> Verdict:
         """Run all rules over ``store`` (never mutated) and return the verdict at ``store.now``."""
         th = self.thresholds
-        view = View(store, th)
+        view = View(store, th, self._steps)
         findings, checks = run_rules(view, th)
         if store.log_stats:
             _given_logs(checks)
