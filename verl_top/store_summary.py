@@ -186,7 +186,7 @@ class SummaryCache:
         self.summary: StoreSummary | None = None
         self._key: tuple[int, float, float] | None = None
         self._windows: dict[str, WindowMean] = {}
-        self._hosts: dict[str, list[tuple[int, str, WindowMean]]] = {}
+        self._hosts: dict[str, tuple[frozenset[int], list[tuple[int, str, WindowMean]]]] = {}
         self.computed = 0  # how many summaries were computed (for tests)
 
     def get(self, store: Store) -> StoreSummary:
@@ -231,12 +231,8 @@ class SummaryCache:
         """(index, row key, running mean) of each GPU of ``h`` in index order, made again only
         when the host's GPUs changed (not a key string and a sort per GPU per tick)."""
         cached = self._hosts.get(h.name)
-        if (
-            cached is not None
-            and len(cached) == len(h.gpus)
-            and all(i in h.gpus for i, _, _ in cached)
-        ):
-            return cached
+        if cached is not None and h.gpus.keys() == cached[0]:
+            return cached[1]
         windows = self._windows
         out = []
         for index in sorted(h.gpus):
@@ -245,5 +241,5 @@ class SummaryCache:
             if window is None:
                 window = windows[key] = WindowMean()
             out.append((index, key, window))
-        self._hosts[h.name] = out
+        self._hosts[h.name] = (frozenset(h.gpus), out)
         return out
