@@ -72,7 +72,8 @@ class Exposition:
 
 
 class PromServer:
-    """One real Prometheus process scraping ``targets`` (job name -> list of host:port)."""
+    """One real Prometheus process scraping ``targets`` (job name -> list of host:port);
+    ``extra_config``: more top-level YAML (rule_files, alerting)."""
 
     def __init__(
         self,
@@ -80,6 +81,7 @@ class PromServer:
         targets: dict[str, list[str]],
         addr: str = "127.0.0.90",
         scrape_interval: str = "1s",
+        extra_config: str = "",
     ) -> None:
         self.addr = addr
         self.port = free_port(addr)
@@ -94,7 +96,7 @@ class PromServer:
         config = workdir / "prometheus.yml"
         config.write_text(
             f"global:\n  scrape_interval: {scrape_interval}\n  evaluation_interval: 1s\n"
-            f"scrape_configs:\n{jobs}\n"
+            f"scrape_configs:\n{jobs}\n{extra_config}"
         )
         self.log = open(workdir / "prometheus.log", "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(

@@ -30,7 +30,7 @@ def test_empty_store_is_all_no_data() -> None:
     v = Engine().evaluate(Store())
     assert v.bottleneck_step is None and not v.findings
     assert all(c.status == "no_data" and c.detail for c in v.checks)
-    assert len(v.checks) == 32  # 30 + the two rollout-server rules
+    assert len(v.checks) == 35  # 30 + two rollout-server rules + two async-trainer rules + job.hang
 
 
 def test_engine_is_stateless_the_same_store_gives_the_same_verdict() -> None:

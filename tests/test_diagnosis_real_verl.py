@@ -195,10 +195,10 @@ def test_pane3_rows_sum_to_100_percent_and_counters_show() -> None:
 
 def test_mfu_not_estimated_and_tiny_mfu_never_zero() -> None:
     assert fmt_mfu(0.0) == fmt_mfu(None) == fmt_mfu(float("nan")) == "not estimated"
-    assert fmt_mfu(1.5e-6) == "1.5e-06" and fmt_mfu(0.31) == "0.31"
+    assert fmt_mfu(1.5e-6) == "0.00015 %" and fmt_mfu(0.31) == "31 %"  # never an exponent
     store = _store_from_log(LOG40)
     line = verl_summary(store).plain
-    assert "MFU 0.00" not in line and "MFU 1.5e-04" in line  # step 40: 0.000145...
+    assert "MFU 0.00" not in line and "MFU 0.015 %" in line  # step 40: 0.000145...
     # A train-bound step whose MFU verl logged as 0: "not estimated", never "MFU 0.00".
     from tests.test_diagnosis_scenarios import load
 

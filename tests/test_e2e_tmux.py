@@ -185,7 +185,7 @@ def test_cluster_over_ssh_panes_node_snapshot_quit(
     # which flag would fill them).
     expected = {
         "2": "Bandwidth probes",
-        "3": "no verl log: give --verl-log PATH",
+        "3": "give --verl-log HOST:PATH",  # an SSH session: the log is on a node
         "4": "Map: mean activity",
         "5": "--verl-config FILE",
         "1": "sort: host",

@@ -123,7 +123,7 @@ async def test_global_keys_work_from_every_screen() -> None:
             await pilot.pause()
 
 
-@pytest.mark.parametrize("key", ["q", "ctrl+c"])
+@pytest.mark.parametrize("key", ["q", "ctrl+c", "f10"])
 @pytest.mark.parametrize("where", list(SCREENS))
 async def test_quit_keys_work_from_every_screen(where: str, key: str) -> None:
     app = make_app()
@@ -200,3 +200,35 @@ async def test_live_mode_hides_replay_keys_from_the_footer() -> None:
         await started(replay, pilot)
         keys = set(replay.screen.active_bindings)
         assert "space" in keys and "greater_than_sign" in keys
+
+
+async def test_htop_keys_f1_f6_and_j_k_act_like_their_verl_top_twins() -> None:
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        table = app.focused
+        assert isinstance(table, DataTable) and table.cursor_row == 0
+        await pilot.press("j", "j", "j")
+        await until(pilot, lambda: table.cursor_row == 3)
+        assert table.cursor_row == 3  # j is ↓
+        await pilot.press("k")
+        await until(pilot, lambda: table.cursor_row == 2)
+        assert table.cursor_row == 2  # k is ↑
+        await pilot.press("enter")  # j/k moved the row Enter opens
+        await until(pilot, lambda: isinstance(app.screen, NodeScreen))
+        assert isinstance(app.screen, NodeScreen) and app.screen.selected == 2
+        await pilot.press("f1")  # help from the node screen, F1 again closes it
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("f1")
+        await until(pilot, lambda: isinstance(app.screen, NodeScreen))
+        assert isinstance(app.screen, NodeScreen)
+        await pilot.press("1")
+        await until(pilot, lambda: len(app.screen_stack) == 1)
+        before = app.throughput.sort_key
+        await pilot.press("f6")
+        await until(pilot, lambda: app.throughput.sort_key != before)
+        assert app.throughput.sort_key != before  # F6 is o: the next sort column
+        await pilot.press("slash", "j", "k")  # typed into the filter bar, not moving rows
+        await pilot.pause()
+        assert app.host_filter == "jk" and isinstance(app.focused, Input)

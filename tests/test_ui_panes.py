@@ -157,7 +157,7 @@ async def test_pane1_summary_has_tokens_step_time_mfu_and_stage_strip() -> None:
         await show(app, pilot, 1)
         text = plain(app.query_one("#verl-summary", Static))
     assert "tokens/s/GPU 3,442" in text and "tokens/s total 110,128" in text
-    assert "step time 30.2 s" in text and "MFU 0.31" in text
+    assert "step time 30.2 s" in text and "MFU 31 %" in text
     strip = re.search(r"stages, last 300 s │(.*)│", text)
     assert strip is not None
     assert {"g", "u", "t"} <= set(strip.group(1))  # gen, update_actor and step 6's validation

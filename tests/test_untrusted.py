@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scaling import assert_linear
 
 from verl_top.untrusted import (
     UntrustedJSONError,
@@ -123,3 +126,73 @@ def test_loads_refuses_deep_and_large_documents_before_parsing() -> None:
     with pytest.raises(UntrustedJSONError, match="not JSON"):
         loads("{")
     assert loads('{"a": NaN, "b": "[{"}') == {"a": None, "b": "[{"}
+
+
+# --- linear time, invisible characters, surrogates (issue 31) -------------------------------
+
+# Inputs that made the old cleaner or JSON depth scan backtrack over a whole run, and a few more
+# shapes of the same family: each is built as ``unit * n`` (plus a tail), cleaned at 1x/10x/100x.
+HOSTILE_RUNS = {
+    "C1 string introducers, then one ESC": lambda n: "\x90\x98\x9d\x9e\x9f" * n + "\x1b",
+    "OSC introducers, never terminated": lambda n: "\x1b]" * n + "\x1b",
+    "CSI parameters without a final byte": lambda n: ("\x1b[" + "0;" * 50) * n + "\x1b",
+    "ESC intermediates without a final byte": lambda n: ("\x1b" + " " * 20) * n,
+    "DCS payload broken by lone ESCs": lambda n: ("\x90abc\x1bd") * n,
+    "zero-width and bidi marks between letters": lambda n: "a\u200b\u202e\u061c\ufeff" * n,
+    "lone surrogates": lambda n: "x\ud800" * n,
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_RUNS))
+def test_cleaning_time_grows_linearly_with_hostile_input(name: str) -> None:
+    make = HOSTILE_RUNS[name]
+    for fn in (lambda s: clean_line(s, limit=10**7), lambda s: clean_text(s, limit=10**7)):
+        assert_linear(fn, make, 60, name)
+    assert is_clean(clean_line(make(600), limit=10**7).replace("\r", ""))
+
+
+def test_json_depth_scan_is_linear_on_unterminated_escaped_quotes() -> None:
+    # 70 brackets reach the real scan; then one string of escaped quotes that never closes.
+    def parse(text: str) -> None:
+        with pytest.raises(UntrustedJSONError):
+            loads(text)
+
+    assert_linear(parse, lambda n: "[" * 70 + '"' + '\\"' * n, 200, "loads")
+
+
+def test_every_unicode_format_character_is_removed() -> None:
+    fmt = [chr(c) for c in range(0x110000) if unicodedata.category(chr(c)) == "Cf"]
+    text = "n" + "o".join(fmt) + "de"
+    assert clean_text(text, limit=10**6) == "n" + "o" * (len(fmt) - 1) + "de"
+    assert is_clean(clean_line(text, limit=10**6))
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("zw\u200bnode1", "zwnode1"),  # zero-width space
+        ("zw\u200dnode1\ufeff", "zwnode1"),  # ZWJ, BOM
+        ("a\u200fb\u061cc\u200ed", "abcd"),  # RLM, ALM, LRM
+        ("x\u2066y\u2069z\u202dw", "xyzw"),  # isolates, LRO
+        ("hf_ab\u2060cd\u00adef", "hf_abcdef"),  # word joiner, soft hyphen
+        ("\u3164\u115f\ufe0f\U000e0041name", "name"),  # Hangul fillers, VS16, tag A
+        ("a\u2028b\u2029c", "abc"),
+    ],
+)
+def test_invisible_characters_are_removed(raw: str, shown: str) -> None:
+    assert clean_text(raw) == shown
+    assert clean_line(raw) == shown
+
+
+def test_lone_surrogates_become_replacement_characters_and_encode() -> None:
+    out = clean_text(loads('{"h": "gpu\\ud800node\\udfff"}')["h"])
+    assert out == "gpu\ufffdnode\ufffd"
+    out.encode("utf-8")  # snapshot.json and the exposition format write UTF-8
+    assert clean_line("a\udc80\r\n") == "a\ufffd\r\n"
+    assert not is_clean("a\ud800") and is_clean(out)
+
+
+def test_an_osc_string_broken_by_an_escape_ends_there() -> None:
+    # The string is over where the next escape begins; its payload never shows.
+    assert clean_text("\x1b]0;title\x1b[1mX") == "X"
+    assert clean_text("\x90payload\x1b\\shown") == "shown"

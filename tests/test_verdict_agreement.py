@@ -27,7 +27,6 @@ from verl_top.ui.app import VerlTopApp
 
 ROOT = Path(__file__).resolve().parents[1]
 SCEN = ROOT / "tests" / "scenarios"
-SHARED = ROOT.parent / "shared" / "fixtures" / "h200"
 # map.topology needs store.topology, which no recording carries: engine-only (test_diagnosis_scenarios).
 SCENARIOS = sorted(
     d.name

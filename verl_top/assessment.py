@@ -8,10 +8,13 @@ or the verdict changed; a surface that holds on to one keeps a consistent pictur
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verl_top.diagnosis.findings import Check, Finding, Verdict
 from verl_top.status import JobStatus
+
+if TYPE_CHECKING:
+    from verl_top.compare import Comparison
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,8 @@ class Assessment:
     history: tuple[LeadChange, ...] = ()
     health: dict[str, Any] = field(default_factory=dict)
     settled: bool = False
+    # --baseline RUN: this run against the baseline, stage by stage (verl_top/compare.py)
+    comparison: Comparison | None = None
 
     @property
     def lead(self) -> Finding | None:

@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from verl_top import __version__
-from verl_top.inputs import InputError, add_input_arguments, build_inputs
+from verl_top.inputs import InputError, Inputs, add_input_arguments, build_inputs
 from verl_top.settings import Settings, SettingsError, config_arg, load_settings, parse_args_with
 
 if TYPE_CHECKING:
     from verl_top.diagnosis.engine import Engine  # imported lazily: the engine pulls in the rules
 
-SUBCOMMANDS = ("diagnose", "snapshot", "probe", "doctor", "export-metrics")
+SUBCOMMANDS = ("diagnose", "snapshot", "compare", "probe", "doctor", "export-metrics")
 # `diagnose` exit statuses (docs/diagnose-json.md): 0 a verdict, 2 bad inputs, 3 nothing to
 # judge (no GPU sample, verl step or config read) or a --verl-log gave neither step nor config.
 EXIT_NO_DATA = 3
@@ -40,6 +40,7 @@ EXIT_NO_DATA = 3
 SUBCOMMAND_HELP: dict[str, str] = {
     "diagnose": "collect for a while, then print the five-step diagnosis (text or --json)",
     "snapshot": "collect, then write a bundle: snapshot.json, report.md, screen.svg, recording",
+    "compare": "compare two runs (logs, recordings or bundles): which stage changed and why",
     "probe": "probe nccl: measure NCCL bus bandwidth on this machine or --hosts, on purpose",
     "doctor": "check each host step by step (resolve, TCP, host key, auth, agent, NVML)",
     "export-metrics": "run headless and serve the verdicts as Prometheus metrics (--listen)",
@@ -156,6 +157,44 @@ def export_metrics_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--duration", type=float, default=None, metavar="S", help="stop after S seconds"
     )
+    parser.add_argument(
+        "--webhook",
+        metavar="URL",
+        help="also POST each change of the job's state (status and lead) as JSON to URL, with "
+        "retries; Slack-style incoming webhooks show its 'text' (docs/alerting.md)",
+    )
+    parser.add_argument(
+        "--print-rules",
+        action="store_true",
+        help="print the Prometheus alerting rules for these metrics and exit",
+    )
+    parser.add_argument(
+        "--print-dashboard",
+        action="store_true",
+        help="print the Grafana dashboard (JSON) for these metrics and exit",
+    )
+    return parser
+
+
+def compare_parser() -> argparse.ArgumentParser:
+    """Parser of ``verl-top compare``."""
+    parser = _base_parser(
+        "verl-top compare",
+        "Compare two runs stage by stage: the median seconds per step of each verl stage, the "
+        "difference with a noise band from each run's own spread, metric and config changes, "
+        "and the stage that explains most of the change with its likely cause.",
+    )
+    parser.add_argument("baseline", metavar="BASELINE", help="verl log, recording or bundle dir")
+    parser.add_argument("current", metavar="CURRENT", help="verl log, recording or bundle dir")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the verl-top.compare/1 document (docs/compare.md)",
+    )
+    parser.epilog = (
+        "Example: verl-top compare runs/0.6/driver.log runs/0.7/driver.log. Exit status: 0 "
+        "compared; 2 an input cannot be read; 3 a side has no timed verl step."
+    )
     return parser
 
 
@@ -215,7 +254,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "snapshot":
             args = parse_args_with(snapshot_parser(), args_list[1:], settings)
             return _run_snapshot(args, settings)
+        if command == "compare":
+            args = parse_args_with(compare_parser(), args_list[1:], settings)
+            return _run_compare(args)
         if command == "export-metrics":
+            if _print_asset(args_list[1:]):
+                return 0
             args = parse_args_with(export_metrics_parser(), args_list[1:], settings)
             return _run_export_metrics(args, settings)
         return _run_app(parse_args_with(app_parser(), args_list, settings), settings)
@@ -251,6 +295,18 @@ def _engine(settings: Settings, args: argparse.Namespace | None = None) -> Engin
     return Engine(dataclasses.replace(settings.thresholds, **extra))
 
 
+def _load_baseline(inputs: Inputs, args: argparse.Namespace) -> None:
+    """``--baseline RUN``: read that finished run now (InputError when it cannot be read)."""
+    path = getattr(args, "baseline", None)
+    if not path:
+        return
+    from verl_top.compare import load_run
+
+    inputs.baseline = asyncio.run(load_run(path))
+    if not inputs.baseline.steps:
+        raise InputError(f"--baseline {path}: no timed verl step in it to compare with")
+
+
 def _run_app(args: argparse.Namespace, settings: Settings | None = None) -> int:
     from verl_top.ui.app import VerlTopApp
     from verl_top.ui.themes import DEFAULT_THEME, ThemeError, check_theme_arg
@@ -263,6 +319,7 @@ def _run_app(args: argparse.Namespace, settings: Settings | None = None) -> int:
         raise InputError(f"--theme: {exc}") from exc
     check_sources(args)
     inputs = build_inputs(args)
+    _load_baseline(inputs, args)
     app = VerlTopApp(inputs, refresh=args.refresh, theme_name=theme, engine=_engine(settings, args))
     app.run()
     inputs.close()
@@ -278,6 +335,7 @@ def _run_diagnose(args: argparse.Namespace, settings: Settings | None = None) ->
     check_sources(args)
     inputs = build_inputs(args)
     try:
+        _load_baseline(inputs, args)
         assessment = asyncio.run(
             collect(inputs, args.duration, _engine(settings or Settings(), args))
         )
@@ -318,6 +376,7 @@ def _run_snapshot(args: argparse.Namespace, settings: Settings | None = None) ->
     check_sources(args)
     inputs = build_inputs(args)
     try:
+        _load_baseline(inputs, args)
         assessment = asyncio.run(
             collect(inputs, args.duration, _engine(settings or Settings(), args))
         )
@@ -338,17 +397,43 @@ def _run_snapshot(args: argparse.Namespace, settings: Settings | None = None) ->
     return 0
 
 
+ASSETS = {
+    "--print-rules": "alerts/verl-top.rules.yml",
+    "--print-dashboard": "grafana/verl-top.json",
+}
+
+
+def _print_asset(argv: list[str]) -> bool:
+    """``export-metrics --print-rules`` / ``--print-dashboard``: print that file (no --listen
+    needed); False when neither flag is given."""
+    from importlib import resources
+
+    for flag, name in ASSETS.items():
+        if flag in argv:
+            print((resources.files("verl_top") / "data" / name).read_text(), end="")
+            return True
+    return False
+
+
 def _run_export_metrics(args: argparse.Namespace, settings: Settings | None = None) -> int:
     from verl_top.export.metrics import parse_listen, serve
+    from verl_top.export.webhook import WebhookError, WebhookNotifier, check_url
 
     try:
         parse_listen(args.listen)
     except ValueError as exc:
         raise InputError(str(exc)) from exc
+    notifier = None
+    if args.webhook:
+        try:
+            notifier = WebhookNotifier(check_url(args.webhook))
+        except WebhookError as exc:
+            raise InputError(str(exc)) from exc
     if not args.refresh > 0:
         raise InputError(f"--refresh must be greater than 0 (got {args.refresh:g})")
     inputs = build_inputs(args)
     try:
+        _load_baseline(inputs, args)
         asyncio.run(
             serve(
                 inputs,
@@ -356,6 +441,7 @@ def _run_export_metrics(args: argparse.Namespace, settings: Settings | None = No
                 args.listen,
                 args.refresh,
                 args.duration,
+                notifier,
             )
         )
     except OSError as exc:  # the address is taken or not ours
@@ -363,7 +449,23 @@ def _run_export_metrics(args: argparse.Namespace, settings: Settings | None = No
         return 1
     finally:
         inputs.close()
+    for note in notifier.notes if notifier is not None else []:
+        print(f"verl-top export-metrics: {note}", file=sys.stderr)
     return 0
+
+
+def _run_compare(args: argparse.Namespace) -> int:
+    from verl_top.compare import compare_runs, format_text, load_run, to_json
+
+    async def both() -> tuple:
+        return await load_run(args.baseline), await load_run(args.current)
+
+    base, cur = asyncio.run(both())
+    comp = compare_runs(base, cur)
+    print(json.dumps(to_json(comp), indent=2) if args.json else format_text(comp), end="")
+    if args.json:
+        print()
+    return 0 if base.steps and cur.steps else EXIT_NO_DATA
 
 
 def bundle_manifest(path: Path, status: dict[str, object]) -> dict[str, object]:

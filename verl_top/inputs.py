@@ -14,12 +14,16 @@ import time
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from verl_top.sources.base import Source
 from verl_top.sources.pipeline import Pipeline
 from verl_top.sources.recorder import Recorder
 from verl_top.sources.replay import ReplayControl, ReplaySource
 from verl_top.store import Store, StoreLimits
+
+if TYPE_CHECKING:
+    from verl_top.compare import Run
 
 DEMO_RECORDING = "demo.ndjson.gz"
 # A verl log not written for this long is a finished job's (or a dead one's): read it to its end
@@ -52,6 +56,7 @@ class Inputs:
     finite: bool = False  # every source ends by itself (replay, finished log files)
     title: str = "verl-top"
     mode: str = "LIVE"  # LIVE | REPLAY | DEMO
+    baseline: Run | None = None  # --baseline: a finished run to compare this one with
 
     def close(self) -> None:
         """Flush the recording, if any."""
@@ -84,6 +89,12 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
         help="verl driver log or file-logger JSONL to follow (repeatable)",
     )
     g.add_argument("--verl-config", metavar="[HOST:]PATH", help="the job's config (YAML or JSON)")
+    g.add_argument(
+        "--baseline",
+        metavar="RUN",
+        help="a finished run (verl log, recording or snapshot bundle) to compare with: pane 3 "
+        "gets a baseline column, the diagnosis screen (d) the difference (docs/compare.md)",
+    )
     g.add_argument(
         "--follow",
         action="store_true",
@@ -166,6 +177,23 @@ def build_inputs(args: argparse.Namespace) -> Inputs:
     return inputs
 
 
+def run_inputs(path: str, kind: str) -> Inputs:
+    """Inputs that read one finished run to its end: a verl log (``kind`` ``log``) or a
+    recording (``recording``). For ``verl-top compare``; raises InputError."""
+    store = Store(StoreLimits())
+    inputs = Inputs(store=store, pipeline=Pipeline(store), finite=True, mode="POST-MORTEM")
+    if kind == "recording":
+        try:
+            source = ReplaySource(Path(path), ReplayControl(speed=1e9))
+        except (OSError, ValueError) as exc:
+            raise InputError(str(exc)) from exc
+        inputs.sources.append(source)
+        store.replay = True
+    else:
+        _add_local_logs(inputs, [LogSpec("verl", path)], finite=True)
+    return inputs
+
+
 def non_regular_reason(path: str) -> str:
     """Why ``path`` is no file to follow ("a FIFO", "a directory", ...), or "" for a regular
     file or one that does not exist (yet). Never opens it: opening a FIFO blocks."""
@@ -214,6 +242,7 @@ def _add_replay(inputs: Inputs, args: argparse.Namespace) -> None:
     inputs.replay = control
     inputs.finite = True
     inputs.store.replay = True
+    inputs.store.origin = "demo" if args.demo else "replay"
     inputs.mode = "DEMO" if args.demo else "REPLAY"
     inputs.title = f"verl-top — {'demo' if args.demo else path.name}"
 
@@ -294,6 +323,7 @@ def _add_post_mortem(
     was only quiet (a long step) shows its next steps live."""
     _add_local_logs(inputs, logs, finite=True, then_follow=not headless)
     inputs.store.post_mortem = info
+    inputs.store.origin = "post-mortem"
     inputs.finite = headless
     inputs.mode = "POST-MORTEM"
     names = ", ".join(os.path.basename(p) for p in info)
@@ -341,6 +371,7 @@ def _add_live(inputs: Inputs, args: argparse.Namespace, logs: list[LogSpec]) -> 
                     "among the monitored hosts"
                 )
     inputs.sources.extend(prom)
+    inputs.store.origin = "ssh" if remote else "prometheus" if prom else "local"
     if (not specs and not prom) or local_specs:
         # This machine is monitored when nothing else is (or it is in the hosts list);
         # with --prometheus alone the GPUs come from the cluster's exporters.
@@ -428,6 +459,7 @@ def _add_ray(inputs: Inputs, args: argparse.Namespace, logs: list[LogSpec]) -> N
     except (RayError, ValueError) as exc:
         raise InputError(str(exc)) from exc
     inputs.sources.append(source)
+    inputs.store.origin = "ray"
     _add_local_logs(inputs, logs, finite=False)
     inputs.title = f"verl-top — ray {source.url}"
 

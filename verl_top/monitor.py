@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Callable
 
 from verl_top.assessment import Assessment, LeadChange
+from verl_top.compare import Comparison, compare_runs, summarize
 from verl_top.diagnosis.engine import Engine
 from verl_top.diagnosis.findings import FAULT_RULES, SYMPTOM_RULES, Finding, Verdict
 from verl_top.inputs import Inputs
@@ -126,6 +127,7 @@ class Monitor:
         self._eval_version = -1
         self._next_eval = 0.0
         self._settled = False
+        self._comparison: Comparison | None = None
         self._assembled_version = -1
         self._evidence = (False, False)  # (steps, config) at the last evaluation
         self.failure: str | None = None  # why the last evaluation failed (kept verdict)
@@ -190,6 +192,7 @@ class Monitor:
         # ``headline`` stays the engine's; people read ``Assessment.status.text``.
         history = [(c.t, c.step, c.rule) for c in self._history]
         self._verdict = dataclasses.replace(verdict, history=history)
+        self._comparison = self._compare()
         self.assessment = self._assemble()
 
     def _with_lead(self, verdict: Verdict, rule: str | None) -> Verdict:
@@ -235,7 +238,16 @@ class Monitor:
             history=tuple(self._history),
             health=store.input_health(),
             settled=self._settled,
+            comparison=self._comparison,
         )
+
+    def _compare(self) -> Comparison | None:
+        """This run against ``--baseline``, when one was given and steps arrived."""
+        base = self.inputs.baseline
+        if base is None or not self.store.steps:
+            return None
+        current = summarize("this run", "live", self.store, gpu_activity=False)
+        return compare_runs(base, current)
 
     # -- running ---------------------------------------------------------------------------
 

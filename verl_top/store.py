@@ -11,6 +11,7 @@ deterministic; ``received`` wall-clock times are kept for staleness and latency.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from array import array
@@ -43,6 +44,7 @@ from verl_top.model import (
     VerlConfig,
     VerlStep,
 )
+from verl_top.progress import ProgressTracker
 
 # A ring column: float samples in an array, phase labels in a list (sliced the same way).
 _Column = TypeVar("_Column", array, list)
@@ -375,6 +377,9 @@ class Store:
         self.first_t: float | None = None  # data time of the first timed record
         self.version = 0  # bumps on every ingest; lets views skip work when nothing changed
         self.replay = False  # set by replay sources: the header says REPLAY
+        # Where the data comes from (verl_top/origin.py: local, ssh, ray, prometheus, replay,
+        # demo, post-mortem), so messages say what to do in this session's terms.
+        self.origin = "local"
         self.notes: deque[str] = deque(maxlen=50)  # source-level messages for the UI
         # Ray cluster (--ray): nodes, the job's live actors by (host, pid), the driver log.
         self.ray_nodes: list[RayNode] = []
@@ -390,6 +395,11 @@ class Store:
         self.rollout: dict[str, RolloutEntry] = {}
         # Sources that are not one host (Prometheus): their last state, by source name.
         self.sources: dict[str, SourceStatus] = {}
+        # verl version / trainer mode / engine of the job: (inputs signature, VerlFlavour),
+        # kept by verl_top.verl.flavour.store_flavour until its inputs change.
+        self.verl_flavour: tuple[object, Any] | None = None
+        # The method each job process runs, since when, and each method's recent durations.
+        self.progress = ProgressTracker()
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -525,6 +535,7 @@ class Store:
 
     def _on_procs(self, rec: ProcessList, received: float | None) -> None:
         self._touch(rec, received).procs = rec
+        self.progress.observe(rec)
 
     def _on_state(self, rec: HostState, received: float | None) -> None:
         h = self.host(rec.host)
@@ -543,7 +554,12 @@ class Store:
 
     def _on_step(self, rec: VerlStep, received: float | None) -> None:
         # A restarted run reuses step numbers: keep arrival order, replace same-step duplicates.
+        # Two lines of one step that agree on every key they share are one step printed in
+        # parts (fully async: the rollouter's dict, then the trainer's): merge them.
         if self.steps and self.steps[-1].step == rec.step:
+            prev = self.steps[-1]
+            if all(prev.metrics[k] == v for k, v in rec.metrics.items() if k in prev.metrics):
+                rec = dataclasses.replace(rec, metrics={**prev.metrics, **rec.metrics})
             self.steps[-1] = rec
         else:
             self.steps.append(rec)

@@ -370,6 +370,31 @@ def scenarios() -> dict[str, tuple[list[Record], dict[str, Any], str]]:
         "job.stalled",
         "real verl log steps 1-20, then 300 s with no step and the GPU in the real idle_after phase",
     )
+    stuck = ProcessList(
+        host="n1",
+        t=T_END - 120,
+        procs=[
+            GpuProcess(
+                pid=4242,
+                gpu_index=0,
+                used_mib=60000,
+                cmd="ray::WorkerDict.actor_rollout_update_actor",
+                env_rank=0,
+                rank=0,
+            )
+        ],
+    )
+    add(
+        "job_hang",
+        real_steps(20, T_END - 125)
+        + gpus("n1", 1, [("train_matmul_bf16", 180), ("idle_after", 120)])
+        + [stuck],
+        1,
+        "job.hang",
+        "real verl log steps 1-20 (timing/update_actor p95 21.0 s: overrun after 63 s); a "
+        "WorkerDict (pid and title constructed, title format real) in update_actor for 120 s, "
+        "its GPU in the real train phase then 120 s in the real idle_after phase",
+    )
     add(
         "nccl_transport_socket",
         gpus("n1", 8, train)

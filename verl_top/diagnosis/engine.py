@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from verl_top.diagnosis import (
+    hang,
     step1_throughput,
     step2_comm,
+    step3_async,
     step3_dataflow,
     step3_rollout,
     step4_mapping,
@@ -15,12 +17,13 @@ from verl_top.diagnosis import (
 from verl_top.diagnosis.findings import STEP_NAMES, Check, Finding, Rule, Verdict, worth_text
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import StepMemo, View, mean
+from verl_top.origin import rephrase_asks
 from verl_top.store import Store
 
 STEP_RULES: dict[int, list[Rule]] = {
-    1: step1_throughput.RULES,
+    1: step1_throughput.RULES + [hang.job_hang],  # job.hang: docs/hangs.md
     2: step2_comm.RULES,
-    3: step3_dataflow.RULES + step3_rollout.RULES,  # rollout servers' metrics (--prometheus)
+    3: step3_dataflow.RULES + step3_rollout.RULES + step3_async.RULES,  # + async trainers
     4: step4_mapping.RULES,
     5: step5_config.RULES,
 }
@@ -82,8 +85,7 @@ class Engine:
         th = self.thresholds
         view = View(store, th, self._steps)
         findings, checks = run_rules(view, th)
-        if store.log_stats:
-            _given_logs(checks)
+        rephrase_asks(checks, store)  # "pass --verl-log PATH" in this session's terms
         timed = any(s.stage_times for s in view.steps())
         if timed:
             for f in findings:
@@ -177,23 +179,6 @@ def healthy_detail(view: View) -> str:
     return ", ".join(parts)
 
 
-GIVEN_LOG_NOTE = "the --verl-log given has no such data (see what was read)"
-
-
-def _given_logs(checks: list[Check]) -> None:
-    """A log was given: a 'no data' check must not tell the user to pass one."""
-    for c in checks:
-        if c.status != "no_data":
-            continue
-        for ask in (
-            "pass --verl-log PATH (console log or file-logger JSONL)",
-            "pass --verl-log PATH",
-        ):
-            if ask in c.detail:
-                c.detail = c.detail.replace(ask, GIVEN_LOG_NOTE)
-                break
-
-
 def describe_inputs(view: View) -> dict[str, Any]:
     """What the verdict rests on, for the banner, ``diagnose`` and ``--json``."""
     store = view.store
@@ -208,6 +193,7 @@ def describe_inputs(view: View) -> dict[str, Any]:
         "gpus": len(view.gpus()),
         "hosts": len(store.hosts),
         "post_mortem": {path: dict(info) for path, info in post.items()},
+        "verl": view.flavour().as_dict(),
     }
 
 

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from verl_top.diagnosis.readable import seconds, seconds_pair
+
 if TYPE_CHECKING:
     from verl_top.diagnosis.thresholds import Thresholds
     from verl_top.diagnosis.view import View
@@ -25,7 +27,7 @@ Outcome = Literal["bottleneck", "no single bottleneck", "healthy", "no data"]
 # names a cause, and hysteresis never keeps one in front of a cause (docs/diagnosis.md).
 SYMPTOM_RULES = frozenset({"gpu.idle", "tput.drop", "gpu.util_misleading", "sync.wait"})
 # Faults: the job is broken, not slow. These lead even before the first verl step.
-FAULT_RULES = frozenset({"nccl.watchdog", "job.stalled"})
+FAULT_RULES = frozenset({"nccl.watchdog", "job.stalled", "job.hang"})
 
 
 @dataclass
@@ -48,13 +50,15 @@ class Finding:
 
 
 def worth_text(f: Finding) -> str:
-    """'costs 2.0 s of each 2.1 s step; the advised change saves at most 1.9 s/step (basis)'."""
+    """'costs 9.88 min of each 17.8 min step; the advised change saves up to 4.1 min per step
+    (basis)': the seconds in one unit, readable (readable.py), never in scientific notation."""
     if f.cost_s is None:
         return ""
-    of = f" of each {f.step_s:.3g} s step" if f.step_s else " per step"
-    text = f"costs {f.cost_s:.3g} s{of}"
+    cost, step = seconds_pair(f.cost_s, f.step_s)
+    text = f"costs {cost} of each {step} step" if f.step_s else f"costs {cost} per step"
     if f.save_s is not None:
-        text += f"; the advised change saves at most {f.save_s:.3g} s/step"
+        save = seconds_pair(f.save_s, f.step_s)[0] if f.step_s else seconds(f.save_s)
+        text += f"; the advised change saves up to {save} per step"
         if f.save_basis:
             text += f" ({f.save_basis})"
     return text

@@ -37,6 +37,11 @@ def format_text(assessment: Assessment) -> str:
     if assessment.window:
         out.append(f"Covers: {assessment.window}")
     out += inputs_text(verdict.inputs)
+    if assessment.comparison is not None:
+        from verl_top.compare import format_text as compare_text
+
+        out += ["", "Against the baseline (--baseline):"]
+        out += ["  " + line for line in compare_text(assessment.comparison).splitlines()]
     summary = steps_summary(verdict)
     for step, name in STEP_NAMES.items():
         worst, n = summary[step]
@@ -69,6 +74,9 @@ def inputs_text(inputs: dict[str, Any]) -> list[str]:
         if log.get("malformed"):
             line += f", {log.get('malformed')} unreadable metric lines"
         out.append(line)
+    verl = inputs.get("verl") or {}
+    if verl.get("trainer_mode") or verl.get("version_range") not in (None, "unknown"):
+        out.append("verl: " + flavour_text(verl))
     cfg = inputs.get("config", {})
     out.append(
         f"Config: {cfg.get('keys', 0)} keys"
@@ -80,6 +88,14 @@ def inputs_text(inputs: dict[str, Any]) -> list[str]:
             f"({info.get('age_text')} ago), last step {inputs.get('last_step')}"
         )
     return out
+
+
+def flavour_text(verl: dict[str, Any]) -> str:
+    """The ``verl`` object of the inputs in words, with the first clues it rests on."""
+    from verl_top.verl.flavour import describe
+
+    clues = verl.get("evidence") or []
+    return describe(verl) + (f" (from: {'; '.join(clues[:3])})" if clues else "")
 
 
 def _worth_json(f: Finding) -> dict[str, Any] | None:
@@ -155,6 +171,18 @@ def to_json(assessment: Assessment) -> dict[str, Any]:
         ],
         "time": verdict.t,
         "no_data": verdict.no_data,
+        # verl version range, trainer mode, engine, backend, device, pools (verl/flavour.py).
+        "verl": _plain(verdict.inputs.get("verl")),
         # What the verdict rests on (logs read) plus refused input per host and clock offsets.
         "inputs": _plain({**verdict.inputs, **assessment.health}),
+        "comparison": _comparison_json(assessment),
     }
+
+
+def _comparison_json(assessment: Assessment) -> dict[str, Any] | None:
+    """``--baseline``: the verl-top.compare/1 document of this run against it (else null)."""
+    if assessment.comparison is None:
+        return None
+    from verl_top.compare import to_json as compare_json
+
+    return _plain(compare_json(assessment.comparison))

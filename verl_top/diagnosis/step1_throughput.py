@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from verl_top.diagnosis.findings import Check, Finding, Rule, RuleResult, no_data, passed, scale
+from verl_top.diagnosis.guards import device_guard
+from verl_top.diagnosis.hang import hang_found
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, fmt_pct, mean, median
 from verl_top.model import clock_reason_names
@@ -64,6 +66,8 @@ def gpu_idle(view: View, th: Thresholds) -> RuleResult:
 
 def gpu_util_misleading(view: View, th: Thresholds) -> RuleResult:
     """NVML util looks busy while GPM SM or tensor util shows little real work, outside gen."""
+    if (guard := device_guard(view, STEP, "gpu.util_misleading")) is not None:
+        return guard
     if not (view.has_column("sm_util") or view.has_column("tensor_util")):
         return no_data(
             STEP, "gpu.util_misleading", "needs GPM SM/tensor util (Hopper+ GPU, agent with pynvml)"
@@ -135,6 +139,8 @@ def gpu_util_misleading(view: View, th: Thresholds) -> RuleResult:
 
 def gpu_throttle(view: View, th: Thresholds) -> RuleResult:
     """Clock-event reasons show power/thermal/HW slowdown for more than throttle_frac of the window."""
+    if (guard := device_guard(view, STEP, "gpu.throttle")) is not None:
+        return guard
     fracs: dict[str, float] = {}
     reasons: set[str] = set()
     for g in view.gpus():
@@ -227,6 +233,9 @@ def job_stalled(view: View, th: Thresholds) -> RuleResult:
     limit = min(th.stall_factor * med, th.stall_max_s)
     if gap <= limit:
         return passed(STEP, "job.stalled", f"last step {gap:.0f} s ago (limit {limit:.0f} s)")
+    if hang_found(view, th):
+        # The process lists name the stuck process: job.hang says it, with its cost.
+        return passed(STEP, "job.stalled", f"no step for {gap:.0f} s: job.hang names the process")
     last = steps[-1].t
     acts = [v for g in view.store.iter_gpus() for v in view.gpu_values(g, "activity", last)]
     utils = [v for g in view.store.iter_gpus() for v in view.gpu_values(g, "util_gpu", last)]

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
+from verl_top.diagnosis.guards import mode_guard
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, fmt_pct
 from verl_top.model import ProbeResult
@@ -312,6 +313,8 @@ def nccl_busbw_low(view: View, th: Thresholds) -> RuleResult:
 
 def sync_weight_update(view: View, th: Thresholds) -> RuleResult:
     """Trainer->rollout weight sync (update_weights, older reshard) above weight_update_frac."""
+    if (guard := mode_guard(view, STEP, "sync.weight_update")) is not None:
+        return guard  # across separate pools: async.weight_sync
     if not view.recent_steps():
         return no_data(STEP, "sync.weight_update", "needs verl steps: pass --verl-log PATH")
     rec = view.recent_steps()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
+from verl_top.diagnosis.guards import mode_guard
+from verl_top.diagnosis.readable import seconds
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, fmt_pct, mean, median, timing
 from verl_top.verl.stages import fmt_mfu
@@ -30,6 +32,12 @@ ENGINE_ADVICE = {
         "rollout.enforce_eager=False (CUDA graphs)."
     ),
 }
+# Ascend (vllm-ascend, SGLang on NPU): the same knobs, graph mode instead of CUDA graphs.
+NPU_ROLLOUT_ADVICE = (
+    "Speed up generation on the NPUs: smaller actor_rollout_ref.rollout.tensor_model_parallel_size "
+    "(more replicas), raise rollout.max_num_seqs / max_num_batched_tokens and "
+    "rollout.gpu_memory_utilization (KV cache); keep rollout.enforce_eager=False (graph mode)."
+)
 GENERIC_ROLLOUT_ADVICE = (
     "Speed up generation: smaller actor_rollout_ref.rollout.tensor_model_parallel_size (more "
     "replicas), raise rollout.max_num_seqs / max_num_batched_tokens and "
@@ -84,6 +92,8 @@ def flow_rollout_bound(view: View, th: Thresholds) -> RuleResult:
     launch-bound: that is evidence for this finding (not a separate host stall), and the advice
     follows the rollout engine in use (actor_rollout_ref.rollout.name).
     """
+    if (guard := mode_guard(view, STEP, "flow.rollout_bound")) is not None:
+        return guard  # an async trainer's timing_s/gen is a wait, not generation
     hit = view.median_role_share("rollout")
     if hit is None:
         return no_data(STEP, "flow.rollout_bound", NEED_STEPS)
@@ -146,7 +156,9 @@ def flow_rollout_bound(view: View, th: Thresholds) -> RuleResult:
         sev,
         title,
         ev,
-        ENGINE_ADVICE.get(engine or "", GENERIC_ROLLOUT_ADVICE),
+        NPU_ROLLOUT_ADVICE
+        if view.on_npu() and engine != "hf"
+        else ENGINE_ADVICE.get(engine or "", GENERIC_ROLLOUT_ADVICE),
         {
             "share": share,
             "stages": names,
@@ -182,6 +194,8 @@ def flow_long_tail(view: View, th: Thresholds) -> RuleResult:
     ``response_length/clip_ratio`` alone measures no tail: it is reported, at a severity that
     cannot be the bottleneck, as a length setting.
     """
+    if (guard := mode_guard(view, STEP, "flow.long_tail")) is not None:
+        return guard  # async trainers overlap or cut the tail: async.balance judges the wait
     gen = view.median_role_share("rollout")
     samples = [(s, hit) for s in view.recent_steps() if (hit := _per_sample(s)) is not None]
     clips = [
@@ -206,7 +220,7 @@ def flow_long_tail(view: View, th: Thresholds) -> RuleResult:
             ev = [
                 f"{src}: slowest {ratio:.1f}x the mean (> {th.long_tail_ratio:.0f}x), "
                 f"{view.steps_text()}",
-                f"the slowest sample ran {tail:.3g} s past the mean sample (median per step)",
+                f"the slowest sample ran {seconds(tail)} past the mean sample (median per step)",
             ]
             if share is not None:
                 ev.append(f"rollout {fmt_pct(share)} of the step")

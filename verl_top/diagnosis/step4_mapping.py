@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
+from verl_top.diagnosis.guards import device_guard
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, fmt_pct, mean, median
 from verl_top.nccl.topo import slow_tp_groups, topology_marks
@@ -236,6 +237,8 @@ def _marks_finding(marks: list[str]) -> Finding:
 
 def map_topology(view: View, th: Thresholds) -> RuleResult:
     """A TP group spans GPUs that are not linked by NVLink (topology SYS/PHB/NODE/PIX/PXB)."""
+    if (guard := device_guard(view, STEP, "map.topology")) is not None:
+        return guard
     topo = view.topology()
     marks = [
         f"{host} GPU{m.gpu}: {m.text}"
@@ -290,12 +293,15 @@ def map_config_mismatch(view: View, th: Thresholds) -> RuleResult:
     n_per = int(view.num(per[1]) or 0)
     n_nodes = int(view.num(nodes[1]) or 1) if nodes else 1
     want = n_per * n_nodes
+    pools = view.flavour().pools  # a standalone rollout (or reward) pool has GPUs of its own
+    want = max(want, pools.total or 0)
     seen = view.store.gpu_count()
     problems = []
     if seen and want != seen:
-        problems.append(
-            f"trainer.n_gpus_per_node x trainer.nnodes = {n_per} x {n_nodes} = {want}, GPUs seen = {seen}"
-        )
+        how = f"trainer.n_gpus_per_node x trainer.nnodes = {n_per} x {n_nodes}"
+        if pools.rollout or pools.reward:
+            how = f"{pools.text()} ({how} + the other pools)"
+        problems.append(f"{how} = {want}, GPUs seen = {seen}")
     tp = view.config(ROLLOUT_TP)
     if tp is not None and (t := view.num(tp[1])) and want and want % int(t):
         problems.append(f"{ROLLOUT_TP} = {int(t)} does not divide {want} GPUs")

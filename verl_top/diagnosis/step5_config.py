@@ -10,6 +10,7 @@ from typing import Any
 
 from verl_top.diagnosis.defaults import DEFAULTS  # shared with pane 5 (verl.md §3)
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
+from verl_top.diagnosis.readable import number
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, fmt_pct
 
@@ -94,7 +95,7 @@ def cfg_micro_batch_small(view: View, th: Thresholds) -> RuleResult:
         return no_data(
             STEP,
             "cfg.micro_batch_small",
-            f"{key} = {per_gpu:g}: needs the sample length (response_length/mean or "
+            f"{key} = {number(per_gpu)}: needs the sample length (response_length/mean or "
             "data.max_response_length) to know the tokens per micro batch",
         )
     tokens = per_gpu * sample[0]
@@ -102,7 +103,7 @@ def cfg_micro_batch_small(view: View, th: Thresholds) -> RuleResult:
         return passed(
             STEP,
             "cfg.micro_batch_small",
-            f"{key} = {per_gpu:g} x ~{sample[0]:.0f} tokens = {tokens:.0f} tokens per micro batch",
+            f"{key} = {number(per_gpu)} x ~{sample[0]:.0f} tokens = {tokens:.0f} tokens per micro batch",
         )
     train = view.median_share("update_actor", "update_critic")
     if train is None:
@@ -116,13 +117,13 @@ def cfg_micro_batch_small(view: View, th: Thresholds) -> RuleResult:
         STEP,
         "cfg.micro_batch_small",
         sev,
-        f"Micro batch of {per_gpu:g} x ~{sample[0]:.0f} tokens = {tokens:.0f} tokens per GPU "
+        f"Micro batch of {number(per_gpu)} x ~{sample[0]:.0f} tokens = {tokens:.0f} tokens per GPU "
         "without dynamic batch size: small GEMMs, low MFU",
         [
             _show(key, value, is_def) + note,
             f"tokens per sample ~{sample[0]:.0f} ({sample[1]})",
             _show(dk, dyn, dyn_def),
-            f"recommendation: >= {th.micro_batch_tokens_min:g} tokens per micro batch "
+            f"recommendation: >= {number(th.micro_batch_tokens_min)} tokens per micro batch "
             "(use_dynamic_bsz=True with ppo_max_token_len_per_gpu)",
         ]
         + (
@@ -156,19 +157,19 @@ def cfg_token_budget(view: View, th: Thresholds) -> RuleResult:
         )
     need = th.token_budget_factor * (pn + rn)
     if b >= need:
-        return passed(STEP, "cfg.token_budget", f"{key} = {b:g} >= {need:g}")
+        return passed(STEP, "cfg.token_budget", f"{key} = {number(b)} >= {number(need)}")
     return Finding(
         STEP,
         "cfg.token_budget",
         scale(b / need, 1.0, 0.25, 0.4, 0.6),
-        f"Token budget {b:g}/GPU is below {th.token_budget_factor:g}x (prompt + response) = {need:g}",
+        f"Token budget {number(b)}/GPU is below {number(th.token_budget_factor)}x (prompt + response) = {number(need)}",
         [
             _show(key, budget, bdef),
             _show(pk, p, pdef),
             _show(rk, r, rdef),
-            f"recommendation: >= {need:g}",
+            f"recommendation: >= {number(need)}",
         ],
-        f"Raise {A}ppo_max_token_len_per_gpu to at least {need:g} (verl perf tuning guide).",
+        f"Raise {A}ppo_max_token_len_per_gpu to at least {number(need)} (verl perf tuning guide).",
         {"budget": b, "need": need},
     )
 
@@ -218,11 +219,12 @@ def cfg_enforce_eager(view: View, th: Thresholds) -> RuleResult:
     if gen is not None and gen[0] < th.cost_frac_min:
         sev = 0.2  # eager decode costs at most the rollout, here a small share
     gen_s = view.median_seconds(*gen[2]) if gen else None
+    graphs = "graph mode" if view.on_npu() else "CUDA graphs"  # Ascend has no CUDA
     return Finding(
         STEP,
         "cfg.enforce_eager",
         sev,
-        f"{engine or 'Rollout'} runs eagerly (CUDA graphs off): decode is CPU-launch bound",
+        f"{engine or 'Rollout'} runs eagerly ({graphs} off): decode is CPU-launch bound",
         [shown, "recommendation: false (use true only to work around an OOM)"]
         + ([f"rollout engine: {engine}"] if engine else ["rollout engine not in the config"])
         + ([f"rollout {fmt_pct(gen[0])} of step, {view.steps_text()}"] if gen else []),
@@ -231,7 +233,7 @@ def cfg_enforce_eager(view: View, th: Thresholds) -> RuleResult:
         cost_s=gen_s,
         save_s=gen_s,
         step_s=view.median_step_s(),
-        save_basis="the rollout time itself (CUDA graphs shorten decode, they cannot remove it)",
+        save_basis=f"the rollout time itself ({graphs} shorten decode, they cannot remove it)",
     )
 
 
@@ -299,15 +301,15 @@ def cfg_kv_cache(view: View, th: Thresholds) -> RuleResult:
             return no_data(
                 STEP,
                 "cfg.kv_cache",
-                f"{key} = {util:g} is low; needs timing_s/agent_loop/num_preempted to judge",
+                f"{key} = {number(util)} is low; needs timing_s/agent_loop/num_preempted to judge",
             )
         if pre[1] <= 0:
-            return passed(STEP, "cfg.kv_cache", f"{key} = {util:g}, no preemptions")
+            return passed(STEP, "cfg.kv_cache", f"{key} = {number(util)}, no preemptions")
         return Finding(
             STEP,
             "cfg.kv_cache",
             0.55,
-            f"Small KV cache ({key.split('.')[-1]} {util:g}) and requests get preempted",
+            f"Small KV cache ({key.split('.')[-1]} {number(util)}) and requests get preempted",
             [
                 _show(key, value, is_def),
                 f"{pre[0]} = {pre[1]:.2f} (median), {view.steps_text()}",
@@ -321,12 +323,12 @@ def cfg_kv_cache(view: View, th: Thresholds) -> RuleResult:
         if mem is not None and mem[2] > 0.9:
             risk.append(f"perf/max_memory_reserved_gb {mem[0]:.0f} of {mem[1]:.0f} GiB")
         if not risk:
-            return passed(STEP, "cfg.kv_cache", f"{key} = {util:g}, no sign of OOM risk")
+            return passed(STEP, "cfg.kv_cache", f"{key} = {number(util)}, no sign of OOM risk")
         return Finding(
             STEP,
             "cfg.kv_cache",
             0.55,
-            f"{key.split('.')[-1]} {util:g} leaves no room for the trainer: OOM risk at wake-up",
+            f"{key.split('.')[-1]} {number(util)} leaves no room for the trainer: OOM risk at wake-up",
             [_show(key, value, is_def), *risk, "recommendation: <= 0.9"],
             f"Lower {R}gpu_memory_utilization or enable actor offload.",
             {"value": util},
@@ -348,17 +350,17 @@ def cfg_batched_tokens(view: View, th: Thresholds) -> RuleResult:
         return no_data(STEP, "cfg.batched_tokens", f"{key} not a number")
     need = max(th.batched_tokens_min, pn + rn)
     if v >= need:
-        return passed(STEP, "cfg.batched_tokens", f"{key} = {v:g} >= {need:g}")
+        return passed(STEP, "cfg.batched_tokens", f"{key} = {number(v)} >= {number(need)}")
     return Finding(
         STEP,
         "cfg.batched_tokens",
         scale(v / need, 1.0, 0.25, 0.35, 0.55),
-        f"max_num_batched_tokens {v:g} < {need:g}: small prefill batches slow rollout",
+        f"max_num_batched_tokens {number(v)} < {number(need)}: small prefill batches slow rollout",
         [
             _show(key, value, is_def),
-            f"recommendation: >= max({th.batched_tokens_min:g}, prompt + response) = {need:g}",
+            f"recommendation: >= max({number(th.batched_tokens_min)}, prompt + response) = {number(need)}",
         ],
-        f"Raise {R}max_num_batched_tokens to {need:g} or more.",
+        f"Raise {R}max_num_batched_tokens to {number(need)} or more.",
         {"value": v, "need": need},
     )
 

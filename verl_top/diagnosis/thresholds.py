@@ -47,6 +47,19 @@ class Thresholds:
     stall_max_s: float = _t(600.0, "s", "…or for 10 minutes")
     stall_idle_pct: float = _t(5.0, "%", "GPUs at ~0 % while stalled (hang)")
     stall_spin_pct: float = _t(95.0, "%", "GPUs pinned at ~100 % while stalled (NCCL spin)")
+    hang_factor: float = _t(
+        3.0, "x p95", "a method running 3x its own p95 (this job's history) is overrunning"
+    )
+    hang_min_s: float = _t(20.0, "s", "…and for at least 20 s: short stages jitter")
+    hang_min_history: float = _t(
+        3, "runs", "durations of a method needed before its p95 means anything"
+    )
+    hang_quiet_s: float = _t(
+        10.0, "s", "window in which an overrunning method's GPUs must show no real work"
+    )
+    hang_busy_pct: float = _t(
+        30.0, "%", "a GPU above this SM activity is computing: a long stage, not a hang"
+    )
     # -- step 2 ---------------------------------------------------------------------------
     busbw_min_bytes: float = _t(1 << 30, "B", "use busbw at >= 1 GiB messages only")
     busbw_ratio: float = _t(0.6, "ratio", "busbw below 60 % of the link's expected value")
@@ -94,12 +107,39 @@ class Thresholds:
     )
     kv_cache_pct: float = _t(90.0, "%", "vLLM/SGLang KV cache in use above this: no room left")
     preempt_per_min: float = _t(1.0, "per min", "preempted requests: the KV cache ran out")
+    # -- step 3, async trainers (diagnosis/step3_async.py) ---------------------------------
+    async_wait_frac: float = _t(
+        0.2, "fraction of step", "the trainer waits for samples > 20 % of the step: rollout short"
+    )
+    async_idle_frac: float = _t(
+        0.2, "fraction", "the rollout side idles > 20 % while the trainer waits < 20 %"
+    )
+    async_move_min_frac: float = _t(
+        0.05, "fraction of step", "a GPU split that saves < 5 % of the step is not worth a move"
+    )
+    idle_disagree: float = _t(
+        0.05, "fraction", "verl's idle ratio and verl-top's reading differ by more: say so"
+    )
     # -- step 4 ---------------------------------------------------------------------------
     imbalance_points: float = _t(30.0, "points", "activity spread (max-min) across one role")
     node_ratio: float = _t(0.6, "x cluster mean", "a node's mean below 0.6x the cluster mean")
     busy_pct: float = _t(50.0, "%", "a GPU counts as busy above this activity")
     replicas_ratio: float = _t(0.5, "ratio", "busy GPUs during gen below half the expected")
     seqlen_ratio: float = _t(0.1, "ratio", "global_seqlen/minmax_diff / mean > 0.1")
+    straggler_window_s: float = _t(
+        6.0, "s", "recent window for straggler signals (clocks, throttle, host, NIC, gaps)"
+    )
+    straggler_clock_ratio: float = _t(
+        0.9, "x peers' median", "a throttled GPU's SM clock below 90 % of its busy peers'"
+    )
+    straggler_activity_ratio: float = _t(
+        0.6, "x peers' median", "a node's GPU activity below 0.6x the other nodes' while busy"
+    )
+    nic_rate_ratio: float = _t(
+        0.5, "x peers' median", "a node's network rate below half the other nodes' median"
+    )
+    flap_gap_s: float = _t(3.0, "s", "a host silent this long (3 agent ticks) dropped out")
+    flap_gaps: float = _t(2, "gaps", "'flapping': dropped out this often in the window")
     # -- step 5 ---------------------------------------------------------------------------
     micro_batch_min: float = _t(
         2,

@@ -23,8 +23,9 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from verl_top.diagnosis.readable import pct
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.store import GpuEntry, HostEntry, Ring, Store
 from verl_top.verl.stages import (
@@ -36,6 +37,9 @@ from verl_top.verl.stages import (
     role_of,
     split_timings,
 )
+
+if TYPE_CHECKING:
+    from verl_top.verl.flavour import VerlFlavour
 
 # Stages of one step in execution order (verl.md §1.2), from the verl catalogue: the core stages
 # without the profiler bookkeeping; testing/save_checkpoint are the periodic ones after `step`.
@@ -95,13 +99,14 @@ class StepView:
         ]
 
 
-def step_view(step: int, t: float, metrics: dict[str, float]) -> StepView:
+def step_view(step: int, t: float, metrics: dict[str, float], mode: str | None = None) -> StepView:
     """Read one step's metrics: stage times, step time without periodic work, throughput.
 
     Every ``timing_s/<name>`` outside the catalogue is a stage too (``split_timings``); timers
     nested in another (v0.5 ``reshard`` in ``gen``) and the profiler's bookkeeping are not.
+    ``mode`` is the trainer mode (async modes read ``timing_s/gen`` as the stage ``wait``).
     """
-    timings = split_timings(metrics)
+    timings = split_timings(metrics, mode)
     core_list = [
         n
         for n in core_names(timings.times, timings.nested)
@@ -147,20 +152,22 @@ class StepMemo:
 
     def __init__(self) -> None:
         self._views: dict[int, tuple[Any, StepView]] = {}
+        self._mode: Any = None
 
-    def views(self, steps: Iterable[Any]) -> list[StepView]:
-        """The views of ``steps`` (step numbers > 0), oldest first."""
-        old, new = self._views, {}
+    def views(self, steps: Iterable[Any], mode: Any = None) -> list[StepView]:
+        """The views of ``steps`` (step numbers > 0) read in trainer ``mode``, oldest first."""
+        old = self._views if mode == self._mode else {}
+        new = {}
         out = []
         for s in steps:
             if s.step <= 0:
                 continue
             hit = old.get(id(s))
             if hit is None or hit[0] is not s:
-                hit = (s, step_view(s.step, s.t, s.metrics))
+                hit = (s, step_view(s.step, s.t, s.metrics, mode))
             new[id(s)] = hit
             out.append(hit[1])
-        self._views = new
+        self._views, self._mode = new, mode
         return out
 
 
@@ -180,8 +187,8 @@ def median(values: Iterable[float]) -> float | None:
 
 
 def fmt_pct(x: float) -> str:
-    """A fraction as a percentage string."""
-    return f"{100 * x:.0f} %"
+    """A fraction as a percentage string (readable.pct: ``57 %``, ``0.4 %``)."""
+    return pct(x)
 
 
 class _Phases:
@@ -244,6 +251,7 @@ class View:
         self._phase_of: dict[int, _Phases] = {}
         self._phase_by_points: dict[tuple[tuple[float, ...], tuple[str, ...]], _Phases] = {}
         self._wbands: list[tuple[float, float, str]] | None = None
+        self._flavour: VerlFlavour | None = None
 
     # -- window text ----------------------------------------------------------------------
     @property
@@ -351,7 +359,7 @@ class View:
         """All steps in the store (oldest first), read through the stage catalogue."""
         if self._steps is None:
             memo = self._step_memo or StepMemo()
-            self._steps = memo.views(self.store.steps)
+            self._steps = memo.views(self.store.steps, self.flavour().trainer_mode)
         return self._steps
 
     def recent_steps(self, n: int | None = None) -> list[StepView]:
@@ -390,6 +398,34 @@ class View:
     def median_step_s(self) -> float | None:
         """Median of the recent steps' share denominator (step without validation/checkpoint)."""
         return median(s.denominator for s in self.recent_steps() if s.denominator)
+
+    def flavour(self) -> VerlFlavour:
+        """verl version range, trainer mode, engine, backend, device and pools of the job
+        (``verl_top.verl.flavour``): the rules ask it before reading a key."""
+        if self._flavour is None:
+            from verl_top.verl.flavour import store_flavour
+
+            self._flavour = store_flavour(self.store)
+        return self._flavour
+
+    def on_npu(self) -> bool:
+        """True for a job on Ascend NPUs (trainer.device=npu): no NVML/GPM, CUDA-graph or
+        other GPU-only wording applies to it."""
+        return self.flavour().device == "npu"
+
+    def pool_gpus(self) -> dict[str, list[GpuEntry]]:
+        """The window's GPUs by the pool their processes serve: ``trainer`` (a WorkerDict or
+        an actor worker on it), ``rollout`` (only rollout engine processes), ``unknown``."""
+        out: dict[str, list[GpuEntry]] = {"trainer": [], "rollout": [], "unknown": []}
+        for g in self.gpus():
+            host = self.store.hosts.get(g.host)
+            procs = host.procs.procs if host is not None and host.procs is not None else []
+            roles = {p.role for p in procs if p.gpu_index == g.index}
+            pool = (
+                "trainer" if "trainer" in roles else "rollout" if "rollout" in roles else "unknown"
+            )
+            out[pool].append(g)
+        return out
 
     def rollout_engine(self) -> str | None:
         """The rollout engine in use (``hf``, ``vllm``, ``sglang``...) from the config."""

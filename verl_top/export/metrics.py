@@ -17,6 +17,10 @@ for 10 minutes"::
     verl_top_status{state="bottleneck"}            1 for the job's status word (the banner's)
     verl_top_lead_save_seconds                     recoverable seconds per step of the lead
     verl_top_inputs_ended                          1 once finite inputs (a replay) ended: final
+    verl_top_tokens_per_second_per_gpu             verl perf/throughput, median of the recent steps
+    verl_top_step_seconds                          verl step time (no validation/checkpoint), median
+    verl_top_last_step                             number of the newest verl step
+    verl_top_last_step_timestamp_seconds           data time the newest verl step ended
     verl_top_evaluation_timestamp_seconds          wall time of the last evaluation
     verl_top_data_timestamp_seconds                data time the verdict is about
 
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import statistics
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -41,6 +46,7 @@ from verl_top.assessment import Assessment
 from verl_top.diagnosis.findings import STEP_NAMES
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View
+from verl_top.export.webhook import WebhookNotifier
 from verl_top.status import STATES
 from verl_top.store import Store
 from verl_top.verl.stages import DISPLAY_STAGES
@@ -50,6 +56,7 @@ if TYPE_CHECKING:
     from verl_top.inputs import Inputs
 
 MIN_STALE_S = 5.0
+WEBHOOK_DRAIN_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,10 @@ class VerdictSnapshot:
     status: str = "no data"
     lead_save_s: float | None = None
     settled: bool = False
+    tokens_per_gpu: float | None = None
+    step_s: float | None = None
+    last_step: int | None = None
+    last_step_t: float | None = None
 
 
 def snapshot(
@@ -83,6 +94,9 @@ def snapshot(
     view = View(store, thresholds or Thresholds())
     shares = {s: hit[0] for s in DISPLAY_STAGES if (hit := view.median_share(s)) is not None}
     lead = assessment.lead
+    recent = view.recent_steps()
+    rates = [s.throughput for s in recent if s.throughput is not None]
+    newest = store.steps[-1] if store.steps else None
     return VerdictSnapshot(
         evaluated_at=time.time(),
         data_t=assessment.t,
@@ -90,6 +104,10 @@ def snapshot(
         bottleneck_rule=assessment.bottleneck_rule,
         status=assessment.status.state,
         settled=assessment.settled,
+        tokens_per_gpu=statistics.median(rates) if rates else None,
+        step_s=view.median_step_s(),
+        last_step=newest.step if newest is not None else None,
+        last_step_t=newest.t if newest is not None and newest.t else None,
         lead_save_s=lead.save_s if lead is not None else None,
         step_severity=severity,
         step_findings=counts,
@@ -168,6 +186,7 @@ def _verdict_families(snap: VerdictSnapshot) -> Iterator[Metric]:
         )
         save.add_metric([], snap.lead_save_s)
         yield save
+    yield from _step_families(snap)
     ended = GaugeMetricFamily(
         "verl_top_inputs_ended",
         "1 once every input was finite and ended (a replay, finished logs): the verdict is final",
@@ -184,6 +203,32 @@ def _verdict_families(snap: VerdictSnapshot) -> Iterator[Metric]:
     )
     data_t.add_metric([], snap.data_t)
     yield data_t
+
+
+def _step_families(snap: VerdictSnapshot) -> Iterator[Metric]:
+    """verl's own progress: throughput, step time, newest step (absent until a step came)."""
+    for name, help_text, value in (
+        (
+            "verl_top_tokens_per_second_per_gpu",
+            "verl perf/throughput (tokens/s/GPU), median of the recent steps",
+            snap.tokens_per_gpu,
+        ),
+        (
+            "verl_top_step_seconds",
+            "verl step time without validation/checkpoint, median of the recent steps",
+            snap.step_s,
+        ),
+        ("verl_top_last_step", "Number of the newest verl step", snap.last_step),
+        (
+            "verl_top_last_step_timestamp_seconds",
+            "Data time (epoch s) the newest verl step ended",
+            snap.last_step_t,
+        ),
+    ):
+        if value is not None:
+            family = GaugeMetricFamily(name, help_text)
+            family.add_metric([], float(value))
+            yield family
 
 
 def _host_families(snap: VerdictSnapshot) -> Iterator[Metric]:
@@ -228,8 +273,10 @@ async def serve(
     listen: str,
     refresh: float = 5.0,
     duration: float | None = None,
+    webhook: WebhookNotifier | None = None,
 ) -> None:
-    """Run the sources, assess every ``refresh`` s and serve the verdicts on ``listen``.
+    """Run the sources, assess every ``refresh`` s and serve the verdicts on ``listen``;
+    with ``webhook``, also push each change of the job's state to it.
 
     The same Monitor as the app: when every source is finite and has ended (a replay, finished
     logs), the monitor settles and the last word keeps being served."""
@@ -242,6 +289,7 @@ async def serve(
     server, thread = start_http_server(port, addr=host, registry=registry)
     monitor = Monitor(inputs, engine)
     tasks = [asyncio.create_task(src.run(inputs.pipeline.emit)) for src in inputs.sources]
+    sender = asyncio.create_task(webhook.run()) if webhook is not None else None
     loop = asyncio.get_running_loop()
     end = None if duration is None else loop.time() + duration
     settled = False
@@ -254,7 +302,14 @@ async def serve(
             else:
                 assessment = monitor.assess()
             collector.snapshot = snapshot(inputs.store, assessment, engine.thresholds)
+            if webhook is not None:
+                webhook.observe(assessment)
     finally:
+        if sender is not None and webhook is not None:
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await sender
+            await webhook.drain(within_s=WEBHOOK_DRAIN_S)  # the last word reaches the team
         for task in tasks:
             task.cancel()
         for task in tasks:

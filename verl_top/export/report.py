@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from verl_top.assessment import Assessment
-from verl_top.diagnosis.findings import STEP_NAMES
+from verl_top.diagnosis.findings import STEP_NAMES, worth_text
 from verl_top.export.redact import redact_text
 from verl_top.status import job_status
 from verl_top.store import Store
@@ -172,6 +172,8 @@ def _five_steps(assessment: Assessment | None) -> list[str]:
         for f in findings:
             lines.append(f"- **{f.title}** (rule `{f.rule}`, severity {f.severity:.2f})")
             lines += [f"  - {e}" for e in f.evidence]
+            if worth := worth_text(f):
+                lines.append(f"  - *Worth:* {worth}")
             if f.advice:
                 lines.append(f"  - *Advice:* {f.advice}")
         if findings:

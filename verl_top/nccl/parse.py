@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from verl_top.model import LogEvent, NcclInfo, ProbeResult, ProbeRow, Record
@@ -392,6 +393,16 @@ _WATCHDOG = re.compile(
     r".*?Timeout\(ms\)=(\d+)\) ran for (\d+) milliseconds"
 )
 _RANK = re.compile(r"\[(?:PG [^\]]*?)?Rank (\d+)\]")
+# "[PG 1 Rank 0]", "[PG ID 0 PG GUID 0(default_pg) Rank 1]": the process group a line is about.
+_PG = re.compile(r"\[PG (?:ID )?(\w+)(?: PG GUID [^\]]*?)? Rank \d+\]")
+# "... detected by watchdog at work: 1580, last enqueued NCCL work: 1582, last completed NCCL
+# work: 1579." (gpu_comm.md §2.5): how far each rank got.
+_WATCHDOG_STATE = re.compile(
+    r"detected by watchdog at work: (\d+), last enqueued NCCL work: (-?\d+), "
+    r"last completed NCCL work: (-?\d+)"
+)
+# Ray's prefix on a worker's line in the driver log: "(WorkerDict pid=55154, ip=10.0.0.2)".
+_RAY_PID = re.compile(r"\((?:[\w.:-]+) pid=(\d+)(?:, ip=([\d.:a-fA-F]+))?\)")
 _NCCL_WARN = re.compile(r"\bNCCL WARN (.*)$")
 # NCCL's own echo of a setting ("NCCL_IB_DISABLE set by environment to 1.", "NCCL_IB_HCA set to
 # mlx5_0") and a launcher's command line ("-x NCCL_IB_DISABLE=1", "export NCCL_IB_HCA=mlx5_0").
@@ -418,6 +429,8 @@ class WatchdogTimeout:
     op_type: str
     timeout_ms: int
     ran_for_ms: int
+    pg: str | None = None  # process group id ("0", "1"), when the line names one
+    pid: int | None = None  # the reporting process, from a Ray log prefix
 
 
 def parse_watchdog(line: str) -> WatchdogTimeout | None:
@@ -433,7 +446,148 @@ def parse_watchdog(line: str) -> WatchdogTimeout | None:
         op_type=m.group(2),
         timeout_ms=int(m.group(3)),
         ran_for_ms=int(m.group(4)),
+        pg=_pg_of(head),
+        pid=_pid_of(head),
     )
+
+
+def _pg_of(text: str) -> str | None:
+    m = _PG.search(text)
+    return m.group(1) if m else None
+
+
+def _pid_of(text: str) -> int | None:
+    m = _RAY_PID.search(text)
+    return int(m.group(1)) if m else None
+
+
+@dataclass
+class WatchdogState:
+    """One ``Exception ... detected by watchdog at work: N, last enqueued NCCL work: E, last
+    completed NCCL work: C`` line: where one rank of one process group stood."""
+
+    rank: int | None
+    pg: str | None
+    work: int
+    last_enqueued: int
+    last_completed: int
+    pid: int | None = None
+
+
+def parse_watchdog_state(line: str) -> WatchdogState | None:
+    """The fields of a watchdog's ``detected by watchdog at work`` line, or None."""
+    m = _WATCHDOG_STATE.search(line)
+    if m is None:
+        return None
+    head = line[: m.start()]
+    ranks = _RANK.findall(head)
+    return WatchdogState(
+        rank=int(ranks[-1]) if ranks else None,
+        pg=_pg_of(head),
+        work=int(m.group(1)),
+        last_enqueued=int(m.group(2)),
+        last_completed=int(m.group(3)),
+        pid=_pid_of(head),
+    )
+
+
+@dataclass
+class RankReport:
+    """What the watchdog lines say about one rank of one process group."""
+
+    rank: int
+    pg: str | None
+    seq: int | None = None  # the collective it timed out in
+    op_type: str = ""
+    timeout_ms: int | None = None
+    ran_for_ms: int | None = None
+    last_completed: int | None = None
+    last_enqueued: int | None = None
+    pid: int | None = None
+    host: str = ""  # where the line was read
+
+
+@dataclass
+class WatchdogTies:
+    """Watchdog lines tied to ranks: who timed out where, and who is behind the others."""
+
+    ranks: dict[tuple[str | None, int], RankReport]
+
+    def timed_out(self) -> list[RankReport]:
+        """Ranks that printed a timeout, by process group and rank."""
+        return sorted(
+            (r for r in self.ranks.values() if r.seq is not None),
+            key=lambda r: (r.pg or "", r.rank),
+        )
+
+    def behind(self) -> list[RankReport]:
+        """Ranks whose last completed collective is lower than their group's most advanced
+        rank's: they never finished what the others did (the likely culprits)."""
+        out: list[RankReport] = []
+        by_pg: dict[str | None, list[RankReport]] = {}
+        for r in self.ranks.values():
+            if r.last_completed is not None:
+                by_pg.setdefault(r.pg, []).append(r)
+        for reports in by_pg.values():
+            top = max(r.last_completed or 0 for r in reports)
+            out += [r for r in reports if (r.last_completed or 0) < top]
+        return sorted(out, key=lambda r: (r.pg or "", r.rank))
+
+    def disagree(self) -> bool:
+        """True when ranks of one group timed out in different collectives (a desync)."""
+        seqs: dict[str | None, set[int]] = {}
+        for r in self.ranks.values():
+            if r.seq is not None:
+                seqs.setdefault(r.pg, set()).add(r.seq)
+        return any(len(s) > 1 for s in seqs.values())
+
+
+MAX_TIED_RANKS = 65536
+
+
+def _rank_entry(
+    ranks: dict[tuple[str | None, int], RankReport], pg: str | None, rank: int
+) -> RankReport | None:
+    """The report of (pg, rank). Older torch prints the timeout line without its process group
+    ("[Rank 0] Watchdog caught ...") and the state line with it ("[PG 1 Rank 0] ..."): a line
+    without a group joins the rank's one entry, and a group fills in an entry that lacked it."""
+    hit = ranks.get((pg, rank))
+    if hit is not None:
+        return hit
+    if pg is None:
+        same = [r for (g, n), r in ranks.items() if n == rank]
+        return same[0] if len(same) == 1 else None
+    bare = ranks.pop((None, rank), None)
+    if bare is not None:
+        bare.pg = pg
+        ranks[(pg, rank)] = bare
+    return bare
+
+
+def watchdog_ties(events: Iterable[LogEvent]) -> WatchdogTies:
+    """Tie the watchdog lines among ``events`` to (process group, rank): the collective each
+    rank timed out in and how far it got. Lines without a rank are skipped."""
+    ranks: dict[tuple[str | None, int], RankReport] = {}
+    for ev in events:
+        if ev.kind not in ("watchdog", "watchdog_state"):
+            continue
+        wd = parse_watchdog(ev.text) if ev.kind == "watchdog" else None
+        st = parse_watchdog_state(ev.text) if wd is None else None
+        hit = wd or st
+        if hit is None or hit.rank is None:
+            continue
+        rep = _rank_entry(ranks, hit.pg, hit.rank)
+        if rep is None:
+            if len(ranks) >= MAX_TIED_RANKS:
+                continue
+            rep = ranks[(hit.pg, hit.rank)] = RankReport(rank=hit.rank, pg=hit.pg, host=ev.host)
+        rep.pid = hit.pid if hit.pid is not None else rep.pid
+        if wd is not None:
+            rep.seq, rep.op_type = wd.seq, wd.op_type
+            rep.timeout_ms, rep.ran_for_ms = wd.timeout_ms, wd.ran_for_ms
+        elif st is not None:
+            rep.last_completed, rep.last_enqueued = st.last_completed, st.last_enqueued
+    return WatchdogTies(ranks)
 
 
 def classify_event(line: str) -> LogEvent | None:
@@ -441,6 +595,10 @@ def classify_event(line: str) -> LogEvent | None:
     text = clean_line(line).strip()
     if _WATCHDOG.search(text):
         return LogEvent(kind="watchdog", text=text[:_MAX_EVENT_TEXT], severity=SEVERITY_WATCHDOG)
+    if _WATCHDOG_STATE.search(text):
+        return LogEvent(
+            kind="watchdog_state", text=text[:_MAX_EVENT_TEXT], severity=SEVERITY_WATCHDOG
+        )
     m = _NCCL_WARN.search(text)
     if m is not None:
         benign = any(b in m.group(1) for b in _BENIGN_WARN)
@@ -678,6 +836,47 @@ def parse_nccl_log(text: str) -> tuple[NcclLogState, list[LogEvent]]:
 _RUN_START = re.compile(
     r"^#\s*(nccl-tests version|Collective test starting|nThread\s+\d+|Using devices)"
 )
+
+
+class EventScanner:
+    """Watchdog, watchdog-state and NCCL WARN lines of one followed file as ``LogEvent``s,
+    each timeout once: it is printed again in the abort message ("what(): ...")."""
+
+    # Substrings every line it keeps has: most lines are skipped without a regex.
+    _MARKS = ("atchdog", "NCCL WARN")
+    _MAX_SEEN = 65536
+
+    def __init__(self, host: str, path: str) -> None:
+        self.host = host
+        self.path = path
+        self._watchdogs: set[tuple[int | None, int, str]] = set()
+
+    def scan(self, line: str) -> LogEvent | None:
+        """The event of one line, or None."""
+        if not any(m in line for m in self._MARKS):
+            return None
+        ev = classify_event(line)
+        if ev is None:
+            return None
+        if ev.kind == "watchdog":
+            wd = parse_watchdog(ev.text)
+            if wd is not None:
+                key = (wd.rank, wd.seq, wd.op_type)
+                if key in self._watchdogs:
+                    return None
+                if len(self._watchdogs) < self._MAX_SEEN:
+                    self._watchdogs.add(key)
+        ev.host, ev.path = self.host, self.path
+        return ev
+
+    def feed(self, lines: list[str], t: float = 0.0) -> list[LogEvent]:
+        """The events of these lines, in order, at ``t`` (the lines' arrival time)."""
+        out = [ev for line in lines if (ev := self.scan(line)) is not None]
+        for ev in out:
+            ev.t = t
+        return out
+
+
 _MAX_RUN_LINES = 20_000  # a nccl-tests run is < 100 table lines; the rest is INFO chatter
 
 
@@ -694,7 +893,7 @@ class NcclStreamParser:
         self.state = NcclLogState()
         self._last: tuple[object, ...] | None = None
         self._run: list[str] | None = None
-        self._watchdogs: set[tuple[int | None, int, str]] = set()
+        self._events = EventScanner(self.host, self.path)
 
     def feed(self, lines: list[str], t: float) -> list[Record]:
         """Records for these lines: events as they come, then NcclInfo if the summary changed."""
@@ -723,19 +922,7 @@ class NcclStreamParser:
         return out
 
     def _event(self, line: str) -> LogEvent | None:
-        ev = classify_event(line)
-        if ev is None:
-            return None
-        if ev.kind == "watchdog":
-            wd = parse_watchdog(line)
-            if wd is not None:
-                # The same timeout is printed again in the abort message ("what(): ...").
-                key = (wd.rank, wd.seq, wd.op_type)
-                if key in self._watchdogs:
-                    return None
-                self._watchdogs.add(key)
-        ev.host, ev.path = self.host, self.path
-        return ev
+        return self._events.scan(line)
 
     def _tests_line(self, line: str, t: float) -> ProbeResult | None:
         stripped = strip_launcher_prefix(line)

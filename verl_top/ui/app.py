@@ -72,6 +72,13 @@ class VerlTopApp(App):
         Binding("s", "snapshot", "Snapshot"),
         Binding("p", "probe", "Probe"),
         Binding("o", "sort", "Sort"),
+        # htop/nvtop habits (docs/keys.md): F1 help, F10 quit, F6 sort, j/k down/up. Same
+        # actions and descriptions as ? q o, so the help lists them on the same line.
+        Binding("f1", "help", "Help", key_display="F1", show=False, priority=True),
+        Binding("f10", "quit", "Quit", key_display="F10", show=False, priority=True),
+        Binding("f6", "sort", "Sort", key_display="F6", show=False),
+        Binding("j", "nav('down')", "Down (like ↓)", show=False),
+        Binding("k", "nav('up')", "Up (like ↑)", show=False),
         Binding("h", "hosts", "Show / fold the host table", show=False),  # the host line says so
         Binding("O", "sort_reverse", "Reverse sort", key_display="O", show=False),
         Binding("space", "toggle_pause", "Pause"),
@@ -381,6 +388,17 @@ class VerlTopApp(App):
     def action_quit_now(self) -> None:
         """Ctrl+C / Ctrl+Q: quit from anywhere, also from a dialog."""
         self.exit()
+
+    def action_nav(self, direction: str) -> None:
+        """Keys j/k (vi, htop, less): what ↓/↑ do on the focused table or scrolling pane."""
+        widget = self.focused
+        if widget is None:
+            return
+        for name in (f"action_cursor_{direction}", f"action_scroll_{direction}"):
+            action = getattr(widget, name, None)
+            if callable(action):
+                action()
+                return
 
     def action_sort(self) -> None:
         """Key o: next sort column of the GPU table."""

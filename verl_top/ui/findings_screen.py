@@ -11,6 +11,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from verl_top.assessment import Assessment
+from verl_top.compare import Comparison, fmt_s, fmt_signed
 from verl_top.ui.widgets import STEP_NAMES, render_finding, step_checks, step_findings
 from verl_top.untrusted import clean_text
 
@@ -26,6 +27,8 @@ def render_verdict(
     parts.append(Text(f"Verdict: {clean_text(assessment.status.text)}", style="bold"))
     if assessment.window:
         parts.append(Text(f"Covers: {clean_text(assessment.window)}", style="dim"))
+    if assessment.comparison is not None:
+        parts.append(comparison_block(assessment.comparison))
     for step in range(1, 6):
         title = Text()
         mark = "● " if step == bottleneck else "  "
@@ -53,6 +56,24 @@ def render_verdict(
                     line.append(f": {clean_text(c.detail)}", style="dim")
                 parts.append(line)
     return Group(*parts)
+
+
+def comparison_block(comparison: Comparison) -> RenderableType:
+    """--baseline: the verdict of the comparison and the stages that moved beyond noise."""
+    out = Text("\nAgainst the baseline ", style="bold underline")
+    out.append(f"({clean_text(comparison.baseline.path)})", style="dim")
+    out.append(f"\n  {clean_text(comparison.verdict)}")
+    for d in [d for d in comparison.stages if d.significant][:6]:
+        out.append(
+            f"\n    {d.stage}: {fmt_s(d.baseline_s or 0)} -> {fmt_s(d.current_s or 0)} "
+            f"({fmt_signed(d.delta_s)}, band ±{fmt_s(d.noise_s)})"
+        )
+    for key, a, b in comparison.config_diff[:8]:
+        out.append(
+            f"\n    config {clean_text(key)}: {clean_text(str(a))} -> {clean_text(str(b))}",
+            style="dim",
+        )
+    return out
 
 
 class FindingsScreen(Screen):

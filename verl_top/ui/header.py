@@ -12,6 +12,7 @@ from textual.widgets import Static
 from verl_top.assessment import Assessment
 from verl_top.status import BOTTLENECK, HEALTHY, NO_DATA
 from verl_top.store import Store
+from verl_top.ui.banner import fit_banner, saving_text, status_label
 from verl_top.ui.widgets import DEAD_STATES, severity_class
 from verl_top.untrusted import clean_text
 
@@ -75,6 +76,16 @@ def banner(store: Store, assessment: Assessment) -> tuple[str, str]:
     return status.text, "wait"
 
 
+def banner_lines(assessment: Assessment, width: int) -> tuple[str, str]:
+    """The banner's (at most) two lines for ``width`` cells: the lead with its saving, then
+    its advice; without a lead, the status words (waiting, healthy, no data ...)."""
+    status = assessment.status
+    lead = status.lead
+    if status.state == BOTTLENECK and lead is not None:
+        return fit_banner(lead.title, saving_text(lead), lead.advice, status_label(lead), width)
+    return fit_banner("", "", "", status.text, width)
+
+
 def fit_parts(parts: list[tuple[int, Text]], width: int) -> Text:
     """Join ``parts`` (priority, text) with two spaces, leaving out the lowest-priority ones
     (the last among equals) until the line fits ``width``."""
@@ -95,7 +106,7 @@ def fit_parts(parts: list[tuple[int, Text]], width: int) -> Text:
 
 
 class VerlTopHeader(Vertical):
-    """Two lines: the status line and the bottleneck banner."""
+    """The status line and the banner (one line, or two when a lead brings its advice)."""
 
     def compose(self) -> ComposeResult:
         yield Static("", id="status-line")
@@ -140,10 +151,14 @@ class VerlTopHeader(Vertical):
         line = fit_parts(parts, self.size.width or 200)
         self.query_one("#status-line", Static).update(line)
         self.set_class(mode != "LIVE", "-replay")
-        text, level = banner(store, assessment)
+        _, level = banner(store, assessment)
         b = self.query_one("#banner", Static)
         for lv in ("error", "warning", "info", "ok", "wait"):
             b.set_class(lv == level, f"-{lv}")
-        b.update(
-            Text(clean_text(text), no_wrap=True, overflow="ellipsis")
-        )  # verdicts quote host names and reasons: never markup
+        # The banner's padding takes a cell each side; the lines are fitted to what is left.
+        first, second = banner_lines(assessment, max(20, (self.size.width or 200) - 2))
+        text = Text(clean_text(first), no_wrap=True, overflow="ellipsis")
+        if second:  # verdicts quote host names and reasons: plain text, never markup
+            text.append("\n")
+            text.append(clean_text(second), style="not bold")
+        b.update(text)

@@ -7,19 +7,30 @@ lines, tolerating other actors' lines interleaved with them, and evaluates the l
 closing the open brackets after the last complete line and reported as partial.
 
 Everything is flattened to dotted keys (``data.train_batch_size``); lists stay lists.
+
+A config is foreign text (a log line, a file someone else wrote), so loading it is bounded:
+YAML is read by a loader that refuses nesting deeper than ``MAX_CONFIG_DEPTH`` and aliases that
+would expand to more than ``MAX_CONFIG_NODES`` nodes (a 900-byte alias bomb made the flattener
+walk 10**9 keys), JSON goes through :func:`verl_top.untrusted.loads`, and :func:`flatten` walks
+at most ``MAX_CONFIG_NODES`` nodes without recursion and keeps at most ``MAX_CONFIG_KEYS`` keys.
+Every key and string value is cleaned *after* decoding: YAML ``"\\e"``, JSON ``"\\u001b"`` and
+a pprinted ``'\\x1b'`` make escape characters that were not in the raw text.
 """
 
 from __future__ import annotations
 
 import ast
-import json
+import math
 import re
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from verl_top.untrusted import UntrustedJSONError, clean_text, loads
 
 # Top-level sections of every verl PPO config; a printed dict without one of them is not the config.
 CONFIG_SECTIONS = frozenset(
@@ -31,20 +42,78 @@ MAX_REPAIR_TRIES = 60
 # Lines of the driver that are not the config (a warning printed while pprint wrote it) skipped
 # before the dict is given up on and repaired.
 MAX_CONFIG_GAP = 40
+# Bounds on one config: nesting, nodes walked (aliases counted as expanded), keys kept, list
+# items kept, characters of a string value. verl's full PPO config has ~600 keys, depth 6.
+MAX_CONFIG_DEPTH = 64
+MAX_CONFIG_NODES = 200_000
+MAX_CONFIG_KEYS = 20_000  # as protocol.MAX_CONFIG_KEYS: a recording keeps what was shown
+MAX_CONFIG_LIST = 1024  # as protocol.MAX_CONFIG_LIST
+MAX_CONFIG_TEXT = 1024  # characters of one string value
+MAX_CONFIG_BYTES = 16 * 1024 * 1024  # a config file read whole
 _OPENERS = "{[("
 # A pprinted dict entry: indentation, a quoted key, a colon.
 _KEY_LINE_RE = re.compile(r"\s*'[^']*':")
 
 
+class ConfigError(ValueError):
+    """A config that is refused (too deep, an alias bomb, too large, unparseable); says why."""
+
+
+def _short_repr() -> reprlib.Repr:
+    """A repr bounded in depth and size, for containers nested inside a list value."""
+    short = reprlib.Repr()
+    short.maxlevel, short.maxstring, short.maxother = 3, 200, 200
+    return short
+
+
+def _leaf(value: Any, in_list: bool = False) -> tuple[bool, Any]:
+    """(keep, cleaned value) of one flattened value: strings cleaned and bounded, numbers finite
+    (NaN, inf and ints too large for a float are dropped), a list's items cleaned and capped, a
+    container inside a list shown as bounded text (what the recording's protocol keeps)."""
+    if value is None or isinstance(value, bool):
+        return True, value
+    if isinstance(value, int | float):
+        try:
+            return math.isfinite(float(value)), value
+        except OverflowError:
+            return False, None
+    if isinstance(value, str):
+        return True, clean_text(value, MAX_CONFIG_TEXT)
+    if isinstance(value, Mapping) and not value:
+        return True, {}
+    if isinstance(value, list | tuple) and not in_list:
+        items = (_leaf(v, True) for v in value[:MAX_CONFIG_LIST])
+        return True, [v for keep, v in items if keep]
+    return True, clean_text(_short_repr().repr(value), MAX_CONFIG_TEXT)
+
+
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Flatten nested mappings to dotted keys; lists and scalars are leaves, ``{}`` is kept."""
+    """Flatten nested mappings to dotted keys; lists and scalars are leaves, ``{}`` is kept.
+
+    Bounded whatever the tree: no recursion, at most ``MAX_CONFIG_NODES`` nodes visited (a
+    shared sub-tree counts each time it is reached) and ``MAX_CONFIG_KEYS`` keys kept; keys and
+    values are cleaned (see the module docstring).
+    """
     out: dict[str, Any] = {}
-    for key, value in tree.items():
-        name = f"{prefix}.{key}" if prefix else str(key)
+    stack = [(prefix, iter(tree.items()))]  # the recursion's frames, made explicit
+    budget = MAX_CONFIG_NODES
+    while stack and budget > 0 and len(out) < MAX_CONFIG_KEYS:
+        base, items = stack[-1]
+        entry = next(items, None)
+        if entry is None:
+            stack.pop()
+            continue
+        budget -= 1
+        key, value = entry
+        part = clean_text(key, 256)
+        name = f"{base}.{part}" if base else part
         if isinstance(value, Mapping) and value:
-            out.update(flatten(value, name))
-        else:
-            out[name] = value
+            if len(stack) < MAX_CONFIG_DEPTH:
+                stack.append((name, iter(value.items())))
+            continue
+        keep, clean = _leaf(value)
+        if keep:
+            out[name] = clean
     return out
 
 
@@ -57,28 +126,104 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     """Load a verl config from a YAML (or JSON) file and flatten it to dotted keys.
 
     Hydra interpolations such as ``${data.max_prompt_length}`` are kept as strings. Raises
-    ``ValueError`` when the file does not hold a mapping, ``OSError`` when it cannot be read.
+    ``ConfigError`` (a ValueError) when the file is refused (too large, too deep, an alias bomb),
+    ``ValueError`` when it does not hold a mapping, ``OSError`` when it cannot be read.
     """
-    text = Path(path).read_text(encoding="utf-8", errors="replace")
-    tree = load_config_text(text, json_first=str(path).endswith(".json"))
+    with open(path, "rb") as fh:
+        raw = fh.read(MAX_CONFIG_BYTES + 1)
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 2**20} MiB, not read")
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        tree = load_config_text(text, json_first=str(path).endswith(".json"))
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     if tree is None:
         raise ValueError(f"{path}: not a YAML/JSON mapping")
     return flatten(tree)
 
 
+class BoundedYamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with two limits checked while the document is composed.
+
+    Nesting deeper than ``MAX_CONFIG_DEPTH`` is refused (PyYAML composes recursively: a deep
+    document raised RecursionError), and so is a document whose aliases would expand to more
+    than ``MAX_CONFIG_NODES`` nodes: each alias counts the size of the node it names, so an
+    alias bomb is refused after reading a few hundred bytes instead of being walked.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._nodes = 0
+        self._sizes: dict[int, int] = {}  # expanded size of each anchored node, by id
+
+    def _count(self, n: int) -> None:
+        self._nodes += n
+        if self._nodes > MAX_CONFIG_NODES:
+            raise ConfigError(
+                f"YAML aliases expand to more than {MAX_CONFIG_NODES} nodes (an alias bomb?); "
+                "refused"
+            )
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        """One node, counted (aliases by the size of what they name) and depth-checked."""
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            named = self.anchors.get(event.anchor)
+            self._count(1 if named is None else self._sizes.get(id(named), 1))
+            return super().compose_node(parent, index)
+        self._depth += 1
+        if self._depth > MAX_CONFIG_DEPTH:
+            raise ConfigError(f"YAML nested deeper than {MAX_CONFIG_DEPTH} levels; refused")
+        before = self._nodes
+        self._count(1)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if getattr(event, "anchor", None):
+            self._sizes[id(node)] = self._nodes - before
+        return node
+
+
+def _int_or_text(loader: yaml.SafeLoader, node: Any) -> Any:
+    """A YAML int, or its text when Python refuses it (over 4300 digits): one value, not the
+    whole config, is lost."""
+    try:
+        return yaml.SafeLoader.construct_yaml_int(loader, node)
+    except ValueError:
+        return clean_text(node.value, 64)
+
+
+BoundedYamlLoader.add_constructor("tag:yaml.org,2002:int", _int_or_text)
+
+
 def load_config_text(text: str, json_first: bool = False) -> dict[str, Any] | None:
-    """Parse YAML or JSON text into a nested dict; ``None`` when it is not a mapping."""
+    """Parse YAML or JSON text into a nested dict; ``None`` when it is not a mapping.
+
+    Raises ConfigError when the text is refused by a limit (size, depth, aliases) rather than
+    merely not (yet) a config: a caller re-parsing a growing file stops on it.
+    """
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config text larger than {MAX_CONFIG_BYTES // 2**20} MiB; refused")
     tree: object = None
     if json_first:
         try:
-            tree = json.loads(text)
-        except ValueError:
+            tree = loads(text, max_bytes=MAX_CONFIG_BYTES, max_depth=MAX_CONFIG_DEPTH)
+        except UntrustedJSONError as exc:
+            if "deeper" in str(exc):
+                raise ConfigError(str(exc)) from None
             tree = None
     if tree is None:
         try:
-            tree = yaml.safe_load(text)
-        except yaml.YAMLError:
-            return None
+            tree = yaml.load(text, Loader=BoundedYamlLoader)  # noqa: S506 - a SafeLoader
+        except (yaml.YAMLError, ValueError, TypeError) as exc:
+            if isinstance(exc, ConfigError):
+                raise
+            return None  # not YAML (yet): an int too long for Python is refused here too
+        except RecursionError:
+            raise ConfigError("YAML nested too deep; refused") from None
     return tree if isinstance(tree, dict) else None
 
 

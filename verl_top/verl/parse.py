@@ -32,9 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from verl_top.model import Record, VerlConfig, VerlStep
-from verl_top.untrusted import clean_text
+from verl_top.untrusted import clean_text, finite, is_clean
 from verl_top.verl.config import (
     CollectedConfig,
+    ConfigError,
     PprintConfigCollector,
     flatten,
     load_config_file,
@@ -77,6 +78,10 @@ _TIMESTAMP_RE = re.compile(
     r"(?:Z|[+-]\d\d:?\d\d)?\]?(?: \|)?[ \t]"
 )
 _SRUN_LABEL_RE = re.compile(r"^ {0,4}\d{1,5}: ")
+# The Ray actor class in a line prefix: the word before " pid=" ("TaskRunnerV1",
+# "FullyAsyncTrainer", "WorkerDict" of "(VGNd5CWorkerDict_0:0 WorkerDict pid=1)").
+_PREFIX_ACTOR_RE = re.compile(r"([A-Za-z_][\w.]*) pid=")
+MAX_ACTORS = 16
 _HEAD_STARTS = frozenset("[ADFJMNOS")  # "[2024-…", month names of syslog-style stamps
 # "step:N - " after some other head ("INFO:root:", "[rank0]: "): where the metrics start.
 _EMBEDDED_STEP_RE = re.compile(r"(?<=[\s\]|>:])step:\d{1,18} - ")
@@ -267,10 +272,12 @@ def parse_jsonl_body(body: str) -> tuple[str, int, dict[str, float]]:
         return MALFORMED, 0, {}
     metrics: dict[str, float] = {}
     for key, value in data.items():
+        # JSON's "\u001b" makes an escape the raw line did not hold: clean the decoded key.
+        name = key if is_clean(key) else clean_text(key, 256)
         if isinstance(value, bool):
-            metrics[key] = 1.0 if value else 0.0
-        elif isinstance(value, (int, float)):
-            metrics[key] = float(value)
+            metrics[name] = 1.0 if value else 0.0
+        elif isinstance(value, (int, float)) and (number := finite(value)) is not None:
+            metrics[name] = number  # an int of 400 digits is no float: left out, not a crash
     return OK, step, metrics
 
 
@@ -317,6 +324,8 @@ class VerlStreamParser:
         self._last_values: dict[str, Any] | None = None
         self._pending: tuple[str, str] | None = None  # (prefix, body) of a step line, maybe wrapped
         self._block: tuple[int, dict[str, float]] | None = None  # "step: N" + key: value lines
+        self._nccl: Any = None  # an NcclStreamParser, made at the first NCCL line
+        self.actors: list[str] = []  # Ray actor classes that printed steps or the config
         self.lines = 0
         self.matched = 0
         self.steps = 0
@@ -336,6 +345,8 @@ class VerlStreamParser:
         self._last_values = None
         self._pending = None
         self._block = None
+        if self._nccl is not None:
+            self._nccl.reset()
 
     def feed(self, lines: list[str], t: float, more: bool = False) -> list[Record]:
         """Parse new lines that arrived at time ``t``; returns the records they complete.
@@ -363,6 +374,8 @@ class VerlStreamParser:
                 if self._line(prefix, body, t, out):
                     hit = True
                     continue
+                if "NCCL" in body:  # workers' NCCL INFO/WARN lines in the driver log
+                    self._nccl_line(body, t, out)
                 if self.config_file and self._text_chars < MAX_CONFIG_FILE_CHARS:
                     self._text.append(raw.rstrip("\r\n"))
                     self._text_chars += len(raw)
@@ -412,6 +425,7 @@ class VerlStreamParser:
             "truncated": self.truncated,
             "first_unmatched": self.first_unmatched,
             "first_malformed": self.first_malformed,
+            "actors": list(self.actors),
         }
 
     def _line(self, prefix: str, body: str, t: float, out: list[Record]) -> bool:
@@ -453,12 +467,32 @@ class VerlStreamParser:
             status, step, metrics = parse_jsonl_body(stripped)
             return self._step(status, step, metrics, "jsonl", t, out, stripped)
         if not self.config_file and self._collector.starts(stripped):
+            self._note_actor(prefix)
             self._emit_config(self._collector.begin(prefix, stripped), t, out)
             return True
         if _is_fragment(body):
             self._malformed(body)
             return not self.config_file
         return False
+
+    def _note_actor(self, prefix: str) -> None:
+        """Keep the Ray actor class of a step or config line's prefix (the trainer's name tells
+        verl's trainer mode: verl_top.verl.flavour)."""
+        if not prefix or len(self.actors) >= MAX_ACTORS:
+            return
+        match = _PREFIX_ACTOR_RE.search(prefix)
+        if match is not None and match.group(1) not in self.actors:
+            self.actors.append(match.group(1))
+
+    def _nccl_line(self, body: str, t: float, out: list[Record]) -> None:
+        """NCCL's own lines printed into the verl log (transport, version, WARN, watchdog):
+        read like an NCCL log of the same path, so a log that says "Using network Socket"
+        is not asked for an NCCL log."""
+        if self._nccl is None:
+            from verl_top.nccl.parse import NcclStreamParser
+
+            self._nccl = NcclStreamParser(self.host, self.path)
+        out.extend(self._nccl.feed([body], t))
 
     def _continues(self, prefix: str, body: str) -> bool:
         """True when ``body`` is the next piece of the pending, terminal-wrapped step line."""
@@ -476,8 +510,9 @@ class VerlStreamParser:
     def _end_pending(self, t: float, out: list[Record]) -> None:
         if self._pending is None:
             return
-        body = self._pending[1]
+        prefix, body = self._pending
         self._pending = None
+        self._note_actor(prefix)
         status, step, metrics = parse_console_body(body)
         self._step(status, step, metrics, "console", t, out, body)
 
@@ -548,7 +583,12 @@ class VerlStreamParser:
         out.append(VerlConfig(host=self.host, t=t, values=values, source=source))
 
     def _config_from_text(self, t: float, out: list[Record]) -> None:
-        tree = load_config_text("\n".join(self._text), json_first=self._json_file)
+        try:
+            tree = load_config_text("\n".join(self._text), json_first=self._json_file)
+        except ConfigError as exc:  # a limit, not an incomplete file: stop re-reading it
+            self._malformed(f"config refused: {exc}")
+            self._text, self.config_file = [], False
+            return
         if tree:
             self._emit_values(flatten(tree), "json" if self._json_file else "yaml", t, out)
 

@@ -6,6 +6,12 @@ catalogue of canonical stages, knows which timers are nested inside others, infe
 ``step`` includes validation and checkpointing (it does before v0.6), and derives the numbers the
 panes and rules need (``StepView``). It also rebuilds when each stage ran (``stage_bands``) from
 the arrival time of the step line, which is printed when the step is over.
+
+What a timer means depends on the verl version and the trainer mode: the key catalogue
+(``verl_top.verl.keys``, verl_top/data/verl_keys.yaml) says where each known timer goes. In the
+async trainers ``timing_s/gen`` is the trainer's wait for finished samples, filed as the stage
+``wait``; one-step-off's ``generate_async`` runs outside the step; ``sync_rollout_weights``
+contains ``update_weights``; fully async's weight sync prints as ``timing_s/timing_s/param_sync``.
 """
 
 from __future__ import annotations
@@ -15,9 +21,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl_top.diagnosis.readable import mfu as mfu_text  # one formatting module everywhere
 from verl_top.model import VerlStep
 from verl_top.verl.config import n_gpus as config_n_gpus
 from verl_top.verl.config import samples_per_step
+from verl_top.verl.keys import catalogue
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,18 @@ STAGES: tuple[Stage, ...] = (
         "profiler start for profiled steps",
         overhead=True,
         role="overhead",
+    ),
+    Stage(
+        "wait_for_enough_samples",
+        "wait (hybrid)",
+        "fully async, dynamic scheduling: trainer GPUs lent to the rollout wait for samples",
+        role="wait",
+    ),
+    Stage(
+        "wait",
+        "wait for samples",
+        "async trainers: the trainer's wait for finished samples (timing_s/gen, wait_prev_gen)",
+        role="wait",
     ),
     Stage(
         "gen",
@@ -79,6 +99,9 @@ STAGES: tuple[Stage, ...] = (
         role="sync",
         diag_step=2,
     ),
+    Stage("switch_to_rollout", "to rollout", "lend trainer GPUs to the rollout", role="sync"),
+    Stage("switch_to_trainer", "to trainer", "take lent GPUs back from the rollout", role="sync"),
+    Stage("switch_wait", "switch wait", "wait before switching back to training", role="wait"),
     Stage("dump_rollout_generations", "dump rollouts", "JSONL dump of samples", role="io"),
     Stage("step", "step", "wall time of the step as verl measures it"),
     Stage(
@@ -106,16 +129,9 @@ EXTRA_STAGES: tuple[str, ...] = tuple(s.name for s in STAGES if s.extra)
 # Stages worth a column in tables and reports (the profiler's bookkeeping left out).
 DISPLAY_STAGES: tuple[str, ...] = tuple(s for s in WORK_STAGES if not STAGE_BY_NAME[s].overhead)
 
-# Other names verl used for a canonical stage, and the stage the alias runs inside of (if any).
-# ``reshard`` (v0.5 sync rollout, FSDP->vLLM) is the weight sync, timed inside ``gen``;
-# ``param_sync`` is the fully-async trainer's weight sync, a stage of its own.
-ALIASES: dict[str, tuple[str, str | None]] = {
-    "reshard": ("update_weights", "gen"),
-    "param_sync": ("update_weights", None),
-}
-
-# Timers verl nests inside ``gen`` (rollout detail): never a stage of their own in the shares.
-DETAIL_NAMES: frozenset[str] = frozenset({"generate_sequences"})
+# Where each known timer goes (its canonical stage, rollout detail, outside the step, inside
+# another timer) is the key catalogue's (verl_top/data/verl_keys.yaml), by trainer mode.
+# Unknown names with a "/" are rollout detail too (a fork's per-sample timers).
 DETAIL_PREFIXES: tuple[str, ...] = ("agent_loop/", "generation_timing/")
 # A timer outside the catalogue whose name says rollout (a fork's own rollout timer).
 ROLLOUT_WORDS: tuple[str, ...] = ("gen", "generate", "rollout", "sample")
@@ -142,12 +158,9 @@ def mfu_value(value: float | None) -> float | None:
 
 
 def fmt_mfu(value: float | None) -> str:
-    """An MFU for people: ``0.31``; a tiny one in scientific notation (``1.5e-06``, never
-    ``0.00``); ``not estimated`` when verl logged 0 or nothing."""
-    mfu = mfu_value(value)
-    if mfu is None:
-        return MFU_NOT_ESTIMATED
-    return f"{mfu:.2f}" if mfu >= 0.01 else f"{mfu:.1e}"
+    """An MFU for people, as a percentage: ``31 %``; a tiny one ``0.015 %`` (never ``0.00``,
+    never scientific notation); ``not estimated`` when verl logged 0 or nothing."""
+    return mfu_text(mfu_value(value))
 
 
 def timing_name(key: str) -> str | None:
@@ -158,15 +171,16 @@ def timing_name(key: str) -> str | None:
     return None
 
 
-def stage_of(key: str) -> str | None:
-    """Canonical stage of a timing key (``timing_s/reshard`` -> ``update_weights``), else None."""
+def stage_of(key: str, mode: str | None = None) -> str | None:
+    """Canonical stage of a timing key as ``mode`` files it (``timing_s/reshard`` ->
+    ``update_weights``; ``timing_s/gen`` -> ``wait`` in async modes), else None."""
     name = timing_name(key)
     if name is None:
         return None
-    if name in STAGE_BY_NAME:
-        return name
-    alias = ALIASES.get(name)
-    return alias[0] if alias else None
+    use = catalogue().timer(name, mode)
+    if use is not None:
+        return use.stage if use.kind in ("timer", "contained") else None
+    return name if name in STAGE_BY_NAME else None
 
 
 @dataclass
@@ -196,36 +210,53 @@ def role_of(name: str, unknown: Mapping[str, str] | None = None) -> str:
     return (unknown or {}).get(name, UNKNOWN_ROLE)
 
 
-def split_timings(metrics: Mapping[str, float]) -> StageTimes:
+def split_timings(metrics: Mapping[str, float], mode: str | None = None) -> StageTimes:
     """Sort a step's timing keys into stages, nested timers and rollout detail.
 
-    Every ``timing_s/<name>`` is a stage (the catalogue is open): a name outside the catalogue
-    keeps its own name and counts in the shares, with role ``rollout`` when its name says so and
-    ``unknown`` otherwise. Exceptions: rollout detail timers (``generate_sequences``,
-    ``generation_timing/*``, ``agent_loop/*``, any name with a ``/``) stay in ``other`` (verl
-    times them inside ``gen``; ``StepView`` reads them for the long tail), and when ``gen`` is
+    A timer the key catalogue knows goes where the catalogue says for ``mode`` (the trainer
+    mode, ``verl_top.verl.flavour``): its canonical stage (``timing_s/gen`` is ``wait`` in the
+    async modes; ``reshard``, ``sync_rollout_weights`` and the doubled ``timing_s/param_sync``
+    are ``update_weights``), rollout detail (``agent_loop/*``, ``generation_timing/*``,
+    ``generate_sequences``) or outside the step (``generate_async``); a timer inside another
+    that is also logged (``update_weights`` inside ``sync_rollout_weights``) is kept apart, never
+    added twice. Every other ``timing_s/<name>`` is a stage too (the catalogue is open): it keeps
+    its own name and counts in the shares, with role ``rollout`` when its name says so and
+    ``unknown`` otherwise; any such name with a ``/`` is rollout detail, and when ``gen`` is
     logged a rollout-named timer no longer than ``gen`` is taken as nested inside it.
     NaN and infinite timings are left out.
     """
+    cat = catalogue()
     out = StageTimes()
+    named = [
+        (name, key, value)
+        for key, value in metrics.items()
+        if (name := timing_name(key)) is not None
+    ]
+    inner = cat.contained(frozenset(n for n, _, _ in named))
+    present = {n for n, _, _ in named}
     for key, value in metrics.items():
-        name = timing_name(key)
-        if name is None:
-            if key.startswith(PER_TOKEN_PREFIX):
-                out.per_token_ms[key[len(PER_TOKEN_PREFIX) :]] = value
-            continue
+        if key.startswith(PER_TOKEN_PREFIX):
+            out.per_token_ms[key[len(PER_TOKEN_PREFIX) :]] = value
+    for name, _key, value in named:
         if not math.isfinite(value):
+            continue
+        use = cat.timer(name, mode)
+        if name in inner or (use is not None and use.kind in ("detail", "outside")):
+            out.other[name] = value
+            continue
+        if use is not None and use.stage:
+            if use.stage in out.times:  # a second timer for the same stage: keep the first
+                out.other[name] = value
+                continue
+            out.times[use.stage] = value
+            container = use.inside[len(TIMING_PREFIXES[0]) :] if use.inside else None
+            if use.kind == "contained" and container in present:
+                out.nested[use.stage] = stage_of(TIMING_PREFIXES[0] + container, mode) or container
             continue
         if name in STAGE_BY_NAME:
             out.times[name] = value
             continue
-        alias = ALIASES.get(name)
-        if alias is not None and alias[0] not in out.times:
-            out.times[alias[0]] = value
-            if alias[1] is not None:
-                out.nested[alias[0]] = alias[1]
-            continue
-        if name in DETAIL_NAMES or "/" in name or name.startswith(DETAIL_PREFIXES) or not name:
+        if "/" in name or name.startswith(DETAIL_PREFIXES) or not name:
             out.other[name] = value
             continue
         out.times[name] = value
@@ -256,23 +287,45 @@ def _core_sum(times: Mapping[str, float], nested: Mapping[str, str]) -> float:
     return sum(times[n] for n in core_names(times, nested))
 
 
-def step_includes_extras(
+def included_extras(
     times: Mapping[str, float], nested: Mapping[str, str] | None = None
-) -> bool | None:
-    """Whether ``step`` contains ``testing`` + ``save_checkpoint`` (verl ≤ v0.5) or not (≥ v0.6).
+) -> frozenset[str] | None:
+    """Which of ``testing`` / ``save_checkpoint`` the logged ``step`` contains.
 
-    Inferred from the numbers, not the version: it does if ``step`` is at least the sum of the
-    other stages plus testing and checkpoint, within a tolerance. ``None`` when it cannot be told
-    (no ``step`` key, or neither testing nor checkpoint ran this step).
+    verl moved them: both inside ``step`` up to v0.5, neither in v0.6-v0.7 (and in the
+    one-step-off and fully-async trainers), ``save_checkpoint`` only from v0.8 and in the V1
+    trainer (key catalogue, ``timing_s/step``). Told from the numbers, not the version: ``step``
+    contains what it is at least as long as, with the other stages, within a tolerance.
+    ``None`` when it cannot be told (no ``step`` key, or neither ran this step).
     """
     nested = nested or {}
     step = times.get("step")
-    extras = _sum(times, EXTRA_STAGES, nested)
-    if step is None or extras <= 0:
+    present = [n for n in EXTRA_STAGES if n in times and n not in nested and times[n] > 0]
+    if step is None or not present:
         return None
     core = _core_sum(times, nested)
     tolerance = max(STEP_TOLERANCE_S, STEP_TOLERANCE_FRAC * step)
-    return step + tolerance >= core + extras
+    if step + tolerance >= core + sum(times[n] for n in present):
+        return frozenset(present)
+    ckpt = times.get("save_checkpoint")
+    if len(present) > 1 and ckpt and step + tolerance >= core + ckpt:
+        return frozenset({"save_checkpoint"})
+    return frozenset()
+
+
+def step_includes_extras(
+    times: Mapping[str, float], nested: Mapping[str, str] | None = None
+) -> bool | None:
+    """Whether ``step`` contains every testing / save_checkpoint that ran (verl <= v0.5, or a
+    checkpoint-only step from v0.8) or not all of them (``included_extras`` says which).
+
+    ``None`` when it cannot be told (no ``step`` key, or neither ran this step).
+    """
+    inc = included_extras(times, nested)
+    if inc is None:
+        return None
+    nested = nested or {}
+    return inc == {n for n in EXTRA_STAGES if n in times and n not in nested and times[n] > 0}
 
 
 def core_step_time(
@@ -280,7 +333,7 @@ def core_step_time(
 ) -> float | None:
     """Step time without validation and checkpoint, comparable across verl versions.
 
-    ``step`` minus testing/save_checkpoint when ``step`` includes them, else ``step``; when no
+    ``step`` minus the testing/save_checkpoint it includes (``included_extras``); when no
     ``step`` key was logged (earliest verl) the sum of the core stages.
     """
     nested = nested or {}
@@ -288,9 +341,8 @@ def core_step_time(
     if step is None:
         names = core_names(times, nested)
         return _core_sum(times, nested) if names else None
-    if step_includes_extras(times, nested):
-        return max(0.0, step - _sum(times, EXTRA_STAGES, nested))
-    return step
+    inc = included_extras(times, nested) or frozenset()
+    return max(0.0, step - sum(times[n] for n in inc))
 
 
 def _first(metrics: Mapping[str, float], *keys: str) -> float | None:
@@ -335,6 +387,7 @@ class StepView:
     samples_per_s: float | None = None
     mfu: float | None = None  # actor MFU 0-1; None when verl logs 0 (unknown GPU/model)
     mfu_critic: float | None = None
+    mfu_infer: float | None = None  # old_log_prob forward MFU (0 on the legacy workers)
     mem_reserved_gb: float | None = None
     mem_allocated_gb: float | None = None
     cpu_mem_used_gb: float | None = None
@@ -353,11 +406,13 @@ class StepView:
         rec: VerlStep,
         config: Mapping[str, Any] | None = None,
         n_gpus: int | None = None,
+        mode: str | None = None,
     ) -> StepView:
-        """Build the view of one step; ``config`` (dotted keys) supplies GPUs and batch size."""
+        """Build the view of one step; ``config`` (dotted keys) supplies GPUs and batch size,
+        ``mode`` the trainer mode its timers are read in (``verl_top.verl.flavour``)."""
         m = rec.metrics
         config = config or {}
-        timings = split_timings(m)
+        timings = split_timings(m, mode)
         times, nested = dict(timings.times), timings.nested
         if "step" not in times and "perf/time_per_step" in m:
             times["step"] = m["perf/time_per_step"]  # same number, present when timers are not
@@ -430,6 +485,7 @@ class StepView:
         self.samples_per_s = _ratio(float(samples), core) if samples else None
         self.mfu = mfu_value(_first(m, "perf/mfu/actor", "mfu/actor", "actor/perf/mfu"))
         self.mfu_critic = mfu_value(_first(m, "perf/mfu/critic", "mfu/critic"))
+        self.mfu_infer = mfu_value(_first(m, "perf/mfu/actor_infer"))
         self.mem_reserved_gb = _first(
             m, "perf/max_memory_reserved_gb", "actor/perf/max_memory_reserved_gb"
         )
@@ -510,7 +566,7 @@ class StageShares:
 
 
 def stage_bands(
-    steps: Iterable[VerlStep | StepView],
+    steps: Iterable[VerlStep | StepView], mode: str | None = None
 ) -> list[tuple[float, float, str]]:
     """When each stage ran: ``(t_start, t_end, stage)`` for every step, oldest first.
 
@@ -518,13 +574,14 @@ def stage_bands(
     arrival time ``t`` through its stages in reverse execution order, each lasting its logged
     duration. Nested timers (v0.5 ``reshard`` inside ``gen``) and ``step`` itself get no band.
     Bands are clipped so they do not reach back before the previous step's line; untimed gaps
-    (time verl did not attribute to a stage) fall before the first stage.
+    (time verl did not attribute to a stage) fall before the first stage. ``mode``: the
+    trainer mode raw records are read in.
     """
     bands: list[tuple[float, float, str]] = []
     prev_t: float | None = None
     for item in steps:
         if isinstance(item, VerlStep):
-            timings = split_timings(item.metrics)
+            timings = split_timings(item.metrics, mode)
             times, nested, t = timings.times, timings.nested, item.t
         else:
             times, nested, t = item.stage_times, item.nested, item.t

@@ -26,6 +26,7 @@ from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View
 from verl_top.model import ProbeResult
 from verl_top.nccl.expected import ratio
+from verl_top.origin import missing_steps_text
 from verl_top.store import Store
 from verl_top.ui.panes.base import Pane
 from verl_top.ui.panes.dataflow import StepViews
@@ -222,7 +223,7 @@ def sync_block(
     """Weight-sync time per step (``update_weights``, older ``reshard``) and its share of step."""
     tv = palette or {}
     if not store.steps:
-        return Text("no verl log: give --verl-log PATH (weight-sync time per step)", style="italic")
+        return Text(missing_steps_text(store, "weight-sync time per step"), style="italic")
     rows = [v for v in views if "update_weights" in v.stage_times][-SYNC_STEPS:]
     if not rows:
         return Text(

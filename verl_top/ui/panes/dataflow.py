@@ -23,7 +23,10 @@ from textual.app import ComposeResult
 from textual.widgets import Static
 
 from verl_top.assessment import Assessment
+from verl_top.compare import Comparison
 from verl_top.model import VerlStep
+from verl_top.origin import missing_steps_text
+from verl_top.status import waited_s, waiting_for_first_step
 from verl_top.store import Store
 from verl_top.ui.panes.base import Pane
 from verl_top.ui.widgets import add_plain_row
@@ -83,9 +86,6 @@ def stage_label(stage: str) -> str:
     return f"{stage} (rollout by name)" if is_rollout_name(stage) else f"{stage} (not in catalogue)"
 
 
-MISSING_VERL = (
-    "no verl log: give --verl-log PATH (the driver's console log or the file logger's JSONL)"
-)
 LAST_STEPS = 12
 BAR_WIDTH = 60  # the longest bar before the pane's width is known
 NOTE_WIDTH = 16  # the outlier mark beside a bar at least ("⚑ outlier: test…")
@@ -231,8 +231,24 @@ def trend_text(recent: float | None, run: float | None) -> Text:
     return Text(f"→ {pct:+.0f}%", style="dim")
 
 
-def stage_summary(views: Sequence[StepView]) -> RenderableType:
-    """Each stage's median seconds and share over the run, and the last steps' trend."""
+def _baseline_cells(comparison: Comparison | None, stage: str, run: float | None) -> list[Text]:
+    """'baseline s' and 'vs baseline' cells of a stage row (none without --baseline)."""
+    if comparison is None:
+        return []
+    if stage == "step":
+        base = comparison.baseline.step_s
+    else:
+        base = comparison.baseline.stages.get(stage)
+    if base is None:
+        return [Text("—", style="dim"), Text("new" if run else "—", style="dim")]
+    return [Text(f"{base.median:.2f}"), trend_text(run, base.median)]
+
+
+def stage_summary(
+    views: Sequence[StepView], comparison: Comparison | None = None
+) -> RenderableType:
+    """Each stage's median seconds and share over the run, and the last steps' trend; with
+    ``--baseline``, the baseline run's median and this run against it."""
     normal = [v for v in views if not v.is_outlier and v.has_training]
     if not normal:
         return Text("no training step without validation/checkpoint yet", style="italic")
@@ -244,6 +260,7 @@ def stage_summary(views: Sequence[StepView]) -> RenderableType:
         ("share", "right"),
         (f"last {len(recent)} s", "right"),
         ("trend", "left"),
+        *((("baseline s", "right"), ("vs baseline", "left")) if comparison else ()),
     ):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     order: dict[str, None] = {}
@@ -277,6 +294,7 @@ def stage_summary(views: Sequence[StepView]) -> RenderableType:
             share_text,
             "—" if last is None else f"{last:.2f}",
             trend_text(last, run),
+            *_baseline_cells(comparison, stage or "(other)", run),
         )
     dens = [sh.denominator for v in normal if (sh := v.shares()) is not None]
     step_run = _median(dens)
@@ -288,6 +306,7 @@ def stage_summary(views: Sequence[StepView]) -> RenderableType:
         "100%",
         "—" if step_last is None else f"{step_last:.2f}",
         trend_text(step_last, step_run),
+        *_baseline_cells(comparison, "step", step_run),
     )
     return table
 
@@ -521,10 +540,17 @@ class DataflowPane(Pane):
 
     def update_content(self, store: Store, assessment: Assessment) -> None:
         width = self.scrollable_content_region.width
-        self.query_one("#flow-body", Static).update(self.body(store, width=width))
+        self.query_one("#flow-body", Static).update(
+            self.body(store, width=width, comparison=assessment.comparison)
+        )
 
     def body(
-        self, store: Store, bar_width: int = BAR_WIDTH, note_width: int = 80, width: int = 0
+        self,
+        store: Store,
+        bar_width: int = BAR_WIDTH,
+        note_width: int = 80,
+        width: int = 0,
+        comparison: Comparison | None = None,
     ) -> RenderableType:
         """Everything below the findings (``width``: the bars take what it leaves, else
         ``bar_width`` and ``note_width``)."""
@@ -535,8 +561,12 @@ class DataflowPane(Pane):
                 head: RenderableType = Group(
                     Text("no verl step read from the log yet", style="italic"), counts
                 )
+            elif waiting_for_first_step(store):
+                head = Text(
+                    f"waiting for the first verl step ({waited_s(store):.0f} s)", style="italic"
+                )
             else:
-                head = Text(MISSING_VERL, style="italic")
+                head = Text(missing_steps_text(store, "stage times per step"), style="italic")
             return head if servers is None else Group(head, Text(""), servers)
         views = self._views.views(store)
         shown = views[-LAST_STEPS:]
@@ -561,7 +591,7 @@ class DataflowPane(Pane):
                 f"(trend: median of the last {TREND_STEPS} vs the run, ±{FLAT_PCT:.0f}% = →)",
                 style="bold underline",
             ),
-            stage_summary(views),
+            stage_summary(views, comparison),
             Text(""),
             rate_text(views),
         ]

@@ -314,11 +314,15 @@ def verl_summary(store: Store, width: int = 0) -> Text:
     as wide as ``width`` leaves beside its legend (0: the default width). Each line stays one
     line: what does not fit ends in ``…``.
     """
+    from verl_top.origin import missing_steps_text
+    from verl_top.status import waited_s, waiting_for_first_step
     from verl_top.ui.panes.dataflow import STAGE_STYLE, STRIP_WIDTH, stage_strip
     from verl_top.verl.stages import StepView, fmt_mfu
 
     if not store.steps:
-        return Text("no verl log: give --verl-log PATH", style="dim")
+        if waiting_for_first_step(store):
+            return Text(f"verl: waiting for the first step ({waited_s(store):.0f} s)", style="dim")
+        return Text(missing_steps_text(store), style="dim")
     last = store.steps[-1]
     view = StepView.from_step(last, store.config)
     step_s = view.step_time_core if view.step_time_core is not None else view.step_time
