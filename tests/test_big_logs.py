@@ -18,6 +18,7 @@ import pytest
 
 from verl_top.agent import node_agent as na
 from verl_top.diagnosis.engine import Engine
+from verl_top.diagnosis.view import View
 from verl_top.model import VerlStep
 from verl_top.sources import local
 from verl_top.sources.local import LocalFollowSource
@@ -81,14 +82,15 @@ def test_evaluations_share_each_steps_reading_and_agree_with_a_fresh_engine(
 ) -> None:
     store = Store()
     pipeline = Pipeline(store)
-    text = SOURCE.read_text(encoding="utf-8", errors="replace").split("\n")
-    pipeline.emit(_log(text[:1800]))
+    text = build_log(SOURCE, 1, tmp_path).read_text(encoding="utf-8", errors="replace")
+    text = text.split("\n")
+    pipeline.emit(_log(text[: len(text) // 2]))
     engine = Engine()
     first = engine.evaluate(store)
-    views = {id(v) for v in engine._steps.views(store.steps)}  # noqa: SLF001
-    pipeline.emit(_log(text[1800:]))
+    views = {id(v) for v in View(store, engine.thresholds, engine._steps).steps()}  # noqa: SLF001
+    pipeline.emit(_log(text[len(text) // 2 :]))
     again = engine.evaluate(store)
-    kept = {id(v) for v in engine._steps.views(store.steps)}  # noqa: SLF001
+    kept = {id(v) for v in View(store, engine.thresholds, engine._steps).steps()}  # noqa: SLF001
     assert views and views < kept  # the old steps' readings reused, the new ones added
     fresh = Engine().evaluate(store)
     assert (again.bottleneck_rule, again.headline) == (fresh.bottleneck_rule, fresh.headline)

@@ -95,7 +95,7 @@ _BLOCK_PAIR_RE = re.compile(r"^(?:- )?([\w@.()\-]+(?:/[\w@.()\-]+)+)\s*[:=]\s*(\
 MAX_SHOWN_LINE = 200
 # What a line must hold to be anything but noise to ``VerlStreamParser._line`` (a superset:
 # "step:" or a metrics block head, "{" of JSONL or a pprinted config, "/key:" of a wrapped
-# metrics piece, or an escape that could hide one). Most lines of a real log (a reward function
+# metrics piece, NCCL's own lines, or an escape that could hide one). Most lines of a real log (a reward function
 # printing each sample, vLLM and Ray chatter) have none and are counted, not parsed. Tested with
 # `in` first: a regex with a literal head is found fast, an alternation is tried everywhere.
 _STEP_ANYWHERE_RE = re.compile(r"step\s*[:=]")
@@ -363,6 +363,7 @@ class VerlStreamParser:
                 quiet
                 and "\x1b" not in raw
                 and "{" not in raw
+                and "NCCL" not in raw
                 and ("step" not in raw or _STEP_ANYWHERE_RE.search(raw) is None)
                 and ("/" not in raw or _PAIR_KEY_RE.search(raw) is None)
             ):
