@@ -10,7 +10,7 @@ Rows, measured in ONE run on the same machine, each paced at 1 Hz and then at 10
   ``perf_counter`` delta; the notes split it into GPU sampling, host sampler, process listing
   and encoding. The 8-GPU target figure scales only the GPU part (the rest is per node).
 - ``verl-top agent process``: the real agent started through the SSH bootstrap
-  (``python3 -u -c BOOTSTRAP``, source on stdin) as a subprocess: peak RSS (/proc VmHWM),
+  (``python3 -u -c BOOTSTRAP``, zipped package on stdin) as a subprocess: peak RSS (/proc VmHWM),
   bytes per sample on its stdout, and its steady CPU per sample from /proc/PID/task/*/schedstat
   between its first and last tick (so interpreter start-up is not counted).
 - ``nvidia-smi --query-gpu ...`` spawned per sample: wall = ``perf_counter``, CPU = the child's
@@ -44,8 +44,9 @@ from _common import REPO, ensure_repo_on_path, fmt, median, percentile, table, w
 
 ensure_repo_on_path()
 
-from verl_top.agent import BOOTSTRAP, agent_payload  # noqa: E402
-from verl_top.agent import node_agent as na  # noqa: E402
+from verl_top.agent import backends, nvml, wire  # noqa: E402
+from verl_top.agent.main import Agent, parse_args  # noqa: E402
+from verl_top.agent.ship import BOOTSTRAP, agent_payload, build  # noqa: E402
 
 SMI_QUERY = (
     "index,uuid,name,utilization.gpu,utilization.memory,memory.used,memory.total,"
@@ -158,7 +159,7 @@ def resolve_backend(requested: str, gpus: int, trace: str) -> tuple[str, str]:
     """The backend to measure: ``auto`` means pynvml / nvidia-smi if they work, else replay."""
     if requested != "auto":
         return requested, ""
-    agent = na.Agent(na.parse_args(agent_argv("auto", gpus, trace, 1.0)))
+    agent = Agent(parse_args(agent_argv("auto", gpus, trace, 1.0)))
     try:
         name = agent.backend.name
         why = getattr(agent.backend, "error", "") or ""
@@ -185,7 +186,7 @@ def _timed(obj: Any, attr: str, sink: list[float]) -> None:
 
 def gpm_every(argv: list[str]) -> int:
     """The agent's GPM stride for this command line."""
-    return int(na.parse_args(argv).gpm_every)
+    return int(parse_args(argv).gpm_every)
 
 
 def warm_gpm(backend: Any) -> None:
@@ -194,7 +195,7 @@ def warm_gpm(backend: Any) -> None:
     gpm = getattr(backend, "_gpm", None)
     if not gpm or not any(st is not None for st in gpm):
         return
-    time.sleep(na.GPM_MIN_GAP_S + 0.02)
+    time.sleep(nvml.GPM_MIN_GAP_S + 0.02)
     for i, h in enumerate(backend.handles):
         if gpm[i] is not None:
             backend._gpm_sample(i, h, {})
@@ -206,7 +207,7 @@ def fan_out(backend: Any, k: int) -> bool:
     lent, this separates what a tick pays once (waking the interpreter, the binding and the
     driver after a second asleep) from what each further GPU adds. A lower bound for distinct
     GPUs: their driver state sits in different memory. False when the backend is not NVML."""
-    if k <= 1 or not isinstance(backend, na.NvmlBackend):
+    if k <= 1 or not isinstance(backend, nvml.NvmlBackend):
         return False
     n = len(backend.handles)
     for name in ("handles", "gpus", "_limits", "_totals"):
@@ -217,7 +218,7 @@ def fan_out(backend: Any, k: int) -> bool:
         for i in range(n, n * k)
     ]
     if backend._direct is not None:
-        backend._direct = na._DirectNvml.make(backend.nv, n * k)
+        backend._direct = nvml._DirectNvml.make(backend.nv, n * k)
     return True
 
 
@@ -226,7 +227,7 @@ def measure_agent_tick(
 ) -> Row:
     """The in-process tick + encoding cost, with its parts (GPU, host, procs, encoding);
     ``fan`` > 1 reads each GPU that many times per tick (see ``fan_out``)."""
-    agent = na.Agent(na.parse_args(argv))
+    agent = Agent(parse_args(argv))
     if fan > 1 and not fan_out(agent.backend, fan):
         agent.close()
         row = Row(AGENT_ROW + f" [{variant}]", rate)
@@ -253,7 +254,7 @@ def measure_agent_tick(
         w0 = time.perf_counter()
         records = agent.tick(time.time())
         c_enc = time.process_time()
-        data = ("\n".join(na.encode_line(r) for r in records) + "\n").encode("ascii")
+        data = ("\n".join(wire.encode_line(r) for r in records) + "\n").encode("ascii")
         w1 = time.perf_counter()
         c1 = time.process_time()
         row.wall_ms.append((w1 - w0) * 1000)
@@ -347,7 +348,7 @@ class AgentProcess:
                 stderr=subprocess.DEVNULL,
             )
         assert proc.stdin is not None
-        proc.stdin.write(agent_payload().encode("utf-8"))
+        proc.stdin.write(agent_payload(argv).encode("ascii"))
         proc.stdin.flush()  # stdin stays open: it is the agent's control channel
         self = cls(proc, Path(name), n, rate)
         # Start-up and the first ``warm`` ticks (with NVML: up to the first GPM metrics, which
@@ -819,8 +820,8 @@ def nvml_call_costs(reps: int = 300) -> list[dict[str, Any]]:
     except ImportError:
         return []
     try:
-        backend = na.NvmlBackend(None, 1, 1)
-    except na.BackendUnavailable:
+        backend = nvml.NvmlBackend(None, 1, 1)
+    except backends.BackendUnavailable:
         return []
     nv, h, rows = pynvml, backend.handles[0], []
 
@@ -868,37 +869,52 @@ def nvml_call_costs(reps: int = 300) -> list[dict[str, Any]]:
     return rows
 
 
+# A: the shipped zip in a file; O, N: where loader.py sits in it. The steps load the package the
+# way a node does (loader.py's in-memory importer), without the sha256 check.
 RSS_STEPS = (
     ("python -c pass", "pass"),
-    ("+ agent module", "exec(compile(open(A).read(), 'agent', 'exec'), {'__name__': 'x'})"),
+    (
+        "+ agent package (in memory)",
+        "import sys; d = open(A, 'rb').read(); g = {}; exec(compile(d[O:O + N], 'l', 'exec'), g)\n"
+        "sys.meta_path.insert(0, g['MemoryImporter'](g['PACKAGE'], g['read_zip'](d)))\n"
+        "import verl_top_agent.main",
+    ),
     ("+ import pynvml", "import pynvml"),
     ("+ nvmlInit + handle", "pynvml.nvmlInit(); pynvml.nvmlDeviceGetHandleByIndex(0)"),
     (
         "+ NvmlBackend (GPM buffers)",
-        "g = {'__name__': 'y'}; exec(compile(open(A).read(), 'a', 'exec'), g); b = g['NvmlBackend'](); b.sample(0)",
+        "from verl_top_agent.nvml import NvmlBackend; b = NvmlBackend(); b.sample(0)",
     ),
 )
 
 
 def rss_steps() -> list[dict[str, Any]]:
     """VmRSS of fresh interpreters doing a little more each: where the agent's memory goes."""
-    agent_src = str(Path(na.__file__))
-    out, code = [], f"A = {agent_src!r}\n"
-    for name, step in RSS_STEPS:
-        code += step + "\n"
-        probe = code + "print([l for l in open('/proc/self/status') if l.startswith('VmRSS')][0])"
-        proc = subprocess.run(
-            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60
-        )
-        try:
-            mb = int(proc.stdout.strip().splitlines()[-1].split()[1]) / 1024.0
-        except (IndexError, ValueError):
-            mb = None
-        out.append(
-            {"step": name, "rss_mb": mb, "error": proc.stderr.strip()[-200:] if mb is None else ""}
-        )
-        if mb is None:
-            break
+    payload = build()
+    fd, zip_path = tempfile.mkstemp(prefix="verl-top-agent-", suffix=".zip")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(payload.zip)
+    out: list[dict[str, Any]] = []
+    code = f"A, O, N = {zip_path!r}, {payload.loader_offset}, {payload.loader_size}\n"
+    try:
+        for name, step in RSS_STEPS:
+            code += step + "\n"
+            probe = (
+                code + "print([l for l in open('/proc/self/status') if l.startswith('VmRSS')][0])"
+            )
+            proc = subprocess.run(
+                [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60
+            )
+            try:
+                mb: float | None = int(proc.stdout.strip().splitlines()[-1].split()[1]) / 1024.0
+            except (IndexError, ValueError):
+                mb = None
+            error = proc.stderr.strip()[-200:] if mb is None else ""
+            out.append({"step": name, "rss_mb": mb, "error": error})
+            if mb is None:
+                break
+    finally:
+        os.unlink(zip_path)
     return out
 
 

@@ -23,7 +23,7 @@ from _common import ensure_repo_on_path, write_json
 
 ensure_repo_on_path()
 
-from verl_top.agent import node_agent  # noqa: E402
+from verl_top.agent import follow  # noqa: E402
 from verl_top.sources import local  # noqa: E402
 from verl_top.sources.local import LocalFollowSource  # noqa: E402
 from verl_top.sources.pipeline import Pipeline  # noqa: E402
@@ -55,7 +55,7 @@ async def measure(path: str, paced: bool) -> tuple[float, float, float]:
 
     saved = local.CATCH_UP_READ, local.SLICE_S
     if not paced:  # the former behaviour: 8 MiB per poll, every record of a poll at once
-        local.CATCH_UP_READ, local.SLICE_S = node_agent.MAX_READ_PER_POLL, 1e9
+        local.CATCH_UP_READ, local.SLICE_S = follow.MAX_READ_PER_POLL, 1e9
     task = asyncio.create_task(spinner())
     await asyncio.sleep(0)  # the spinner is running before the catch-up starts
     t0 = time.perf_counter()

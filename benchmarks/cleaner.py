@@ -85,7 +85,10 @@ def inputs() -> dict[str, tuple[str, list[str]]]:
     return {
         f"record strings ({len(record_strings)})": ("clean_text", record_strings),
         f"verl log lines ({len(log_lines)})": ("clean_line", log_lines),
-        "hostile C1 run, 2000 chars (x20)": ("clean_line", ["\x90\x98\x9d\x9e\x9f" * 400 + "\x1b"] * 20),
+        "hostile C1 run, 2000 chars (x20)": (
+            "clean_line",
+            ["\x90\x98\x9d\x9e\x9f" * 400 + "\x1b"] * 20,
+        ),
     }
 
 

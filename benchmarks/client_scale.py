@@ -48,7 +48,8 @@ from _common import REPO, ensure_repo_on_path, median, percentile, table, write_
 
 ensure_repo_on_path()
 
-from verl_top.agent import node_agent as na  # noqa: E402
+from verl_top.agent.main import Agent, parse_args  # noqa: E402
+from verl_top.agent.wire import encode_line  # noqa: E402
 from verl_top.protocol import Decoder  # noqa: E402
 
 TRACE = REPO / "tests" / "fixtures" / "agent" / "h200_phased_trace.jsonl"
@@ -78,14 +79,14 @@ class Templates:
 
 def _split(rec: dict[str, Any]) -> tuple[str, str]:
     body = {k: v for k, v in rec.items() if k not in ("v", "type", "host", "t")}
-    text = na.encode_line(body)
+    text = encode_line(body)
     return rec["type"], ("," + text[1:]) if len(text) > 2 else "}"
 
 
 def make_templates() -> Templates:
     """Run the real agent (replay backend, 8 GPUs) for a few ticks and keep its lines."""
     argv = ["--backend", "replay", "--replay-trace", str(TRACE), "--replay-gpus", "8"]
-    agent = na.Agent(na.parse_args([*argv, "--host", "x", "--no-procs"]))
+    agent = Agent(parse_args([*argv, "--host", "x", "--no-procs"]))
     try:
         hello = _split(agent.hello())
         ticks, hb = [], None

@@ -34,15 +34,15 @@ from agent_cost import fan_out
 
 ensure_repo_on_path()
 
-from verl_top.agent import node_agent as na  # noqa: E402
+from verl_top.agent import backends, host, nvml, strides, wire  # noqa: E402
 
 GAPS_S = (0.0, 0.001, 0.01, 0.1, 1.0)
 
 
-def backend(fan: int = 1) -> na.NvmlBackend:
+def backend(fan: int = 1) -> nvml.NvmlBackend:
     """The agent's NVML backend through ctypes, everything but GPM and the slow values read on
     every tick (the 5 calls); ``fan`` > 1 reads the one GPU that many times a tick."""
-    be = na.NvmlBackend(na.CtypesNvml(), gpm_every=10**9, slow_every=10**9, mem_every=1)
+    be = nvml.NvmlBackend(nvml.CtypesNvml(), gpm_every=10**9, slow_every=10**9, mem_every=1)
     fan_out(be, fan)
     be.sample(time.time())  # the first tick reads the slow values and GPM once
     return be
@@ -67,7 +67,7 @@ def mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def gap_table(be: na.NvmlBackend, reps: int) -> list[dict[str, Any]]:
+def gap_table(be: nvml.NvmlBackend, reps: int) -> list[dict[str, Any]]:
     """The GPU read after each gap, slept or spun."""
     out = []
 
@@ -96,7 +96,7 @@ def gap_table(be: na.NvmlBackend, reps: int) -> list[dict[str, Any]]:
     return out
 
 
-def direct_calls(be: na.NvmlBackend) -> dict[str, Callable[[], Any]]:
+def direct_calls(be: nvml.NvmlBackend) -> dict[str, Callable[[], Any]]:
     """The agent's five per-tick C calls for GPU 0, with its own buffers."""
     d = be._direct
     h = be.handles[0]
@@ -110,7 +110,7 @@ def direct_calls(be: na.NvmlBackend) -> dict[str, Callable[[], Any]]:
     }
 
 
-def call_table(be: na.NvmlBackend, reps: int) -> list[dict[str, Any]]:
+def call_table(be: nvml.NvmlBackend, reps: int) -> list[dict[str, Any]]:
     """Each call after a 1 s sleep: first in the tick (by turns), later in it, right after."""
     if be._direct is None:
         return []
@@ -150,7 +150,7 @@ def fan_table(reps: int, k: int) -> list[dict[str, Any]]:
                 c0 = time.process_time()
                 now = time.time()
                 for fields in be.sample(now):
-                    na.encode_line(na._record("gpu", "bench", now, fields))
+                    wire.encode_line(wire.record("gpu", "bench", now, fields))
                 cpu.append((time.process_time() - c0) * 1e6)
         finally:
             be.close()
@@ -173,11 +173,11 @@ def further_gpu_us(calls: list[dict[str, Any]], fans: list[dict[str, Any]]) -> d
     hot = sum(c["again_right_after_us"] for c in calls)
     python = max(0.0, fans[2]["cpu_us_mean"] - hot)
     mem = later.pop("memory v2")
-    nvml = sum(later.values()) + mem / na.MEM_EVERY
-    return {"nvml_us": nvml, "python_us": python, "total_us": nvml + python}
+    nvml_us = sum(later.values()) + mem / strides.MEM_EVERY
+    return {"nvml_us": nvml_us, "python_us": python, "total_us": nvml_us + python}
 
 
-def alt_table(be: na.NvmlBackend, reps: int) -> list[dict[str, Any]]:
+def alt_table(be: nvml.NvmlBackend, reps: int) -> list[dict[str, Any]]:
     """Candidates for the dear parts of a 1 Hz tick, each timed after a 1 s sleep and one
     utilisation read (which pays the wake-up, as the agent's first call does): memory through
     the v1 and v2 calls, and the host sampler's /proc reads (the read, then with the parse)."""
@@ -188,7 +188,7 @@ def alt_table(be: na.NvmlBackend, reps: int) -> list[dict[str, Any]]:
     mem1 = be.nv.MemoryV1()
     v1_fn = be.nv._nvmlGetFunctionPointer("nvmlDeviceGetMemoryInfo")
     p1 = ctypes.pointer(mem1)
-    sampler = na.HostSampler("proc")
+    sampler = host.HostSampler("proc")
     tests = {
         "memory v2 (what the agent reads)": calls["memory v2"],
         "memory v1": lambda: v1_fn(h, p1),
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         be = backend()
-    except na.BackendUnavailable as exc:
+    except backends.BackendUnavailable as exc:
         print(f"no NVML here: {exc}")
         return 2
     try:
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     if est:
         print(
             f"\nA further distinct GPU at 1 Hz (from the parts above): NVML {est['nvml_us']:.1f} us"
-            f" (memory every {na.MEM_EVERY} ticks) + the agent's Python {est['python_us']:.1f} us"
+            f" (memory every {strides.MEM_EVERY} ticks) + the agent's Python {est['python_us']:.1f} us"
             f" = {est['total_us']:.1f} us"
         )
     if alts:

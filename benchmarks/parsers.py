@@ -30,7 +30,7 @@ from _common import REPO, ensure_repo_on_path, table, write_json
 
 ensure_repo_on_path()
 
-from verl_top.agent import node_agent as na  # noqa: E402
+from verl_top.agent import smi  # noqa: E402
 from verl_top.nccl.parse import NcclStreamParser, parse_nccl_tests  # noqa: E402
 from verl_top.verl.parse import VerlStreamParser  # noqa: E402
 
@@ -155,8 +155,8 @@ def bench_smi(gpus: int, duration: float) -> Result:
     text = smi_text(gpus)
 
     def one() -> int:
-        rows = na.parse_smi_csv(text)
-        return len([f for f in (na.smi_gpu_fields(r) for r in rows) if f is not None])
+        rows = smi.parse_smi_csv(text)
+        return len([f for f in (smi.smi_gpu_fields(r) for r in rows) if f is not None])
 
     passes, cpu, out = repeat(one, duration)
     name = f"smi_query.csv x{gpus} GPUs"

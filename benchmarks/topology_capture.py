@@ -22,7 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from verl_top.agent import node_agent  # noqa: E402
+from verl_top.agent.main import Agent, parse_args  # noqa: E402
+from verl_top.agent.wire import encode_line  # noqa: E402
 from verl_top.protocol import from_dict  # noqa: E402
 from verl_top.store import Store  # noqa: E402
 
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", default="auto", choices=("auto", "pynvml", "nvidia-smi", "none"))
     ap.add_argument("--out", default="", help="directory to write the capture files to")
     args = ap.parse_args(argv)
-    agent = node_agent.Agent(node_agent.parse_args(["--backend", args.backend, "--no-procs"]))
+    agent = Agent(parse_args(["--backend", args.backend, "--no-procs"]))
     try:
         hello = agent.hello()
         t0 = time.perf_counter()
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         took = time.perf_counter() - t0
     finally:
         agent.close()
-    lines = [node_agent.encode_line(hello), node_agent.encode_line(topo)]
+    lines = [encode_line(hello), encode_line(topo)]
     print("\n".join(lines))
     store = Store()
     for line in lines:

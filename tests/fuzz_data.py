@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Any
 
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from verl_top.model import NESTED, RECORD_TYPES
+from verl_top.model import NESTED, RECORD_TYPES, GpuSample, ProcessList, Record
+from verl_top.untrusted import is_clean
 
 # Strings that broke terminals, Rich or XML in real tools, plus verl's own bracketed CLI syntax.
 HOSTILE = [
@@ -95,3 +98,75 @@ def json_safe(value: Any) -> bool:
     if isinstance(value, list | tuple):
         return all(json_safe(v) for v in value)
     return True
+
+
+# Issue 31's attack material: what got through the first boundary. Kept apart from HOSTILE so
+# the older fuzz targets keep their examples; tests/test_fuzz_surfaces.py draws from both.
+HOSTILE_31 = [
+    "\x90\x98\x9d\x9e\x9f" * 400 + "\x1b",  # C1 string introducers then one ESC (was quadratic)
+    "zw\u200bnode1",  # zero-width space inside a name
+    "a\u200fb\u061cc\u200d\ufeff",  # RLM, ALM, ZWJ, BOM
+    "\u2066x\u2069\u202dy\u3164\ufe0f\U000e0041",  # isolates, LRO, Hangul filler, VS16, tag
+    "lone \ud800 surrogate \udfff",
+    "9" * 5000,  # int() refuses more than 4300 digits
+    "1_000",
+    "٣٣",  # Arabic-Indic digits
+    "hf_QkVbWxRt\u200bYuIoPaSdFgHj",  # a token split by an invisible character
+    "wandb login 0123456789abcdef0123456789abcdef01234567",
+    "[" * 70 + '"' + '\\"' * 300,  # unterminated string of escaped quotes (was quadratic)
+]
+
+hostile_text_31 = st.one_of(
+    hostile_text,
+    st.sampled_from(HOSTILE_31),
+    st.lists(st.sampled_from(HOSTILE + HOSTILE_31), min_size=2, max_size=3).map("".join),
+    st.text(alphabet=st.characters(codec=None, categories=("Cc", "Cf", "Cs", "Zl", "Zp", "Nd")),
+            max_size=30),
+)  # fmt: skip
+
+
+# --- shared by the fuzz targets ------------------------------------------------------------
+
+EXAMPLES = int(os.environ.get("VERL_TOP_FUZZ_EXAMPLES", "150"))
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    derandomize=True,  # CI must not be flaky: the same examples every run
+)
+T0 = 1_767_225_600.0
+
+
+def _walk(value: Any, path: str = "") -> list[tuple[str, Any]]:
+    """Every leaf of a record (dataclasses, lists, dicts) with its path."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = []
+        for f in dataclasses.fields(value):
+            out += _walk(getattr(value, f.name), f"{path}.{f.name}")
+        return out
+    if isinstance(value, list | tuple):
+        return [leaf for i, v in enumerate(value) for leaf in _walk(v, f"{path}[{i}]")]
+    if isinstance(value, dict):
+        out = []
+        for k, v in value.items():
+            out.append((f"{path}<key>", k))
+            out += _walk(v, f"{path}.{k}")
+        return out
+    return [(path, value)]
+
+
+def assert_record_is_safe(record: Record) -> None:
+    """What the boundary promises about any record it let through."""
+    for path, leaf in _walk(record):
+        if isinstance(leaf, str):
+            assert is_clean(leaf), f"{path} holds a control/escape: {leaf!r}"
+            assert len(leaf) <= 70_000, f"{path} is unbounded ({len(leaf)} chars)"
+        elif isinstance(leaf, float):
+            assert math.isfinite(leaf), f"{path} is {leaf}"
+        elif isinstance(leaf, int) and not isinstance(leaf, bool):
+            assert abs(leaf) < 2**63, f"{path} is {leaf}"
+    assert math.isfinite(record.t)
+    if isinstance(record, GpuSample):
+        assert 0 <= record.index < 1024
+    if isinstance(record, ProcessList):
+        assert all(0 <= p.gpu_index < 1024 for p in record.procs)

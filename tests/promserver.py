@@ -82,10 +82,13 @@ class PromServer:
         addr: str = "127.0.0.90",
         scrape_interval: str = "1s",
         extra_config: str = "",
+        web_config: Path | None = None,
     ) -> None:
         self.addr = addr
         self.port = free_port(addr)
-        self.url = f"http://{addr}:{self.port}"
+        # Prometheus' own --web.config.file: TLS (then https) and basic auth users.
+        tls = web_config is not None and "tls_server_config" in web_config.read_text()
+        self.url = f"{'https' if tls else 'http'}://{addr}:{self.port}"
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
         jobs = "\n".join(
@@ -106,6 +109,7 @@ class PromServer:
                 f"--storage.tsdb.path={workdir / 'tsdb'}",
                 f"--web.listen-address={addr}:{self.port}",
                 "--log.level=warn",
+                *([f"--web.config.file={web_config}"] if web_config is not None else []),
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,

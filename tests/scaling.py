@@ -14,11 +14,12 @@ from typing import Any
 
 # A 100x input may cost at most this many times the 1x input (linear: ~100; quadratic: ~10 000),
 # and the step from 10x to 100x at most this much (linear: ~10; quadratic: ~100).
-MAX_RATIO_100X = 400.0
-MAX_RATIO_10X = 35.0
+MAX_RATIO_100X = 1000.0
+MAX_RATIO_10X = 50.0
+ATTEMPTS = 3  # a busy machine can spoil one measurement; quadratic work fails every one
 
 
-def cost(fn: Callable[[Any], Any], arg: Any, repeat: int = 5, min_s: float = 0.002) -> float:
+def cost(fn: Callable[[Any], Any], arg: Any, repeat: int = 5, min_s: float = 0.003) -> float:
     """Seconds per call of ``fn(arg)``: the best of ``repeat`` batches of at least ``min_s``."""
     number = 1
     while True:
@@ -46,8 +47,12 @@ def growth(fn: Callable[[Any], Any], make: Callable[[int], Any], n: int) -> tupl
 
 def assert_linear(fn: Callable[[Any], Any], make: Callable[[int], Any], n: int, what: str) -> None:
     """Fail when ``fn`` grows faster than linearly over ``make(n)``, ``make(10n)``, ``make(100n)``."""
-    r100, r10 = growth(fn, make, n)
-    assert r100 < MAX_RATIO_100X and r10 < MAX_RATIO_10X, (
+    for _ in range(ATTEMPTS):
+        r100, r10 = growth(fn, make, n)
+        if r100 < MAX_RATIO_100X and r10 < MAX_RATIO_10X:
+            return
+    raise AssertionError(
         f"{what}: 100x input costs {r100:.0f}x the 1x input and {r10:.0f}x the 10x input "
-        f"(linear: ~100 and ~10; bounds {MAX_RATIO_100X:g} and {MAX_RATIO_10X:g})"
+        f"(linear: ~100 and ~10; bounds {MAX_RATIO_100X:g} and {MAX_RATIO_10X:g}; "
+        f"{ATTEMPTS} attempts)"
     )

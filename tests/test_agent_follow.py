@@ -6,26 +6,26 @@ from pathlib import Path
 
 import pytest
 
-from verl_top.agent import node_agent as na
+from verl_top.agent import follow
 from verl_top.protocol import from_dict, to_dict
 
 
-def poll(f: na.Follower) -> list[dict]:
+def poll(f: follow.Follower) -> list[dict]:
     return f.poll("h", 1.0)
 
 
 def test_starts_at_end_unless_from_start(tmp_path: Path) -> None:
     p = tmp_path / "a.log"
     p.write_text("x\ny\n")
-    assert poll(na.Follower("verl", str(p))) == []
-    (rec,) = poll(na.Follower("verl", str(p), from_start=True))
+    assert poll(follow.Follower("verl", str(p))) == []
+    (rec,) = poll(follow.Follower("verl", str(p), from_start=True))
     assert rec["lines"] == ["x", "y"] and rec["reset"] is False
     assert to_dict(from_dict(rec)) == rec
 
 
 def test_missing_file_is_waited_for_and_read_from_start(tmp_path: Path) -> None:
     p = tmp_path / "late.log"
-    f = na.Follower("nccl", str(p))
+    f = follow.Follower("nccl", str(p))
     assert poll(f) == [] and poll(f) == []
     p.write_text("first\n")
     assert poll(f)[0]["lines"] == ["first"]
@@ -34,7 +34,7 @@ def test_missing_file_is_waited_for_and_read_from_start(tmp_path: Path) -> None:
 def test_chunks_of_500_lines_crlf_and_bad_utf8(tmp_path: Path) -> None:
     p = tmp_path / "big.log"
     p.write_bytes(b"".join(b"line %d\r\n" % i for i in range(1203)) + b"bad \xff byte\n")
-    recs = poll(na.Follower("verl", str(p), from_start=True))
+    recs = poll(follow.Follower("verl", str(p), from_start=True))
     assert [len(r["lines"]) for r in recs] == [500, 500, 204]
     assert recs[0]["lines"][0] == "line 0" and recs[2]["lines"][-1] == "bad \ufffd byte"
 
@@ -42,7 +42,7 @@ def test_chunks_of_500_lines_crlf_and_bad_utf8(tmp_path: Path) -> None:
 def test_partial_line_flushed_on_rotation(tmp_path: Path) -> None:
     p = tmp_path / "r.log"
     p.write_text("")
-    f = na.Follower("verl", str(p))
+    f = follow.Follower("verl", str(p))
     with p.open("a") as fh:
         fh.write("complete\nhalf")
     assert poll(f)[0]["lines"] == ["complete"]
@@ -56,7 +56,7 @@ def test_partial_line_flushed_on_rotation(tmp_path: Path) -> None:
 def test_truncate_to_empty_sends_reset(tmp_path: Path) -> None:
     p = tmp_path / "t.log"
     p.write_text("a\nb\n")
-    f = na.Follower("verl", str(p), from_start=True)
+    f = follow.Follower("verl", str(p), from_start=True)
     poll(f)
     p.write_text("")
     (rec,) = poll(f)
@@ -64,10 +64,10 @@ def test_truncate_to_empty_sends_reset(tmp_path: Path) -> None:
 
 
 def test_follow_spec_parsing() -> None:
-    assert na.parse_follow("verl:/a:b.log") == ("verl", "/a:b.log", False)
-    assert na.parse_follow("verl_config+start:/c.yaml") == ("verl_config", "/c.yaml", True)
+    assert follow.parse_follow("verl:/a:b.log") == ("verl", "/a:b.log", False)
+    assert follow.parse_follow("verl_config+start:/c.yaml") == ("verl_config", "/c.yaml", True)
     with pytest.raises(ValueError):
-        na.parse_follow("bogus:/x")
+        follow.parse_follow("bogus:/x")
 
 
 @pytest.mark.timeout(10)
@@ -86,7 +86,7 @@ def test_non_regular_paths_are_refused_without_blocking(tmp_path: Path, kind: st
     else:
         p = Path("/dev/null")
         what = "a character device"
-    f = na.Follower("verl", str(p), from_start=True)
+    f = follow.Follower("verl", str(p), from_start=True)
     (event,) = poll(f)
     assert event["type"] == "event" and event["kind"] == "error"
     assert event["text"] == f"{p}: not a regular file ({what}); give the log file itself"
@@ -102,7 +102,7 @@ def test_copytruncate_rotation_loses_no_line(tmp_path: Path) -> None:
 
     p = tmp_path / "driver.log"
     p.write_text("".join(f"step:{i} - a:1\n" for i in range(1, 4)))
-    f = na.Follower("verl", str(p), from_start=True)
+    f = follow.Follower("verl", str(p), from_start=True)
     got = [line for r in poll(f) for line in r["lines"]]
     with p.open("a") as fh:  # written, but not yet read by the follower ...
         fh.write("step:4 - a:1\nstep:5 - a:1\n")
@@ -124,7 +124,7 @@ def test_truncated_and_refilled_past_the_offset_is_seen(tmp_path: Path) -> None:
 
     p = tmp_path / "d.log"
     p.write_text("step:1 - a:1\n")
-    f = na.Follower("verl", str(p), from_start=True)
+    f = follow.Follower("verl", str(p), from_start=True)
     poll(f)
     with p.open("a") as fh:
         fh.write("step:2 - a:1\n")
@@ -137,7 +137,7 @@ def test_truncated_and_refilled_past_the_offset_is_seen(tmp_path: Path) -> None:
 def test_records_stay_small_whatever_the_line_length(tmp_path: Path) -> None:
     p = tmp_path / "long.log"
     p.write_text("".join(f"step:{i} - " + "x" * 20_000 + "\n" for i in range(100)))
-    recs = poll(na.Follower("verl", str(p), from_start=True))
+    recs = poll(follow.Follower("verl", str(p), from_start=True))
     assert sum(len(r["lines"]) for r in recs) == 100
-    assert all(sum(map(len, r["lines"])) <= na.MAX_CHARS_PER_RECORD + 20_100 for r in recs)
-    assert len(recs) >= 100 * 20_000 // na.MAX_CHARS_PER_RECORD
+    assert all(sum(map(len, r["lines"])) <= follow.MAX_CHARS_PER_RECORD + 20_100 for r in recs)
+    assert len(recs) >= 100 * 20_000 // follow.MAX_CHARS_PER_RECORD

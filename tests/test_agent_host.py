@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from verl_top import model
-from verl_top.agent import node_agent as na
+from verl_top.agent import host, main
 from verl_top.sources.local import LocalFollowSource, LocalSource
 
 TRACE = Path(__file__).parent / "fixtures" / "agent" / "h200_phased_trace.jsonl"
@@ -25,7 +25,7 @@ def meminfo_total() -> int:
 
 @pytest.mark.parametrize("mode", ["psutil", "proc"])
 def test_host_sample_both_paths(mode: str) -> None:
-    s = na.HostSampler(mode)
+    s = host.HostSampler(mode)
     assert s.mode == mode
     t_end = time.process_time() + 0.15
     while time.process_time() < t_end:  # burn CPU so the agent's own CPU % is visible
@@ -46,13 +46,14 @@ def test_host_sample_both_paths(mode: str) -> None:
 
 def test_env_switch_forces_proc_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VERL_TOP_AGENT_NO_PSUTIL", "1")
-    a = na.Agent(na.parse_args(["--backend", "none"]))
+    a = main.Agent(main.parse_args(["--backend", "none"]))
     assert a.host_sampler.mode == "proc" and "psutil" not in a.hello()["capabilities"]
     assert not a.blocking
 
 
 def test_none_backend_still_sends_host_and_heartbeat() -> None:
-    a = na.Agent(na.parse_args(["--backend", "none", "--host", "h"]))
+    # --no-procs: the job processes of whatever runs on this machine are not this test's
+    a = main.Agent(main.parse_args(["--backend", "none", "--host", "h", "--no-procs"]))
     hello = a.hello()
     assert hello["backend"] == "none" and hello["error"] and hello["gpus"] == []
     recs = a.tick(1000.0)
@@ -63,7 +64,7 @@ def test_none_backend_still_sends_host_and_heartbeat() -> None:
 
 
 def test_control_commands() -> None:
-    a = na.Agent(na.parse_args(["--backend", "none"]))
+    a = main.Agent(main.parse_args(["--backend", "none"]))
     assert a.command({"cmd": "interval", "value": 0.5}) == "" and a.interval == 0.5
     assert a.command({"cmd": "procs", "value": False}) == "" and not a.procs_enabled
     assert a.command({"cmd": "follow", "kind": "bogus", "path": "/x"}).startswith("bad follow")
@@ -98,7 +99,7 @@ async def test_local_follow_source(tmp_path: Path) -> None:
 def test_host_reads_follow_their_strides() -> None:
     """The per-tick cost: /proc/stat every 2nd tick, memory, network, disk and load every 5th
     (rates over those ticks); values repeated in between, never missing."""
-    s = na.HostSampler("proc", slow_every=5, cpu_every=2)
+    s = host.HostSampler("proc", slow_every=5, cpu_every=2)
     reads = {"stat": 0, "netdev": 0, "diskstats": 0, "meminfo": 0, "loadavg": 0}
     for name in reads:
         pf = getattr(s, "_" + name)
@@ -123,7 +124,7 @@ def test_host_reads_follow_their_strides() -> None:
 
 
 def test_every_read_each_tick_with_strides_of_one() -> None:
-    s = na.HostSampler("proc", slow_every=1, cpu_every=1)
+    s = host.HostSampler("proc", slow_every=1, cpu_every=1)
     n = {"stat": 0, "meminfo": 0}
     for name in n:
         pf = getattr(s, "_" + name)
@@ -137,3 +138,24 @@ def test_every_read_each_tick_with_strides_of_one() -> None:
         s.sample(time.time())
     s.close()
     assert n == {"stat": 4, "meminfo": 4}
+
+
+def test_proc_file_reads_files_larger_than_its_buffer_whole_and_sees_changes(
+    tmp_path: Path,
+) -> None:
+    """A kept-open file re-read into its reused buffer: a file past the first buffer is read
+    whole (the buffer grows), and a rewrite (same inode, new content) is what the next read
+    returns, as /proc files are."""
+    path = tmp_path / "stat"
+    lines = [f"cpu{i} {i} 0 {2 * i} 9999 7 0 0 0 0 0" for i in range(2000)]  # ~70 KB
+    path.write_text("\n".join(lines) + "\n")
+    pf = host.ProcFile(str(path))
+    text = pf.read()
+    assert len(text) > host.PROC_FIRST_READ and text.splitlines() == lines
+    with path.open("r+") as fh:  # rewritten in place, shorter: no stale tail from the buffer
+        fh.write("cpu 1 2 3 4\n")
+        fh.truncate()
+    assert pf.read() == "cpu 1 2 3 4\n"
+    pf.close()
+    path.unlink()
+    assert pf.read() == ""  # gone: empty, never an exception

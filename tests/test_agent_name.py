@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_top.agent import BOOTSTRAP, agent_payload, bootstrap_for
+from verl_top.agent.ship import BOOTSTRAP, agent_payload, bootstrap_for
 from verl_top.sources.ssh import agent_command
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/comm").exists(), reason="Linux /proc")
@@ -22,7 +22,7 @@ def test_bootstrap_names_the_client_and_stays_shell_safe() -> None:
     hostile = bootstrap_for("x';import os;os.system('id');'\"$`")
     assert hostile.startswith("verl_top_agent='ximportosos.systemid';")  # no quote escapes
     cmd = agent_command("python3", bootstrap_for("laptop"), ["--host", "gpu01"])
-    assert shlex.split(cmd)[4].startswith("verl_top_agent='laptop';import sys;")
+    assert shlex.split(cmd)[4] == f"verl_top_agent='laptop';{BOOTSTRAP}"  # survives the shell
 
 
 def test_running_agent_shows_its_name_and_client_in_ps_and_stops_with_stdin() -> None:

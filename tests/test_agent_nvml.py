@@ -20,7 +20,7 @@ from pathlib import Path
 import pynvml as real
 import pytest
 
-from verl_top.agent import node_agent as na
+from verl_top.agent import backends, main, nvml, procs, strides
 from verl_top.protocol import from_dict, to_dict
 
 NOT_SUPPORTED = real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
@@ -145,12 +145,12 @@ class FakeNvml:
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
     f = FakeNvml()
     monkeypatch.setitem(sys.modules, "pynvml", f.module)
-    monkeypatch.setattr(na, "GPM_MIN_GAP_S", 0.0)  # ticks in a test are microseconds apart
+    monkeypatch.setattr(nvml, "GPM_MIN_GAP_S", 0.0)  # ticks in a test are microseconds apart
     return f
 
 
-def agent(*extra: str) -> na.Agent:
-    return na.Agent(na.parse_args(["--backend", "pynvml", "--host", "n1", *extra]))
+def agent(*extra: str) -> main.Agent:
+    return main.Agent(main.parse_args(["--backend", "pynvml", "--host", "n1", *extra]))
 
 
 def gpu_lines(records: list[dict]) -> dict[int, dict]:
@@ -188,7 +188,7 @@ def test_normal_sample_with_gpm(fake: FakeNvml) -> None:
     assert to_dict(from_dict(g1)) == g1 and list(to_dict(from_dict(g1))) == list(g1)
     # GPM on its own stride: the start sample, tick 0, then tick GPM_EVERY; the ticks between
     # repeat the last window's values. v2 memory preferred.
-    for _ in range(na.GPM_EVERY - 1):
+    for _ in range(strides.GPM_EVERY - 1):
         assert gpu_lines(a.tick())[1]["sm_util"] == 91.0
     assert fake.calls[("gpm_sample", 0)] == 2
     a.tick()
@@ -198,7 +198,7 @@ def test_normal_sample_with_gpm(fake: FakeNvml) -> None:
 
 
 def test_gpm_skipped_when_samples_closer_than_100ms(fake: FakeNvml, monkeypatch) -> None:
-    monkeypatch.setattr(na, "GPM_MIN_GAP_S", 0.1)
+    monkeypatch.setattr(nvml, "GPM_MIN_GAP_S", 0.1)
     a = agent("--gpm-every", "1")
     first = gpu_lines(a.tick())  # microseconds after the start sample: no GPM this tick
     assert "sm_util" not in first[0] and "util_gpu" in first[0]
@@ -219,7 +219,7 @@ def test_not_supported_is_omitted_and_not_asked_again(fake: FakeNvml) -> None:
         assert gpus[1]["util_gpu"] == 51
     assert fake.calls[("temp", 1)] == 1  # asked once, then remembered
     assert fake.calls[("temp", 0)] == 1  # slow stride: tick 0, then tick SLOW_EVERY
-    for _ in range(na.SLOW_EVERY - 4):
+    for _ in range(strides.SLOW_EVERY - 4):
         assert gpu_lines(a.tick())[0]["temp_c"] == 40  # repeated between reads
     assert fake.calls[("temp", 0)] == 1
     a.tick()
@@ -273,7 +273,7 @@ def test_init_failure_falls_back_with_clear_error(
 ) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(init_error=code).module)
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi either
-    a = na.Agent(na.parse_args(["--backend", "auto", "--host", "n1"]))
+    a = main.Agent(main.parse_args(["--backend", "auto", "--host", "n1"]))
     hello = a.hello()
     assert hello["backend"] == "none" and hello["gpus"] == []
     assert hello["error"] == expected
@@ -306,7 +306,7 @@ def test_driver_not_loaded_falls_back_to_nvidia_smi(
     smi.write_text(FAKE_SMI)
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    a = na.Agent(na.parse_args(["--backend", "auto", "--host", "n1"]))
+    a = main.Agent(main.parse_args(["--backend", "auto", "--host", "n1"]))
     hello = a.hello()
     assert hello["backend"] == "nvidia-smi"
     assert hello["error"] == "NVML unavailable (NVIDIA driver not loaded); using nvidia-smi"
@@ -355,13 +355,20 @@ def test_processes_enriched_from_proc(fake: FakeNvml) -> None:
         assert by_pid[ghost] == {"pid": ghost, "gpu_index": 1, "visible": False, "user": "",
                                  "cmd": "", "role": ""}  # fmt: skip
         assert to_dict(from_dict(procs)) == procs
-        # Unchanged set: not re-sent on the next procs tick; cpu % appears once there is a delta.
-        for _ in range(5):
-            assert not [r for r in a.tick() if r["type"] == "procs"]
-        a.procs_every = 1
-        a._last_procs = None
+        # A GPU holder is a job process too (state, parent, GPUs); the ghost is not in /proc
+        (job,) = [j for j in procs["job_procs"] if j["pid"] == child.pid]
+        assert job["gpus"] == [0] and job["state"] in ("S", "R") and job["ppid"] == os.getpid()
+        assert ghost not in {j["pid"] for j in procs["job_procs"]}
+        # While the job has processes the list goes out every listing (state and CPU move);
+        # cpu % appears once there is a delta.
+        for _ in range(4):
+            assert not [r for r in a.tick() if r["type"] == "procs"]  # between listings
         (procs,) = [r for r in a.tick() if r["type"] == "procs"]
         assert {p["pid"]: p for p in procs["procs"]}[child.pid]["cpu_pct"] >= 0.0
+        assert {j["pid"]: j for j in procs["job_procs"]}[child.pid]["cpu_pct"] >= 0.0
+        # Without job scanning (no /proc), an unchanged GPU list is not re-sent within 30 s.
+        a.jobs, a.procs_every = None, 1
+        assert not [r for r in a.tick() if r["type"] == "procs"]
     finally:
         child.kill()
         child.wait()
@@ -369,27 +376,41 @@ def test_processes_enriched_from_proc(fake: FakeNvml) -> None:
 
 def test_process_title_reread_and_a_new_title_is_a_change(fake: FakeNvml, monkeypatch) -> None:
     """Ray rewrites a worker's title per task: the procs record follows it (issue 23: the real
-    WorkerDict showed "ref_init_model" for the whole run because the title was cached)."""
+    WorkerDict showed "ref_init_model" for the whole run because the title was cached), and the
+    job-process record's method and the time it was first seen in it (issue 29)."""
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     titles = {"now": b"ray::WorkerDict.actor_rollout_ref_init_model\0"}
-    read = na._read_bytes
+    read = procs.ProcInspector._file
 
-    def fake_read(path: str, limit: int = 1 << 20):  # type: ignore[no-untyped-def]
-        if path == f"/proc/{child.pid}/cmdline":
+    def fake_read(self, pid: int, name: str, limit: int):  # type: ignore[no-untyped-def]
+        if (pid, name) == (child.pid, "cmdline"):  # what Ray's setproctitle would show now
             return titles["now"]
-        return read(path, limit)
+        return read(self, pid, name, limit)
 
-    monkeypatch.setattr(na, "_read_bytes", fake_read)
+    monkeypatch.setattr(procs.ProcInspector, "_file", fake_read)
     try:
         fake.procs = {0: [(child.pid, 2048 * 1048576)]}
         a = agent("--procs-every", "1")
-        (first,) = [r for r in a.tick() if r["type"] == "procs"]
-        assert first["procs"][0]["cmd"] == "ray::WorkerDict.actor_rollout_ref_init_model"
-        assert not [r for r in a.tick() if r["type"] == "procs"]  # nothing changed
+
+        def job(now: float) -> dict:
+            (rec,) = [r for r in a.tick(now) if r["type"] == "procs"]
+            assert rec["procs"][0]["cmd"] == titles["now"].rstrip(b"\0").decode()
+            (j,) = rec["job_procs"]
+            assert j["pid"] == child.pid and j["title"] == rec["procs"][0]["cmd"]
+            return j
+
+        first = job(1000.0)
+        assert (first["method"], first["method_since"]) == ("actor_rollout_ref_init_model", 1000.0)
+        assert job(1001.0)["method_since"] == 1000.0  # the same method: still since 1000
         titles["now"] = b"ray::WorkerDict.actor_rollout_generate_sequences\0"
-        (second,) = [r for r in a.tick() if r["type"] == "procs"]  # same pid, gpu and memory
-        assert second["procs"][0]["cmd"] == "ray::WorkerDict.actor_rollout_generate_sequences"
-        assert second["procs"][0]["gpu_index"] == 0 and second["procs"][0]["used_mib"] == 2048.0
+        third = job(1002.0)  # same pid, gpu and memory; a new method from now on
+        assert (third["method"], third["method_since"]) == (
+            "actor_rollout_generate_sequences",
+            1002.0,
+        )
+        titles["now"] = b"ray::WorkerDict\0"  # idle: no method, no since
+        fourth = job(1003.0)
+        assert "method" not in fourth and "method_since" not in fourth and fourth["gpus"] == [0]
     finally:
         child.kill()
         child.wait()
@@ -523,8 +544,8 @@ def test_ctypes_binding_missing_library_is_a_clear_reason_and_auto_falls_back(
     """--nvml ctypes loads libnvidia-ml.so.1 itself (no pynvml import); without the library it
     says so, and --nvml auto falls back to the pynvml module (here the fake)."""
     try:
-        na.CtypesNvml()
-    except na.BackendUnavailable as exc:
+        nvml.CtypesNvml()
+    except backends.BackendUnavailable as exc:
         assert "libnvidia-ml.so.1" in str(exc)
     else:  # a machine with the NVIDIA driver: nothing to check here
         return
@@ -555,8 +576,8 @@ def test_ctypes_binding_samples_a_library_with_nvml_layouts(
     """The whole agent over libnvidia-ml's C ABI, without pynvml: the same record as through
     pynvml's getters (test_normal_sample_with_gpm), the fast path taken, processes listed."""
     monkeypatch.setitem(sys.modules, "pynvml", None)  # importing pynvml would fail
-    nvml = na.CtypesNvml(str(fake_libnvml))
-    backend = na.NvmlBackend(nvml, 5, 5)
+    lib = nvml.CtypesNvml(str(fake_libnvml))
+    backend = nvml.NvmlBackend(lib, 5, 5)
     assert backend._direct is not None and backend.driver == "580.159.04"
     assert (
         backend.gpus[1]["uuid"] == "GPU-fake-1" and backend.gpus[1]["bus_id"] == "00000000:01:00.0"
@@ -571,12 +592,12 @@ def test_ctypes_binding_samples_a_library_with_nvml_layouts(
     assert (g1["sm_mhz"], g1["mem_mhz"], g1["clock_reasons"]) == (1980, 3201, 0x4)
     assert sorted(backend.processes()) == [(4242, 0, 2048.0), (4243, 1, 2048.0)]
     # what the topology collection asks (a missing call raises NVMLError, like pynvml)
-    with pytest.raises(na.NvmlCallError) as err:
-        nvml.nvmlDeviceGetNvLinkState(backend.handles[0], 0)
+    with pytest.raises(nvml.NvmlCallError) as err:
+        lib.nvmlDeviceGetNvLinkState(backend.handles[0], 0)
     assert err.value.value == 3 and "Not Supported" in str(err.value)
-    assert nvml.nvmlDeviceGetTopologyCommonAncestor(backend.handles[0], backend.handles[1]) == 30
-    with pytest.raises(na.NvmlCallError) as err:
-        nvml.nvmlDeviceGetNvLinkVersion(backend.handles[0], 0)
+    assert lib.nvmlDeviceGetTopologyCommonAncestor(backend.handles[0], backend.handles[1]) == 30
+    with pytest.raises(nvml.NvmlCallError) as err:
+        lib.nvmlDeviceGetNvLinkVersion(backend.handles[0], 0)
     assert err.value.value == 13  # NVML_ERROR_FUNCTION_NOT_FOUND: not in this library
     backend.close()
 
@@ -586,12 +607,12 @@ def test_no_driver_and_no_pynvml_says_the_library_is_missing(monkeypatch) -> Non
     the missing library (the driver), not the missing Python package."""
     monkeypatch.setitem(sys.modules, "pynvml", None)
     try:
-        na.CtypesNvml()
-    except na.BackendUnavailable:
+        nvml.CtypesNvml()
+    except backends.BackendUnavailable:
         pass
     else:
         return  # a machine with the NVIDIA driver
-    a = na.Agent(na.parse_args(["--backend", "pynvml", "--host", "n1"]))
+    a = main.Agent(main.parse_args(["--backend", "pynvml", "--host", "n1"]))
     assert a.backend.name == "none" and "NVML library not found" in a.backend.error
 
 

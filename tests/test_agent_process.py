@@ -1,8 +1,8 @@
 """The agent as a real process, started exactly as the SSH source starts it.
 
-``python3 -u -c "<BOOTSTRAP>" ARGS`` with the payload (character count line + source) written to
-stdin, stdin then kept open as the control channel. Covers the NDJSON stream, exit on stdin EOF,
-exit on a broken stdout, the follow control command, and Python 3.8 compatibility.
+``python3 -u -c "<BOOTSTRAP>" ARGS`` with the payload (header line + base64 zip of the package)
+written to stdin, stdin then kept open as the control channel. Covers the NDJSON stream, exit on
+stdin EOF, exit on a broken stdout, the follow control command, and Python 3.8 compatibility.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from verl_top.agent import BOOTSTRAP, agent_payload, agent_source, remote_command
+from verl_top.agent.ship import BOOTSTRAP, agent_payload, build, remote_command
 from verl_top.protocol import Decoder, to_dict
 
+ROOT = Path(__file__).resolve().parents[1]
 TRACE = Path(__file__).parent / "fixtures" / "agent" / "h200_phased_trace.jsonl"
 PY38 = "/root/.pyenv/versions/3.8.18/bin/python3.8"
 
@@ -29,10 +30,12 @@ PY38 = "/root/.pyenv/versions/3.8.18/bin/python3.8"
 class AgentProc:
     """A running agent with a reader thread collecting its stdout lines."""
 
-    def __init__(self, argv: list[str], shell: bool = False, env: dict | None = None) -> None:
+    def __init__(
+        self, argv: list[str], env: dict | None = None, args: list[str] | None = None
+    ) -> None:
+        """``args``: the agent's own arguments when ``argv`` hides them in a shell string."""
         self.proc = subprocess.Popen(
             argv,
-            shell=shell,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -42,7 +45,7 @@ class AgentProc:
         self.all: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
         assert self.proc.stdin is not None
-        self.proc.stdin.write(agent_payload().encode("utf-8"))
+        self.proc.stdin.write(agent_payload(argv if args is None else args).encode("ascii"))
         self.proc.stdin.flush()
 
     def _read(self) -> None:
@@ -113,14 +116,8 @@ def procs():  # type: ignore[no-untyped-def]
 
 
 def test_bootstrap_is_safe_inside_double_quotes() -> None:
-    for ch in '"\\$`!':
+    for ch in '"\\$`!\n':
         assert ch not in BOOTSTRAP
-    src = agent_source()
-    assert src.isascii()  # character count == byte count, whatever the node's locale
-    assert agent_payload() == f"{len(src)}\n{src}"
-    assert "verl_top" not in "".join(
-        line for line in src.splitlines() if line.startswith(("import ", "from "))
-    )
 
 
 def test_bootstrap_over_a_shell_streams_hello_and_gpus(procs) -> None:  # type: ignore[no-untyped-def]
@@ -136,7 +133,7 @@ def test_bootstrap_over_a_shell_streams_hello_and_gpus(procs) -> None:  # type: 
         "n1",
     ]
     cmd = remote_command(args, python=shlex_quote(sys.executable))
-    p = AgentProc(["/bin/sh", "-c", cmd])
+    p = AgentProc(["/bin/sh", "-c", cmd], args=args)
     procs.append(p)
     seen = p.records(lambda r: r["type"] == "hb")
     assert seen[0]["type"] == "hello" and seen[0]["host"] == "n1"
@@ -163,7 +160,7 @@ def test_exits_when_stdout_breaks() -> None:
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(agent_payload().encode())
+        proc.stdin.write(agent_payload().encode())  # (no replay module: not asked for)
         proc.stdin.flush()
         assert json.loads(proc.stdout.readline())["type"] == "hello"
         proc.stdout.close()  # the client went away without closing stdin
@@ -220,9 +217,9 @@ def test_follow_append_truncate_rotate(procs, tmp_path: Path) -> None:  # type: 
 
 def test_once_and_count_exit_by_themselves() -> None:
     out = subprocess.run(
-        [sys.executable, str(Path(agent_source.__code__.co_filename).parent / "node_agent.py"),
-         "--once", "--backend", "none", "--host", "h"],
-        stdin=subprocess.DEVNULL, capture_output=True, timeout=20, check=True,
+        [sys.executable, "-m", "verl_top.agent", "--once", "--backend", "none", "--host", "h",
+         "--no-procs"],
+        stdin=subprocess.DEVNULL, capture_output=True, timeout=20, check=True, cwd=ROOT,
     )  # fmt: skip
     types = [json.loads(line)["type"] for line in out.stdout.decode().splitlines()]
     assert types == ["hello", "topo", "host", "hb"]  # topo: once per connection, after hello
@@ -261,9 +258,17 @@ def test_python38_compatibility(exe: str, procs, tmp_path: Path) -> None:  # typ
 
 
 def test_python38_has_no_newer_syntax_issue() -> None:
-    """Compile the source with 3.8 itself (catches syntax only newer Pythons accept)."""
+    """Compile every shipped module with 3.8 itself (catches syntax only newer Pythons accept)."""
     exe = shutil.which(PY38) or PY38
     if not os.path.exists(exe):
         pytest.fail(f"{PY38} missing: the 3.8 compatibility run above used sys.executable")
-    code = "import sys; compile(sys.stdin.read(), 'node_agent.py', 'exec')"
-    subprocess.run([exe, "-c", code], input=agent_source().encode(), check=True, timeout=20)
+    code = (
+        "import io, sys, zipfile\n"
+        "z = zipfile.ZipFile(io.BytesIO(sys.stdin.buffer.read()))\n"
+        "for n in z.namelist(): compile(z.read(n), n, 'exec')\n"
+        "print(len(z.namelist()))"
+    )
+    payload = build(replay=True)
+    out = subprocess.run([exe, "-c", code], input=payload.zip, check=True, timeout=20,
+                         capture_output=True)  # fmt: skip
+    assert int(out.stdout) == len(payload.modules) >= 12

@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 
 from verl_top import model
-from verl_top.agent import node_agent as na
+from verl_top.agent import main, wire
 from verl_top.protocol import Decoder, to_dict
 
 TRACE = Path(__file__).parent / "fixtures" / "agent" / "h200_phased_trace.jsonl"
 PHASES = {"idle", "train_matmul_bf16", "gen_decode_memory_bound", "host_stall_50pct", "idle_after"}
 
 
-def replay_agent(*extra: str) -> na.Agent:
+def replay_agent(*extra: str) -> main.Agent:
     argv = ["--backend", "replay", "--replay-trace", str(TRACE), "--host", "n1", *extra]
-    return na.Agent(na.parse_args(argv))
+    return main.Agent(main.parse_args(argv))
 
 
 def trace_rows() -> list[dict]:
@@ -93,12 +93,12 @@ def test_recording_replay_fans_out(tmp_path: Path) -> None:
     rec = tmp_path / "rec.jsonl"
     src = replay_agent("--replay-gpus", "2", "--interval", "1")
     with rec.open("w") as fh:
-        fh.write(na.encode_line(src.hello()) + "\n")
+        fh.write(wire.encode_line(src.hello()) + "\n")
         for i in range(5):
             for r in src.tick(1000.0 + i):
-                fh.write(na.encode_line(r) + "\n")
-    a = na.Agent(
-        na.parse_args(
+                fh.write(wire.encode_line(r) + "\n")
+    a = main.Agent(
+        main.parse_args(
             ["--backend", "replay", "--replay-trace", str(rec), "--replay-gpus", "4", "--host", "x"]
         )
     )
@@ -109,7 +109,7 @@ def test_recording_replay_fans_out(tmp_path: Path) -> None:
 
 
 def test_missing_trace_gives_none_backend_with_reason(tmp_path: Path) -> None:
-    a = na.Agent(na.parse_args(["--backend", "replay", "--replay-trace", str(tmp_path / "x")]))
+    a = main.Agent(main.parse_args(["--backend", "replay", "--replay-trace", str(tmp_path / "x")]))
     hello = a.hello()
     assert hello["backend"] == "none" and "cannot read replay trace" in hello["error"]
 
@@ -119,21 +119,21 @@ def test_every_line_decodes_and_round_trips(tmp_path: Path) -> None:
     log = tmp_path / "verl.log"
     log.write_text("")
     a = replay_agent("--follow", f"verl:{log}")
-    lines = [na.encode_line(a.hello())]
+    lines = [wire.encode_line(a.hello())]
     for i in range(12):
         with log.open("a") as fh:
             fh.write(f"step:{i} - actor/pg_loss:0.1\n")
-        lines += [na.encode_line(r) for r in a.tick()]
+        lines += [wire.encode_line(r) for r in a.tick()]
     dec = Decoder()
     types = set()
     for line in lines:
         rec = dec.decode(line)
         assert rec is not None
         types.add(rec.TYPE)
-        wire = json.loads(line)
+        sent = json.loads(line)
         back = to_dict(rec)
-        assert back == wire and list(back) == list(wire)  # same fields, same order
-        for name in wire:
+        assert back == sent and list(back) == list(sent)  # same fields, same order
+        for name in sent:
             assert name in ("v", "type") or name in {
                 f for f in type(rec).__dataclass_fields__ if f != "TYPE"
             }
@@ -153,7 +153,7 @@ def test_cpu_per_tick_replay_8_gpus(sampler: str) -> None:
         c0 = time.process_time()
         for _ in range(200):
             for r in a.tick():
-                na.encode_line(r)
+                wire.encode_line(r)
         best = min(best, (time.process_time() - c0) / 200)
     print(f"{sampler}: {best * 1e3:.3f} ms CPU per tick")
     # 1 ms measured budget; headroom for a loaded 2-core CI runner.

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from verl_top.agent import node_agent as na
+from verl_top.agent import backends, smi
 from verl_top.protocol import from_dict
 
 REAL_CSV = Path(__file__).parent / "fixtures" / "agent" / "smi_query.csv"
 
 
 def fields(row: dict) -> dict:
-    return dict(na.smi_gpu_fields(row))
+    return dict(smi.smi_gpu_fields(row))
 
 
 def test_real_capture_with_header_and_units() -> None:
-    rows = na.parse_smi_csv(REAL_CSV.read_text())
+    rows = smi.parse_smi_csv(REAL_CSV.read_text())
     assert len(rows) == 1  # the "$ nvidia-smi ..." prompt line and the header are not data
     row = rows[0]
     assert row["uuid"] == "GPU-a7f64ac6-5bbd-7bfa-1353-f73a583799d6"
@@ -44,8 +44,8 @@ def test_real_values_without_units_or_header() -> None:
         "0, GPU-a7f64ac6-5bbd-7bfa-1353-f73a583799d6, NVIDIA H200, 00000000:00:06.0, 0, 0, 0, "
         "143771, 117.90, 700.00, 37, 525, 3201, 0x0000000000000001"
     )
-    (row,) = na.parse_smi_csv(line, na.SMI_QUERY)
-    with_units = fields(na.parse_smi_csv(REAL_CSV.read_text())[0])
+    (row,) = smi.parse_smi_csv(line, smi.SMI_QUERY)
+    with_units = fields(smi.parse_smi_csv(REAL_CSV.read_text())[0])
     assert fields(row) == with_units
 
 
@@ -59,7 +59,7 @@ def test_synthetic_multi_gpu_with_missing_values() -> None:
             "3, GPU-3, NVIDIA H200, 00000000:5D:00.0, 12, 3, 5000, 143771, 250.00, 700.00, 45, 1980, 3201, 0x00000000000000A0",
         ]
     )
-    rows = na.parse_smi_csv(text, na.SMI_QUERY)
+    rows = smi.parse_smi_csv(text, smi.SMI_QUERY)
     got = {f["index"]: f for f in map(fields, rows)}
     assert sorted(got) == [0, 1, 2, 3]
     assert got[0]["clock_reasons"] == 0x4 and got[0]["power_w"] == 695.2
@@ -74,18 +74,18 @@ def test_synthetic_multi_gpu_with_missing_values() -> None:
 
 def test_header_without_units() -> None:
     text = "index, uuid, utilization.gpu, memory.used\n0, GPU-0, 42, 1000\n1, GPU-1, 7, 2000\n"
-    rows = na.parse_smi_csv(text)
+    rows = smi.parse_smi_csv(text)
     assert [fields(r)["util_gpu"] for r in rows] == [42, 7]
     assert [fields(r)["mem_used_mib"] for r in rows] == [1000, 2000]
 
 
 def test_smi_values() -> None:
-    assert na.smi_value("117.90 W") == 117.9
-    assert na.smi_value("0 %") == 0
-    assert na.smi_value("3201 MHz") == 3201
-    assert na.smi_value("0x0000000000000001") == 1
-    assert na.smi_value("[N/A]") is None and na.smi_value("N/A") is None
-    assert na.smi_value("[Not Supported]") is None and na.smi_value("") is None
+    assert smi.smi_value("117.90 W") == 117.9
+    assert smi.smi_value("0 %") == 0
+    assert smi.smi_value("3201 MHz") == 3201
+    assert smi.smi_value("0x0000000000000001") == 1
+    assert smi.smi_value("[N/A]") is None and smi.smi_value("N/A") is None
+    assert smi.smi_value("[Not Supported]") is None and smi.smi_value("") is None
 
 
 def test_smi_backend_with_runner_and_errors() -> None:
@@ -100,10 +100,10 @@ def test_smi_backend_with_runner_and_errors() -> None:
             return out["gpu"] + ", 580.159.04"
         return out["apps"] if q.startswith("--query-compute-apps") else out["gpu"]
 
-    b = na.SmiBackend(exe="/bin/true", runner=runner)
+    b = smi.SmiBackend(exe="/bin/true", runner=runner)
     assert b.driver == "580.159.04" and b.gpus[0]["power_limit_w"] == 700.0
     assert dict(b.sample(0.0)[0])["util_gpu"] == 5
     assert b.processes() == [(111, 0, 2048.0), (222, 0, None)]
     out["gpu"] = "Failed to initialize NVML: Driver/library version mismatch"
     assert b.sample(0.0) == []
-    assert b.failing == na.MISMATCH_MSG
+    assert b.failing == backends.MISMATCH_MSG

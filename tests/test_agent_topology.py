@@ -16,7 +16,7 @@ import pytest
 from assessing import assessment_of
 from rich.console import Console
 
-from verl_top.agent import node_agent as na
+from verl_top.agent import topo, wire
 from verl_top.diagnosis.engine import Engine
 from verl_top.model import NodeTopology
 from verl_top.nccl.topo import record_matrix, topology_marks
@@ -27,7 +27,7 @@ from verl_top.ui.panes.mapping import topology_block
 ROOT = Path(__file__).resolve().parents[1]
 NVML_STATIC = ROOT / "tests" / "fixtures" / "h200" / "nvml_static.json"
 SMI_TOPO = ROOT / "tests" / "fixtures" / "nccl" / "smi_topo_1xH200.txt"
-AGENT = ROOT / "verl_top" / "agent" / "node_agent.py"
+AGENT = [sys.executable, "-m", "verl_top.agent"]  # the package from this checkout (cwd=ROOT)
 
 
 def write(path: Path, text: str) -> None:
@@ -89,7 +89,7 @@ def fake_sys(tmp_path: Path) -> Path:
 
 
 def test_sysfs_inventory(fake_sys: Path) -> None:
-    ports = na.read_rdma_ports(str(fake_sys))
+    ports = topo.read_rdma_ports(str(fake_sys))
     assert [
         (p["name"], p["kind"], p["rate_gbps"], p["state"], p["numa_node"], p["netdev"])
         for p in ports
@@ -99,15 +99,15 @@ def test_sysfs_inventory(fake_sys: Path) -> None:
         ("mlx5_2", "roce", 200.0, "DOWN", 1, "ens2np0"),
     ]
     assert ports[0]["pci"] == "0000:1b:00.0"
-    nets = na.read_net_ifaces(str(fake_sys), skip={"ib0", "ens2np0"})
+    nets = topo.read_net_ifaces(str(fake_sys), skip={"ib0", "ens2np0"})
     # lo has no device; the netdevs of RDMA ports are not listed twice.
     assert [(n["name"], n["rate_gbps"]) for n in nets] == [("eno1", 25.0)]
-    assert na.pci_numa_node("00000000:9C:00.0", str(fake_sys)) == 1
-    assert na.pci_numa_node("garbage", str(fake_sys)) is None
+    assert topo.pci_numa_node("00000000:9C:00.0", str(fake_sys)) == 1
+    assert topo.pci_numa_node("garbage", str(fake_sys)) is None
 
 
 def test_empty_sysfs_is_no_inventory_not_an_error(tmp_path: Path) -> None:
-    assert na.read_rdma_ports(str(tmp_path)) == [] and na.read_net_ifaces(str(tmp_path)) == []
+    assert topo.read_rdma_ports(str(tmp_path)) == [] and topo.read_net_ifaces(str(tmp_path)) == []
 
 
 class NvmlFake:
@@ -120,7 +120,7 @@ class NvmlFake:
         m = self.module
         m.nvmlDeviceGetNvLinkState = self.state
         m.nvmlDeviceGetNvLinkVersion = lambda h, link: real.NVML_NVLINK_VERSION_4_0  # 6
-        m.nvmlDeviceGetNvLinkRemoteDeviceType = lambda h, link: na.NVML_NVLINK_DEVICE_TYPE_SWITCH
+        m.nvmlDeviceGetNvLinkRemoteDeviceType = lambda h, link: topo.NVML_NVLINK_DEVICE_TYPE_SWITCH
         m.nvmlDeviceGetTopologyCommonAncestor = lambda a, b: 50
 
     def state(self, h: int, link: int) -> int:
@@ -160,12 +160,12 @@ def backend(nv: object, buses: list[str], name: str = "pynvml") -> types.SimpleN
 def test_nvml_topology_from_the_real_h200_capture(fake_sys: Path) -> None:
     nv = h200_capture_nvml()
     pci_device(fake_sys, "0000:00:06.0", 0)
-    fields = dict(na.collect_topology(backend(nv, [nv.bus]), str(fake_sys)))
+    fields = dict(topo.collect_topology(backend(nv, [nv.bus]), str(fake_sys)))
     assert fields["source"] == "nvml" and fields["links"] == {}
     (gpu,) = fields["gpus"]
     assert "nvlinks_up" not in gpu and "nvlinks_total" not in gpu  # unknown: left out
     assert "Not Supported" in gpu["nvlink_error"] and gpu["numa_node"] == 0
-    rec = from_dict(na._record("topo", "h200", 1.0, tuple(fields.items())))
+    rec = from_dict(wire.record("topo", "h200", 1.0, tuple(fields.items())))
     assert isinstance(rec, NodeTopology) and topology_marks(rec) == []  # unknown is not "down"
 
 
@@ -173,8 +173,8 @@ def eight_gpu_record(fake_sys: Path, links_up: list[int]) -> NodeTopology:
     buses = [f"00000000:{0x18 + 0x10 * i:02X}:00.0" for i in range(8)]
     for i, b in enumerate(buses):
         pci_device(fake_sys, b[4:].lower(), 0 if i < 4 else 1)
-    fields = na.collect_topology(backend(NvmlFake(links_up).module, buses), str(fake_sys))
-    return from_dict(na._record("topo", "node01", 1.0, fields))  # type: ignore[return-value]
+    fields = topo.collect_topology(backend(NvmlFake(links_up).module, buses), str(fake_sys))
+    return from_dict(wire.record("topo", "node01", 1.0, fields))  # type: ignore[return-value]
 
 
 def test_nvswitch_node_matrix_and_marks(fake_sys: Path) -> None:
@@ -196,7 +196,7 @@ def test_nvswitch_node_matrix_and_marks(fake_sys: Path) -> None:
 def test_no_nvlink_falls_back_to_pcie_levels(fake_sys: Path) -> None:
     buses = ["00000000:18:00.0", "00000000:28:00.0"]
     nv = NvmlFake([0, 0], total=0).module
-    fields = dict(na.collect_topology(backend(nv, buses), str(fake_sys)))
+    fields = dict(topo.collect_topology(backend(nv, buses), str(fake_sys)))
     assert fields["links"] == {"0-1": "SYS"}
     assert all("Not Supported" in g["nvlink_error"] for g in fields["gpus"])
 
@@ -205,10 +205,10 @@ def test_smi_backend_uses_the_real_topo_text(fake_sys: Path) -> None:
     text = SMI_TOPO.read_text()
     smi = backend(None, ["00000000:00:06.0"], name="nvidia-smi")
     smi.handles = None
-    fields = dict(na.collect_topology(smi, str(fake_sys), smi_runner=lambda args: text))
+    fields = dict(topo.collect_topology(smi, str(fake_sys), smi_runner=lambda args: text))
     assert fields["source"] == "nvidia-smi" and fields["smi_topo"] == text
     store = Store()
-    store.ingest(from_dict(na._record("topo", "h200", 1.0, tuple(fields.items()))))
+    store.ingest(from_dict(wire.record("topo", "h200", 1.0, tuple(fields.items()))))
     rec = store.node_topology["h200"]
     assert "\x1b" not in rec.smi_topo and "GPU0" in rec.smi_topo  # cleaned at the boundary
     assert store.topology == {}  # one GPU: no pairs, but the record is kept and shown
@@ -267,8 +267,7 @@ def test_hostile_record_is_cleaned_and_bounded() -> None:
 def test_agent_process_sends_topo_after_hello(fake_sys: Path) -> None:
     out = subprocess.run(
         [
-            sys.executable,
-            str(AGENT),
+            *AGENT,
             "--backend",
             "none",
             "--once",
@@ -280,16 +279,18 @@ def test_agent_process_sends_topo_after_hello(fake_sys: Path) -> None:
         text=True,
         timeout=60,
         env={**os.environ, "PYTHONPATH": ""},
+        cwd=ROOT,
     ).stdout.splitlines()
     kinds = [json.loads(line)["type"] for line in out]
     assert kinds[:2] == ["hello", "topo"]
-    topo = from_dict(json.loads(out[1]))
-    assert [n.name for n in topo.nics][:2] == ["mlx5_0", "mlx5_1"]
+    record = from_dict(json.loads(out[1]))
+    assert [n.name for n in record.nics][:2] == ["mlx5_0", "mlx5_1"]
     quiet = subprocess.run(
-        [sys.executable, str(AGENT), "--backend", "none", "--once", "--no-procs", "--no-topology"],
+        [*AGENT, "--backend", "none", "--once", "--no-procs", "--no-topology"],
         capture_output=True,
         text=True,
         timeout=60,
+        cwd=ROOT,
     ).stdout
     assert '"type":"topo"' not in quiet
 
@@ -332,7 +333,7 @@ def test_nvswitch_without_remote_type_call(fake_sys: Path) -> None:
     nv.nvmlDeviceGetNvLinkRemotePciInfo = lambda h, link: types.SimpleNamespace(
         busId=f"00000000:{0xA0 + link % 4:02X}:00.0"
     )
-    fields = dict(na.collect_topology(backend(nv, buses), str(fake_sys)))
+    fields = dict(topo.collect_topology(backend(nv, buses), str(fake_sys)))
     assert set(fields["links"].values()) == {"NV18"} and len(fields["links"]) == 6
 
 
@@ -347,23 +348,23 @@ def test_direct_nvlink_pairs(fake_sys: Path) -> None:
         busId=buses[1 - h] if h < 2 else ""
     )
     nv.nvmlDeviceGetTopologyCommonAncestor = lambda a, b: 40
-    fields = dict(na.collect_topology(backend(nv, buses), str(fake_sys)))
+    fields = dict(topo.collect_topology(backend(nv, buses), str(fake_sys)))
     assert fields["links"] == {"0-1": "NV4", "0-2": "NODE", "1-2": "NODE"}
-    rec = from_dict(na._record("topo", "n", 1.0, tuple(fields.items())))
+    rec = from_dict(wire.record("topo", "n", 1.0, tuple(fields.items())))
     assert [m.text for m in topology_marks(rec) if m.gpu == 2] == ["NVLink 0/4 links up"]
 
 
 def test_pci_relation_from_sysfs_paths() -> None:
     root = "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0"
     gpu = root + "/0000:02:00.0/0000:03:00.0"
-    assert na.pci_relation(gpu, root + "/0000:02:00.0/0000:03:00.1") == "PIX"
-    assert na.pci_relation(gpu, root + "/0000:02:04.0/0000:04:00.0") == "PXB"
-    assert na.pci_relation(gpu, "/sys/devices/pci0000:00/0000:00:02.0/0000:05:00.0") == "PHB"
+    assert topo.pci_relation(gpu, root + "/0000:02:00.0/0000:03:00.1") == "PIX"
+    assert topo.pci_relation(gpu, root + "/0000:02:04.0/0000:04:00.0") == "PXB"
+    assert topo.pci_relation(gpu, "/sys/devices/pci0000:00/0000:00:02.0/0000:05:00.0") == "PHB"
     other = "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0"
-    assert na.pci_relation(gpu, other, 0, 0) == "NODE"
-    assert na.pci_relation(gpu, other, 0, 1) == "SYS"
-    assert na.pci_relation(gpu, other) == ""  # NUMA unknown: say nothing
-    assert na.pci_relation("", other) == ""
+    assert topo.pci_relation(gpu, other, 0, 0) == "NODE"
+    assert topo.pci_relation(gpu, other, 0, 1) == "SYS"
+    assert topo.pci_relation(gpu, other) == ""  # NUMA unknown: say nothing
+    assert topo.pci_relation("", other) == ""
 
 
 def test_topology_capture_script_runs_and_writes_its_files(tmp_path: Path) -> None:
@@ -383,8 +384,8 @@ def test_topology_capture_script_runs_and_writes_its_files(tmp_path: Path) -> No
 
 def test_nvlink_version_enum_is_read_as_the_major_version() -> None:
     """NVML returns nvmlNvlinkVersion_t (A100 says 5 = 3.1, H100 6 = 4.0), not the major."""
-    assert na.NVLINK_ENUM_MAJOR[real.NVML_NVLINK_VERSION_3_1] == 3
-    assert na.NVLINK_ENUM_MAJOR[real.NVML_NVLINK_VERSION_4_0] == 4
+    assert topo.NVLINK_ENUM_MAJOR[real.NVML_NVLINK_VERSION_3_1] == 3
+    assert topo.NVLINK_ENUM_MAJOR[real.NVML_NVLINK_VERSION_4_0] == 4
     nv = NvmlFake([18]).module
     nv.nvmlDeviceGetNvLinkVersion = lambda h, link: real.NVML_NVLINK_VERSION_3_1
-    assert na.nvml_nvlinks(nv, 0)[2] == 3
+    assert topo.nvml_nvlinks(nv, 0)[2] == 3

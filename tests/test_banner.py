@@ -163,10 +163,11 @@ def test_shorten_never_cuts_a_word_without_the_ellipsis() -> None:
 
 
 def test_fmt_seconds_is_readable() -> None:
+    # The findings' own formatter (readable.seconds): the banner and the worth line agree.
     assert [fmt_seconds(s) for s in (1.94, 18.05, 592.8, 1053.8, 9000)] == [
-        "1.9 s",
-        "18 s",
-        "9.9 min",
+        "1.94 s",
+        "18.1 s",
+        "593 s",
         "17.6 min",
         "2.5 h",
     ]

@@ -58,6 +58,20 @@ def test_agent_cost_replay(tmp_path: Path) -> None:
     assert 0 < floor["cpu_ms_mean"] < tick["cpu_ms_mean"]
 
 
+def test_agent_tick_ab_measures_both_versions_alternately(tmp_path: Path) -> None:
+    """Head against a copy of itself: both load as their own packages, both tick, both run as
+    bootstrapped processes, and the ratios are computed."""
+    base = REPO / "verl_top" / "agent"
+    stdout, data = run_bench(
+        "agent_tick_ab.py", ["--base-dir", str(base), "--ticks", "4", "--rate", "20"], tmp_path
+    )
+    assert "head/base" in stdout
+    assert [r["row"] for r in data["tick"]] == ["tick [base]", "tick [head]"]
+    assert all(r["ticks"] == 4 and r["mean"] > 0 for r in data["tick"])
+    assert [r["version"] for r in data["process"]] == ["base", "head"]
+    assert all(r["ticks"] >= 4 and r["rss_mb"] > 0 for r in data["process"])
+
+
 def test_nvml_cold_says_when_there_is_no_gpu(tmp_path: Path) -> None:
     """The NVML floor benchmark needs a GPU; without one it says why and exits 2."""
     import importlib.util

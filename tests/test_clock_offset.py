@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_top.agent import node_agent
+from verl_top.agent import main, wire
 from verl_top.model import ClockOffset, Record
 from verl_top.sources.intake import LIVE_WINDOW_S, Intake
 from verl_top.sources.pipeline import Pipeline
@@ -25,11 +25,11 @@ class Clock:
         return self.now
 
 
-def _agent(trace: Path) -> node_agent.Agent:
-    opts = node_agent.parse_args(
+def _agent(trace: Path) -> main.Agent:
+    opts = main.parse_args(
         ["--backend", "replay", "--replay-trace", str(trace), "--replay-gpus", "2", "--no-procs"]
     )
-    return node_agent.Agent(opts)
+    return main.Agent(opts)
 
 
 def _run(trace: Path, skews: dict[str, float], seconds: int) -> tuple[Store, dict[str, Intake]]:
@@ -41,14 +41,14 @@ def _run(trace: Path, skews: dict[str, float], seconds: int) -> tuple[Store, dic
     agents = {name: _agent(trace) for name in skews}
     intakes = {name: Intake(name, clock=clock) for name in skews}
     for name, agent in agents.items():
-        line = node_agent.encode_line(agent.hello(now=clock.now + skews[name]))
+        line = wire.encode_line(agent.hello(now=clock.now + skews[name]))
         clock.now += 0.02
         intakes[name].accept(line, pipe.emit)
     for _ in range(seconds):
         clock.now += 0.96
         for name, agent in agents.items():
             for rec in agent.tick(now=clock.now + skews[name]):
-                intakes[name].accept(node_agent.encode_line(rec), pipe.emit)
+                intakes[name].accept(wire.encode_line(rec), pipe.emit)
         clock.now += 0.02  # transit
     for agent in agents.values():
         agent.close()
@@ -79,7 +79,7 @@ def test_without_correction_the_skewed_node_would_empty_the_window(h200_trace: P
 
     dec = Decoder()
     for rec in agent.tick(now=T0 + SKEW):
-        store.ingest(dec.decode(node_agent.encode_line(rec)))
+        store.ingest(dec.decode(wire.encode_line(rec)))
     agent.close()
     assert store.now >= T0 + SKEW  # the store's data clock would jump an hour ahead
 
@@ -89,7 +89,7 @@ def test_a_clock_stepped_later_is_refused_then_relearned(h200_trace: Path) -> No
     intake = Intake("n", clock=clock)
     got: list[Record] = []
     agent = _agent(h200_trace)
-    intake.accept(node_agent.encode_line(agent.hello(now=clock.now)), got.append)
+    intake.accept(wire.encode_line(agent.hello(now=clock.now)), got.append)
     jumped = 0.0
     refused = 0
     for i in range(100):
@@ -97,7 +97,7 @@ def test_a_clock_stepped_later_is_refused_then_relearned(h200_trace: Path) -> No
         if i == 40:
             jumped = 2 * LIVE_WINDOW_S  # NTP steps the node's clock by 20 minutes
         for rec in agent.tick(now=clock.now + jumped):
-            if intake.accept(node_agent.encode_line(rec), got.append) is None:
+            if intake.accept(wire.encode_line(rec), got.append) is None:
                 refused += 1
     agent.close()
     assert refused > 0  # refused while the old offset no longer fits
@@ -166,3 +166,43 @@ async def test_over_ssh_a_node_an_hour_ahead_hides_nothing(
             assert abs(entry.history.last_time() - store.wall_clock()) < 5.0, d.name
     assert abs(store.hosts[ahead.name].clock_offset + SKEW) < 2.0
     assert abs(store.hosts[good.name].clock_offset) < 1.0
+
+
+def test_one_node_lying_ahead_does_not_move_the_shared_clock(h200_trace: Path) -> None:
+    """Issue 31: three honest nodes and one whose records claim to be 250 s ahead once its
+    offset was learnt (within the 600 s live window, so nothing refused them before). The data
+    clock stays with the honest hosts, which keep every point of the last 120 s (before: 11 of
+    120)."""
+    clock = Clock()
+    store = Store(wall_clock=clock)
+    pipe = Pipeline(store, wall_clock=clock)
+    names = ("honest1", "honest2", "honest3", "liar")
+    agents = {name: _agent(h200_trace) for name in names}
+    intakes = {name: Intake(name, clock=clock) for name in names}
+    for name, agent in agents.items():
+        intakes[name].accept(wire.encode_line(agent.hello(now=clock.now)), pipe.emit)
+    clock.now += 0.02
+    for second in range(200):
+        clock.now += 0.98
+        for name, agent in agents.items():
+            # The liar behaves through the offset's learning window, then jumps ahead.
+            ahead = 250.0 if name == "liar" and second >= 60 else 0.0
+            for rec in agent.tick(now=clock.now + ahead):
+                intakes[name].accept(wire.encode_line(rec), pipe.emit)
+        clock.now += 0.02
+    for agent in agents.values():
+        agent.close()
+    assert abs(store.now - clock.now) < 2.0  # not 250 s ahead
+    since = store.now - 120.0
+    for name in names[:3]:
+        for entry in store.hosts[name].gpus.values():
+            times, _ = entry.history.series("util_gpu", since=since)
+            assert len(times) >= 119, (name, len(times))  # every point of the last 120 s
+    # Its jump is refused and counted until RELEARN_AFTER in a row say the clock was stepped;
+    # then its offset is learnt again and its records are corrected back to arrival time.
+    from verl_top.sources.intake import RELEARN_AFTER
+
+    assert intakes["liar"].decoder.drops[("liar", "time_window")] == RELEARN_AFTER
+    assert abs(intakes["liar"].applied + 250.0) < 1.0
+    for entry in store.hosts["liar"].gpus.values():
+        assert abs(entry.history.last_time() - clock.now) < 2.0

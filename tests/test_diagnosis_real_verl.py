@@ -48,7 +48,7 @@ SCEN = ROOT / "tests" / "scenarios"
 def _store_from_log(path: Path, rename: dict[str, str] | None = None, extra=None) -> Store:
     log = parse_file(path)
     store = Store()
-    store.ingest(VerlConfig(host="h", t=0.0, values=log.config, source=log.config_source))
+    store.ingest(VerlConfig(host="h", t=0.0, values=log.config or {}, source=log.config_source))
     for s in log.steps:
         metrics = {(rename or {}).get(k, k): v for k, v in s.metrics.items()}
         metrics.update(extra or {})
@@ -340,7 +340,7 @@ def test_untimed_log_verdict_follows_the_data_as_it_is_read() -> None:
     store = Store()
     monitor = Monitor(Inputs(store=store, pipeline=Pipeline(store, parsers={})))
     # Early on only a config: a static config finding may lead for a moment.
-    store.ingest(VerlConfig(host="h", t=0.0, values=log.config, source=log.config_source))
+    store.ingest(VerlConfig(host="h", t=0.0, values=log.config or {}, source=log.config_source))
     monitor.assess(force=True)
     for s in log.steps:
         store.ingest(VerlStep(host="h", t=0.0, step=s.step, metrics=s.metrics))

@@ -58,13 +58,15 @@ def test_scenario_engine(name: str) -> None:
 
 def test_every_rule_has_a_scenario() -> None:
     rules = {f.__name__ for rules in STEP_RULES.values() for f in rules}
-    assert len(rules) == 33
+    assert len(rules) == 35
     expected = {json.loads((SCEN / n / "expected.json").read_text())["rule"] for n in NAMES}
     produced = set()
     for name in NAMES:
         store, _ = load(name)
         produced |= {c.rule for c in Engine().evaluate(store).checks}
-    assert expected - {None} == produced  # one scenario per rule, and every rule ran
+    # The async trainer rules run everywhere but lead only in async modes: their cases are the
+    # constructed v0.9.0 logs of tests/test_diagnosis_async.py.
+    assert expected - {None} == produced - {"async.balance", "async.weight_sync"}
     assert None in expected  # and a healthy run
 
 

@@ -5,16 +5,22 @@ screen or an export unsanitized (issue 16). Examples per target: $VERL_TOP_FUZZ_
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
-import math
-import os
 import xml.etree.ElementTree as ET
 from typing import Any
 
 import pytest
-from fuzz_data import HOSTILE, hostile_text, json_safe, wire_record
-from hypothesis import HealthCheck, given, settings
+from fuzz_data import (
+    EXAMPLES,
+    FUZZ,
+    HOSTILE,
+    T0,
+    assert_record_is_safe,
+    hostile_text,
+    json_safe,
+    wire_record,
+)
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from verl_top.diagnosis.engine import Engine
@@ -28,50 +34,6 @@ from verl_top.sources.pipeline import Pipeline
 from verl_top.store import Store
 from verl_top.untrusted import is_clean
 from verl_top.verl.parse import VerlStreamParser
-
-EXAMPLES = int(os.environ.get("VERL_TOP_FUZZ_EXAMPLES", "150"))
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    derandomize=True,  # CI must not be flaky: the same examples every run
-)
-T0 = 1_767_225_600.0
-
-
-def _walk(value: Any, path: str = "") -> list[tuple[str, Any]]:
-    """Every leaf of a record (dataclasses, lists, dicts) with its path."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = []
-        for f in dataclasses.fields(value):
-            out += _walk(getattr(value, f.name), f"{path}.{f.name}")
-        return out
-    if isinstance(value, list | tuple):
-        return [leaf for i, v in enumerate(value) for leaf in _walk(v, f"{path}[{i}]")]
-    if isinstance(value, dict):
-        out = []
-        for k, v in value.items():
-            out.append((f"{path}<key>", k))
-            out += _walk(v, f"{path}.{k}")
-        return out
-    return [(path, value)]
-
-
-def assert_record_is_safe(record: Record) -> None:
-    """What the boundary promises about any record it let through."""
-    for path, leaf in _walk(record):
-        if isinstance(leaf, str):
-            assert is_clean(leaf), f"{path} holds a control/escape: {leaf!r}"
-            assert len(leaf) <= 70_000, f"{path} is unbounded ({len(leaf)} chars)"
-        elif isinstance(leaf, float):
-            assert math.isfinite(leaf), f"{path} is {leaf}"
-        elif isinstance(leaf, int) and not isinstance(leaf, bool):
-            assert abs(leaf) < 2**63, f"{path} is {leaf}"
-    assert math.isfinite(record.t)
-    if isinstance(record, GpuSample):
-        assert 0 <= record.index < 1024
-    if isinstance(record, ProcessList):
-        assert all(0 <= p.gpu_index < 1024 for p in record.procs)
 
 
 @FUZZ

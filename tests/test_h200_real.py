@@ -1,7 +1,8 @@
 """The real H200 session (tests/fixtures/h200_real): verl-top's recording must tell the phases apart.
 
-Recorded on one NVIDIA H200 with `benchmarks/h200_session.sh`: verl-top (pynvml backend, --record)
-while benchmarks/gpu_phases.py ran idle, bf16 GEMM, decode-like and host-stalled phases.
+Recorded on one NVIDIA H200 with `benchmarks/gpu_phase_readings.sh` (then `h200_session.sh`):
+verl-top (pynvml backend, --record) while benchmarks/gpu_phases.py ran idle, bf16 GEMM,
+decode-like and host-stalled phases.
 """
 
 from __future__ import annotations

@@ -113,6 +113,9 @@ def test_slurm_variable_named_as_given() -> None:
         ("-oProxyCommand=x", False),
         ("gpu01 ", False),
         ("gpu\n01", False),
+        ("gpu01\n", False),  # issue 31: "$" let a trailing newline through
+        ("10.1.2.3\n", False),
+        ("fe80::1%eth0\n", False),
         ("fe80::1%", False),
         ("", False),
         ("a..b", True),  # odd but harmless: DNS says no

@@ -247,3 +247,31 @@ def test_hostile_text_in_nccl_output_is_cleaned_where_it_enters() -> None:
     )
     ev = classify_event(f"host:1:2 [0] NCCL WARN {evil}bad things")
     assert ev is not None and "\x1b" not in ev.text and "\u202e" not in ev.text
+
+
+def test_a_row_with_a_5000_digit_size_is_dropped_counted_and_the_stream_goes_on() -> None:
+    """Issue 31: int() of 5000 digits raised ValueError and killed the NCCL source; a row of
+    inf/negative numbers is no measurement either."""
+    lines = read(TWO_NODE).splitlines()
+    rows = [i for i, line in enumerate(lines) if line.split()[:1] and line.split()[0].isdigit()]
+    bad = list(lines)
+    bad[rows[2]] = "9" * 5000 + " " + " ".join(lines[rows[2]].split()[1:])
+    bad[rows[3]] = "   1024  256  float  sum  -1  1e400  inf  -5  0  1.0  2.0  3.0  N/A"
+    good, res = parse_nccl_tests("\n".join(lines)), parse_nccl_tests("\n".join(bad))
+    assert res.dropped_rows == 2 and len(res.rows) == len(good.rows) - 2
+    probe = res.to_probe("h", 1.0)
+    assert probe.ok and "2 data rows with impossible numbers skipped" in probe.error
+    assert probe.busbw_max_gbs == good.busbw_max_large == 92.35
+    p = NcclStreamParser("h", "f")
+    out = p.feed(bad, 5.0) + p.feed(lines, 6.0)  # the stream survives and reads the next run
+    assert len([r for r in out if isinstance(r, ProbeResult)]) == 2
+
+
+def test_nccl_numbers_longer_than_18_digits_are_not_read_as_nccl_lines() -> None:
+    from verl_top.nccl.parse import NcclLogState
+
+    state = NcclLogState()
+    huge = "9" * 5000
+    state.feed_line(f"node:1:1 [0] NCCL INFO comm 0x5 rank 0 nRanks {huge} nNodes 2 localRanks 1")
+    state.feed_line(f"# nThread {huge} nGpus 1")
+    assert state.nranks is None or state.nranks < 10**18

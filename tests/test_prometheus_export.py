@@ -141,3 +141,23 @@ def test_a_taken_listen_address_is_one_sentence(capsys) -> None:
         rc = main(["export-metrics", "--listen", f"127.0.0.97:{port}", "--demo"])
     assert rc == 1
     assert f"cannot listen on 127.0.0.97:{port}" in capsys.readouterr().err
+
+
+def test_a_lone_surrogate_from_a_node_breaks_neither_the_scrape_nor_the_snapshot(
+    tmp_path,
+) -> None:
+    """Issue 31: "\\ud800" in a node's JSON passed the cleaner; every export-metrics scrape then
+    answered HTTP 500 (UTF-8 encoding failed) and snapshot wrote nothing."""
+    from verl_top.export.snapshot import write_snapshot
+    from verl_top.protocol import Decoder
+
+    line = '{"v":1,"type":"hello","host":"gpu\\ud800node","t":1.0,"gpus":[{"index":0}]}'
+    record = Decoder().decode(line)
+    assert record is not None and record.host == "gpu\ufffdnode"
+    store = Store()
+    store.ingest(record)
+    registry, collector = new_registry()
+    collector.snapshot = snapshot(store, assessment_of(store, Verdict(None, None, "", [], t=1.0)))
+    assert 'host="gpu\ufffdnode"' in generate_latest(registry).decode("utf-8")
+    path = write_snapshot(store, None, tmp_path / "snap")
+    assert "gpu\ufffdnode" in (path / "snapshot.json").read_text(encoding="utf-8")

@@ -39,10 +39,23 @@ def settings(url: str, **kw) -> PromSettings:
     return PromSettings(url=url, **base)
 
 
-def one_round(source: PrometheusSource) -> list:
+def closing(source: PrometheusSource, step, emit=None) -> list:
+    """``step(emit)`` run on its own loop, the client's connections closed after; the records
+    (when no ``emit`` is given)."""
     out: list = []
-    asyncio.run(source.poll(out.append))
+
+    async def go() -> None:
+        try:
+            await step(emit or out.append)
+        finally:
+            await source.client.close()
+
+    asyncio.run(go())
     return out
+
+
+def one_round(source: PrometheusSource) -> list:
+    return closing(source, source.poll)
 
 
 def test_round_maps_real_dcgm_series_to_hosts_and_gpus(prom_cluster: dict) -> None:
@@ -93,7 +106,8 @@ def test_rollout_server_from_real_vllm_metrics(prom_cluster: dict) -> None:
 def test_store_fills_like_the_ssh_source(prom_cluster: dict) -> None:
     store = Store()
     pipeline = Pipeline(store, parsers={})
-    asyncio.run(PrometheusSource(settings(prom_cluster["server"].url)).poll(pipeline.emit))
+    source = PrometheusSource(settings(prom_cluster["server"].url))
+    closing(source, source.poll, pipeline.emit)
     assert store.hosts[H100].state == "up" and store.hosts[A800].state == "up"
     assert store.gpu_count() == 16
     assert store.hosts[H100].gpus[0].latest.temp_c == 30
@@ -105,8 +119,7 @@ def test_history_fills_the_window_at_start(prom_cluster: dict) -> None:
     server = prom_cluster["server"]
     server.wait_for(f'count_over_time(DCGM_FI_DEV_GPU_TEMP{{Hostname="{A800}",gpu="1"}}[10s]) >= 4')
     source = PrometheusSource(settings(server.url, history_s=10.0))
-    out: list = []
-    asyncio.run(source._history(out.append))
+    out = closing(source, source._history)
     samples = [r for r in out if isinstance(r, GpuSample) and r.host == A800 and r.index == 1]
     assert len(samples) >= 3, [(type(r).__name__, r.host, r.t) for r in out][:40]
     assert all(s.temp_c == 27 for s in samples)
@@ -169,7 +182,11 @@ def test_not_prometheus_is_named() -> None:
     try:
 
         async def ask() -> None:
-            await PromClient(f"http://{end.target}").query("up", time.time())
+            client = PromClient(f"http://{end.target}")
+            try:
+                await client.query("up", time.time())
+            finally:
+                await client.close()
 
         with pytest.raises(PromError, match="404|not Prometheus|JSON"):
             asyncio.run(ask())
@@ -266,7 +283,7 @@ def test_sglang_server_and_its_queue(prom_cluster: dict) -> None:
     store = Store()
     pipeline = Pipeline(store, parsers={})
     source = PrometheusSource(settings(prom_cluster["server"].url, rollout_selector='job="sglang"'))
-    asyncio.run(source.poll(pipeline.emit))
+    closing(source, source.poll, pipeline.emit)
     (entry,) = store.rollout.values()
     r = entry.latest
     assert (r.server, r.model) == ("sglang", "meta-llama/Llama-3.1-8B-Instruct")
@@ -277,3 +294,32 @@ def test_sglang_server_and_its_queue(prom_cluster: dict) -> None:
     queue = next(f for f in verdict.findings if f.rule == "flow.rollout_queue")
     assert "2826 waiting vs 162 running" in queue.title
     assert "max_num_seqs" in queue.advice  # KV cache 28 %: slots, not memory, are the limit
+
+
+def test_prometheus_numbers_get_the_protocol_ranges_and_plain_digits() -> None:
+    """Issue 31: util 100 000 %, 1000 C, '1_000' and Arabic-Indic GPU indices passed."""
+    from verl_top.sources.prometheus import gpu_sample, gpu_values, parse_answer
+
+    def answer(rows: list[tuple[dict, str]]) -> bytes:
+        result = [{"metric": m, "value": [1.0, v]} for m, v in rows]
+        return json.dumps({"status": "success", "data": {"result": result}}).encode()
+
+    util = parse_answer(
+        answer(
+            [
+                ({"Hostname": "n1", "gpu": "0"}, "100000"),
+                ({"Hostname": "n1", "gpu": "1"}, "1_000"),
+                ({"Hostname": "n1", "gpu": "2"}, "٣٣"),  # Arabic-Indic digits as a value
+                ({"Hostname": "n1", "gpu": "٣"}, "50"),  # ... and as a GPU index
+                ({"Hostname": "n1", "gpu": "3"}, "55.5"),
+            ]
+        ),
+        "x",
+    )
+    temp = parse_answer(answer([({"Hostname": "n1", "gpu": "3"}, "1000")]), "x")
+    values = gpu_values({"util_gpu": util, "temp_c": temp})
+    assert values["util_gpu"] == {("n1", 0): 100000.0, ("n1", 1): None, ("n1", 2): None,
+                                  ("n1", 3): 55.5}  # fmt: skip
+    assert gpu_sample("n1", 0, 1.0, values).util_gpu is None  # over 100 %: no data
+    assert gpu_sample("n1", 3, 1.0, values).util_gpu == 55.5
+    assert gpu_sample("n1", 3, 1.0, values).temp_c is None  # 1000 C: no data

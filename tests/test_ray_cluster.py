@@ -34,6 +34,7 @@ import psutil
 import pytest
 
 from verl_top.inputs import InputError, add_input_arguments, build_inputs
+from verl_top.sources.http_client import run_blocking
 from verl_top.sources.ray import Dashboard, RaySource, Token, fetch_view
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
@@ -260,7 +261,7 @@ def test_token_file_from_home_is_used(ray_head: RayHead, no_token, tmp_path: Pat
 def test_nodes_and_actors_are_mapped(ray_head: RayHead) -> None:
     dash = Dashboard(ray_head.url, Token(ray_head.token, "test"))
     source = RaySource(dash, factory=lambda node: None)  # type: ignore[arg-type,return-value]
-    view = fetch_view(dash, detail=True)
+    view = run_blocking(lambda: fetch_view(dash, detail=True))
     (node,) = source.name_nodes(view)
     assert node.ip == "127.0.0.1" and node.is_head and node.alive and node.local
     assert node.hostname == socket.gethostname() and node.name == node.hostname

@@ -10,52 +10,31 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from rawserver import RawServer
 
 from verl_top.sources.ray import (
     MAX_BODY_BYTES,
+    NODE_ROW,
     Dashboard,
     RayError,
     RaySource,
-    fetch_view,
-    in_daemon_thread,
+    first_look,
     parse_nodes,
 )
 
 pytestmark = pytest.mark.timeout(30)
 
 
-class RawServer:
-    """A TCP server on 127.0.0.1 whose every connection is handled by ``serve(conn)``."""
+def ask(dash: Dashboard, path: str) -> object:
+    """``dash.get(path)`` on a loop of its own, its connections closed after."""
 
-    def __init__(self, serve: Callable[[socket.socket], None]) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.serve = serve
-        self.stop = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
-
-    def _handle(self, conn: socket.socket) -> None:
+    async def go() -> object:
         try:
-            conn.recv(65536)
-            self.serve(conn)
-        except OSError:
-            pass
+            return await dash.get(path)
         finally:
-            conn.close()
+            await dash.close()
 
-    def close(self) -> None:
-        self.stop.set()
-        self.sock.close()
+    return asyncio.run(go())
 
 
 def _drip(stop: threading.Event) -> Callable[[socket.socket], None]:
@@ -86,7 +65,7 @@ def test_a_slow_drip_reply_is_cut_at_the_request_deadline(server) -> None:
     srv = server(_drip(stop))
     t0 = time.monotonic()
     with pytest.raises(RayError, match=r"no complete answer within 1 s"):
-        Dashboard(srv.url, timeout=0.5, deadline=1.0).get("/api/v0/nodes")
+        ask(Dashboard(srv.url, deadline=1.0), "/api/v0/nodes")
     assert time.monotonic() - t0 < 3.0  # before: hung for as long as the server dripped
     stop.set()
 
@@ -102,24 +81,35 @@ def test_a_300_mb_reply_is_refused_before_it_is_read(server) -> None:
             sent["n"] += len(chunk)
 
     srv = server(serve)
-    with pytest.raises(RayError, match=r"a reply of 300000000 bytes refused"):
-        Dashboard(srv.url).get("/api/v0/nodes")
+    with pytest.raises(RayError, match=r"an answer of 300000000 bytes refused"):
+        ask(Dashboard(srv.url), "/api/v0/nodes")
 
 
 def test_a_huge_reply_without_length_stops_at_the_cap(server) -> None:
+    # A well-formed list reply that never ends: rows of 2 KB (fewer than the row cap fit in
+    # 64 MiB), so the byte cap is what stops it.
     def serve(conn: socket.socket) -> None:
-        conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n[")
-        chunk = b"1," * 32768
-        for _ in range(300_000_000 // len(chunk)):
-            conn.sendall(chunk)
+        head = b'HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n{"result": true, "data": '
+        conn.sendall(head + b'{"result": {"result": [')
+        row = b'{"node_id": "' + b"x" * 2000 + b'"},'
+        for _ in range(300_000_000 // len(row)):
+            conn.sendall(row)
 
     srv = server(serve)
+    dash = Dashboard(srv.url, deadline=20.0)
+
+    async def go() -> None:
+        try:
+            await dash.state("/api/v0/nodes", convert=NODE_ROW)
+        finally:
+            await dash.close()
+
     with pytest.raises(RayError, match=rf"larger than {MAX_BODY_BYTES} bytes refused"):
-        Dashboard(srv.url, deadline=20.0).get("/api/v0/nodes")
+        asyncio.run(go())
 
 
 def test_deeply_nested_json_is_refused_not_a_recursion_error(server) -> None:
-    body = b"[" * 200_000 + b"]" * 200_000
+    body = b'{"result": true, "data": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
 
     def serve(conn: socket.socket) -> None:
         head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode()
@@ -127,7 +117,7 @@ def test_deeply_nested_json_is_refused_not_a_recursion_error(server) -> None:
 
     srv = server(serve)
     with pytest.raises(RayError, match="nested deeper than 64"):
-        Dashboard(srv.url).get("/api/v0/nodes")
+        ask(Dashboard(srv.url), "/api/v0/nodes")
 
 
 @pytest.mark.parametrize(
@@ -157,9 +147,7 @@ async def test_shutdown_does_not_wait_for_a_dripping_request(server) -> None:
     kept asyncio.run's shutdown waiting for the thread)."""
     stop = threading.Event()
     srv = server(_drip(stop))
-    source = RaySource(
-        Dashboard(srv.url, timeout=5.0, deadline=30.0), lambda n: None, local_names=set()
-    )
+    source = RaySource(Dashboard(srv.url, deadline=30.0), lambda n: None, local_names=set())
     task = asyncio.create_task(source.run(lambda r: None))
     await asyncio.sleep(0.5)
     t0 = time.monotonic()
@@ -167,12 +155,6 @@ async def test_shutdown_does_not_wait_for_a_dripping_request(server) -> None:
     await asyncio.gather(task, return_exceptions=True)
     assert time.monotonic() - t0 < 0.5
     stop.set()
-
-
-async def test_daemon_thread_helper_returns_and_raises() -> None:
-    assert await in_daemon_thread(lambda a, b: a + b, 2, 3) == 5
-    with pytest.raises(ZeroDivisionError):
-        await in_daemon_thread(lambda: 1 / 0)
 
 
 def test_fetch_view_with_only_bad_nodes_says_why(server) -> None:
@@ -188,7 +170,7 @@ def test_fetch_view_with_only_bad_nodes_says_why(server) -> None:
 
     srv = server(serve)
     with pytest.raises(RayError, match=r"lists no node that can be monitored \(Ray node n9: bad"):
-        fetch_view(Dashboard(srv.url))
+        first_look(Dashboard(srv.url))
 
 
 def test_server_text_in_errors_is_cleaned(server) -> None:
@@ -200,7 +182,7 @@ def test_server_text_in_errors_is_cleaned(server) -> None:
 
     srv = server(serve)
     with pytest.raises(RayError) as err:
-        Dashboard(srv.url).get("/api/v0/nodes")
+        ask(Dashboard(srv.url), "/api/v0/nodes")
     from verl_top.untrusted import is_clean
 
     assert is_clean(str(err.value))

@@ -23,7 +23,7 @@ from verl_top.sources.ray import (
     RayError,
     RaySource,
     Token,
-    fetch_view,
+    first_look,
 )
 
 FIX = Path(__file__).parent / "fixtures" / "ray"
@@ -114,7 +114,7 @@ def fake() -> Iterator[FakeDashboard]:
 def test_401_without_token_says_how_to_give_one(fake: FakeDashboard) -> None:
     fake.routes["/api/v0/nodes"] = (401, b"Unauthorized: Missing authentication token")
     with pytest.raises(RayError) as err:
-        fetch_view(Dashboard(fake.url))
+        first_look(Dashboard(fake.url))
     assert err.value.kind == "auth"
     msg = str(err.value)
     assert "HTTP 401: Unauthorized: Missing authentication token" in msg
@@ -125,7 +125,7 @@ def test_401_without_token_says_how_to_give_one(fake: FakeDashboard) -> None:
 def test_403_names_where_the_token_came_from_and_sends_it_as_bearer(fake: FakeDashboard) -> None:
     fake.routes["/api/v0/nodes"] = (403, b"Forbidden: Invalid authentication token")
     with pytest.raises(RayError) as err:
-        fetch_view(Dashboard(fake.url, Token("s3cret", "RAY_AUTH_TOKEN")))
+        first_look(Dashboard(fake.url, Token("s3cret", "RAY_AUTH_TOKEN")))
     assert err.value.kind == "auth"
     assert "rejected the token from RAY_AUTH_TOKEN" in str(err.value)
     assert "s3cret" not in str(err.value)
@@ -153,7 +153,7 @@ def test_answers_that_are_not_a_usable_dashboard(
 ) -> None:
     fake.routes["/api/v0/nodes"] = (status, body)
     with pytest.raises(RayError) as err:
-        fetch_view(Dashboard(fake.url))
+        first_look(Dashboard(fake.url))
     assert err.value.kind == kind and words in str(err.value), str(err.value)
 
 
@@ -162,7 +162,7 @@ def test_connection_refused() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens there
     with pytest.raises(RayError) as err:
-        fetch_view(Dashboard(f"http://127.0.0.1:{port}"))
+        first_look(Dashboard(f"http://127.0.0.1:{port}"))
     assert err.value.kind == "unreachable" and "connection refused" in str(err.value)
     assert "ssh -L 8265" in str(err.value)
 
@@ -195,7 +195,7 @@ def test_silent_server_times_out() -> None:
     try:
         url = f"http://127.0.0.1:{srv.getsockname()[1]}"
         with pytest.raises(RayError) as err:
-            fetch_view(Dashboard(url, timeout=0.3))
+            first_look(Dashboard(url, deadline=0.3))
     finally:
         srv.close()
     assert err.value.kind == "unreachable" and "no answer within 0.3 s" in str(err.value)
@@ -206,7 +206,7 @@ def test_a_port_that_does_not_speak_http_is_named_as_such() -> None:
     try:
         url = f"http://127.0.0.1:{srv.getsockname()[1]}"
         with pytest.raises(RayError) as err:
-            fetch_view(Dashboard(url, timeout=2))
+            first_look(Dashboard(url, deadline=2))
     finally:
         srv.close()
     assert err.value.kind == "not_ray" and "GCS or Ray Client port" in str(err.value)

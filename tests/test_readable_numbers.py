@@ -29,8 +29,13 @@ ROOT = Path(__file__).resolve().parents[1]
 SCEN = ROOT / "tests" / "scenarios"
 CORPUS = ROOT / "tests" / "fixtures" / "real_logs"
 REAL_VERL = ROOT / "tests" / "fixtures" / "verl"
+VERL09 = ROOT / "tests" / "fixtures" / "verl09"  # constructed v0.9.0 logs, one per trainer mode
 SCENARIOS = sorted(d for d in SCEN.iterdir() if (d / "recording.ndjson").exists())
-LOGS = sorted(CORPUS.glob("*.log")) + sorted(REAL_VERL.glob("real_*.log"))
+LOGS = (
+    sorted(CORPUS.glob("*.log"))
+    + sorted(REAL_VERL.glob("real_*.log"))
+    + sorted(VERL09.glob("*.log"))
+)
 # A saving bound no job reaches: the update "at MFU 1.0" (or 100 %).
 IMPOSSIBLE = re.compile(r"MFU (1\.0\b|1\b|100 %)")
 

@@ -3,6 +3,8 @@ shared status vocabulary (verl_top/status.py) in its first lines."""
 
 from __future__ import annotations
 
+import re
+
 from verl_top.export import snapshot as snap
 from verl_top.export.report import build_report
 from verl_top.model import GpuSample, HostSample, HostState
@@ -43,3 +45,26 @@ def test_empty_report_has_no_epoch_dates_and_says_no_data() -> None:
     assert "1969" not in text and "1970" not in text
     assert text.splitlines()[0] == "# verl-top snapshot — no data"
     assert "**Status:** no data: waiting for the first samples" in text
+
+
+def test_foreign_text_shows_literally_in_report_md() -> None:
+    """Issue 31: host names, GPU models and config keys were pasted into report.md as they came,
+    so a GPU model could be a link or HTML, and a config key with a backtick broke out of its
+    code span."""
+    from verl_top.model import GpuInfo, Hello, VerlConfig
+
+    store = ten_seconds()
+    model = "H200 [pwn](http://evil.example) <img src=x onerror=alert(1)> *bold*"
+    store.ingest(
+        Hello(host="n1", t=1_767_225_600.0, gpus=[GpuInfo(index=0, name=model)]),
+        received=1_767_225_600.0,
+    )
+    store.ingest(
+        VerlConfig(host="n1", t=1_767_225_600.0, values={"data.a`b|c": "_x_ [y](z)"}),
+        received=1_767_225_600.0,
+    )
+    text = build_report(store, None, snap.build_snapshot(store, None, now=0.0))
+    assert "[pwn](http" not in text and "*bold*" not in text
+    assert re.search(r"(?<!\\)<img", text) is None  # only the escaped form
+    assert r"\[pwn\](http://evil.example) \<img src=x onerror=alert(1)\> \*bold\*" in text
+    assert "| ``data.a`b\\|c`` | \\_x\\_ \\[y\\](z) |" in text  # a longer fence, pipe escaped

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 
@@ -191,3 +192,82 @@ async def test_replay_streams_its_recording(tmp_path: Path) -> None:
     assert seen == 20_000 + 1  # every record, plus one drop report
     assert source.decoder.drops == {("", "json"): 1}
     assert peak < 4 * 2**20  # the 20 000 records as objects take ~15 MB
+
+
+# -- snapshot --force: name, type and size (issue 31) -----------------------------------------
+
+
+def _forge(target: Path, files: list[dict]) -> None:
+    from verl_top.export.snapshot import MANIFEST_FILE, MANIFEST_KIND
+
+    target.mkdir(exist_ok=True)
+    doc = {"kind": MANIFEST_KIND, "tool": "verl-top", "files": files}
+    (target / MANIFEST_FILE).write_text(json.dumps(doc))
+
+
+def test_a_forged_manifest_naming_a_directory_deletes_nothing(tmp_path: Path) -> None:
+    """Before: a manifest naming report.md made --force delete a *directory* of that name."""
+    from verl_top.export.snapshot import SnapshotError, write_snapshot
+
+    target = tmp_path / "snap"
+    (target / "report.md").mkdir(parents=True)
+    (target / "report.md" / "thesis.tex").write_text("years of work")
+    _forge(target, [{"name": "report.md", "type": "file", "size": 4096}])
+    with pytest.raises(SnapshotError, match=r"did not write \(report.md\)"):
+        write_snapshot(_store(), None, target, force=True)
+    assert (target / "report.md" / "thesis.tex").read_text() == "years of work"
+
+
+def test_a_manifest_naming_a_file_of_another_size_deletes_nothing(tmp_path: Path) -> None:
+    from verl_top.export.snapshot import SnapshotError, write_snapshot
+
+    target = tmp_path / "snap"
+    target.mkdir()
+    (target / "report.md").write_text("my own report, not verl-top's")
+    _forge(target, [{"name": "report.md", "type": "file", "size": 10}])
+    with pytest.raises(SnapshotError, match=r"did not write \(report.md\)"):
+        write_snapshot(_store(), None, target, force=True)
+    assert (target / "report.md").read_text() == "my own report, not verl-top's"
+    # A manifest of the old kind (names only) vouches for nothing either.
+    from verl_top.export.snapshot import MANIFEST_FILE
+
+    (target / MANIFEST_FILE).write_text(
+        json.dumps({"kind": "verl-top.snapshot-manifest/1", "files": ["report.md"]})
+    )
+    with pytest.raises(SnapshotError, match="did not write"):
+        write_snapshot(_store(), None, target, force=True)
+    assert (target / "report.md").exists()
+
+
+def test_links_are_never_followed_nor_left_behind(tmp_path: Path) -> None:
+    """A target that is a symlink, or a bundle file that is one, is refused; before, a linked
+    target was renamed and left as .NAME.old-* next to it."""
+    from verl_top.export.snapshot import MANIFEST_FILE, SnapshotError, write_snapshot
+
+    real = tmp_path / "real"
+    write_snapshot(_store(), None, real)
+    link = tmp_path / "snap"
+    link.symlink_to(real)
+    with pytest.raises(SnapshotError, match="is a symbolic link"):
+        write_snapshot(_store(), None, link, force=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["real", "snap"]
+    secret = tmp_path / "secret.txt"
+    secret.write_text("s3cret")
+    (real / "report.md").unlink()
+    (real / "report.md").symlink_to(secret)  # listed name, but a link now
+    with pytest.raises(SnapshotError, match=r"did not write \(report.md\)"):
+        write_snapshot(_store(), None, real, force=True)
+    assert secret.read_text() == "s3cret" and (real / MANIFEST_FILE).exists()
+
+
+def test_force_replaces_its_own_bundle_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    from verl_top.export.snapshot import MANIFEST_FILE, write_snapshot
+
+    target = tmp_path / "snap"
+    write_snapshot(_store(), None, target)
+    listed = json.loads((target / MANIFEST_FILE).read_text())["files"]
+    assert all(
+        f["type"] == "file" and f["size"] == (target / f["name"]).stat().st_size for f in listed
+    )
+    write_snapshot(_store(), None, target, force=True)
+    assert [p.name for p in tmp_path.iterdir()] == ["snap"]  # no .snap.old-* nor .tmp-*

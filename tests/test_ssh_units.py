@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_top.agent import BOOTSTRAP
+from verl_top.agent.ship import BOOTSTRAP
 from verl_top.flags import ssh_settings
 from verl_top.sources.hosts import parse_hosts_arg
 from verl_top.sources.ssh import (

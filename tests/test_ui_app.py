@@ -230,7 +230,7 @@ async def test_header_counts_mode_and_verl_summary() -> None:
         assert "activity" in status and "steps/min 0.12" in status  # 2 intervals of 520 s
         assert "playing x1" in status
         summary = plain(app.query_one("#verl-summary", Static))
-        assert "step 12" in summary and "822" in summary and "MFU 0.29" in summary
+        assert "step 12" in summary and "822" in summary and "MFU 29 %" in summary
 
 
 async def test_without_verl_log_the_summary_says_which_flag() -> None:

@@ -193,7 +193,13 @@ async def test_pane5_names_the_missing_config_and_evidence_from_findings() -> No
     async with app.run_test(size=SIZE) as pilot:
         await show(app, pilot, 5)
         text = plain(app.query_one("#cfg-body", Static))
-    eager = text[text.index("rollout.enforce_eager") :].split("\n")[0:3]
+    lines = text.split("\n")
+    row = next(
+        i
+        for i, line in enumerate(lines)
+        if line.startswith("actor_rollout_ref.rollout.enforce_eager")
+    )
+    eager = lines[row : row + 3]  # the key's own row (advice above may quote the key too)
     assert "True" in eager[0] and "[cfg.enforce_eager]" in " ".join(eager)
 
 

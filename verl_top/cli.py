@@ -5,6 +5,7 @@
     verl-top snapshot [INPUTS] -o DIR write a snapshot bundle
     verl-top probe nccl [...]         run an NCCL bandwidth probe
     verl-top doctor HOST...           check each host step by step (ssh -v for humans)
+    verl-top stacks HOST[:PID]...     Python stacks of the job's processes, grouped by role
     verl-top export-metrics --listen HOST:PORT [INPUTS]
                                       serve the verdicts as Prometheus metrics
 
@@ -32,7 +33,7 @@ from verl_top.settings import Settings, SettingsError, config_arg, load_settings
 if TYPE_CHECKING:
     from verl_top.diagnosis.engine import Engine  # imported lazily: the engine pulls in the rules
 
-SUBCOMMANDS = ("diagnose", "snapshot", "compare", "probe", "doctor", "export-metrics")
+SUBCOMMANDS = ("diagnose", "snapshot", "compare", "probe", "doctor", "stacks", "export-metrics")
 # `diagnose` exit statuses (docs/diagnose-json.md): 0 a verdict, 2 bad inputs, 3 nothing to
 # judge (no GPU sample, verl step or config read) or a --verl-log gave neither step nor config.
 EXIT_NO_DATA = 3
@@ -43,6 +44,7 @@ SUBCOMMAND_HELP: dict[str, str] = {
     "compare": "compare two runs (logs, recordings or bundles): which stage changed and why",
     "probe": "probe nccl: measure NCCL bus bandwidth on this machine or --hosts, on purpose",
     "doctor": "check each host step by step (resolve, TCP, host key, auth, agent, NVML)",
+    "stacks": "Python stacks of the job's processes on a node (py-spy), grouped by role",
     "export-metrics": "run headless and serve the verdicts as Prometheus metrics (--listen)",
 }
 _NAME_W = max(len(name) for name in SUBCOMMAND_HELP)  # the help's command column
@@ -96,6 +98,11 @@ def app_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--refresh", type=float, default=1.0, metavar="S", help="screen refresh period (s)"
+    )
+    parser.add_argument(
+        "--readonly",
+        action="store_true",
+        help="never send a signal to a process (the process screen's F9 is refused)",
     )
     return parser
 
@@ -248,6 +255,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from verl_top.doctor_cli import main_doctor
 
             return main_doctor(args_list[1:], lambda p, a: parse_args_with(p, a, settings))
+        if command == "stacks":
+            from verl_top.stacks_cli import main_stacks
+
+            return main_stacks(args_list[1:], lambda p, a: parse_args_with(p, a, settings))
         if command == "diagnose":
             args = parse_args_with(diagnose_parser(), args_list[1:], settings)
             return _run_diagnose(args, settings)
@@ -320,7 +331,13 @@ def _run_app(args: argparse.Namespace, settings: Settings | None = None) -> int:
     check_sources(args)
     inputs = build_inputs(args)
     _load_baseline(inputs, args)
-    app = VerlTopApp(inputs, refresh=args.refresh, theme_name=theme, engine=_engine(settings, args))
+    app = VerlTopApp(
+        inputs,
+        refresh=args.refresh,
+        theme_name=theme,
+        engine=_engine(settings, args),
+        readonly=args.readonly,
+    )
     app.run()
     inputs.close()
     if app.return_code:

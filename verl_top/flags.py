@@ -78,9 +78,17 @@ def prom_settings(args: argparse.Namespace) -> PromSettings | None:
     """The Prometheus source's settings from ``--prometheus`` and ``--prom-*`` (None if unset)."""
     if not getattr(args, "prometheus", None):
         return None
+    from verl_top.sources.http_client import HttpOptions, parse_header
     from verl_top.sources.prometheus import PromSettings
 
     window = getattr(args, "window", 300.0)
+    http = HttpOptions(
+        headers=tuple(parse_header(h) for h in getattr(args, "prom_header", None) or ()),
+        bearer_token_file=_path(getattr(args, "prom_bearer_token_file", None)),
+        ca_file=_path(getattr(args, "prom_ca_file", None)),
+        cert_file=_path(getattr(args, "prom_cert_file", None)),
+        key_file=_path(getattr(args, "prom_key_file", None)),
+    )
     return PromSettings(
         url=args.prometheus,
         selector=args.prom_selector or "",
@@ -89,7 +97,12 @@ def prom_settings(args: argparse.Namespace) -> PromSettings | None:
         budget=min(args.prom_timeout, args.prom_interval),
         request_timeout=args.prom_timeout,
         history_s=window,
+        http=http,
     )
+
+
+def _path(value: str | None) -> str | None:
+    return os.path.expanduser(value) if value else None
 
 
 def add_prometheus_arguments(group: argparse._ArgumentGroup) -> None:
@@ -124,4 +137,25 @@ def add_prometheus_arguments(group: argparse._ArgumentGroup) -> None:
         default=4.0,
         metavar="S",
         help="seconds a round of queries may take before Prometheus counts as slow (default 4)",
+    )
+    group.add_argument(
+        "--prom-header",
+        action="append",
+        metavar="NAME:VALUE",
+        help="send this header with every Prometheus request (repeatable; e.g. a tenant: "
+        "'X-Scope-OrgID:team-a')",
+    )
+    group.add_argument(
+        "--prom-bearer-token-file",
+        metavar="FILE",
+        help="send 'Authorization: Bearer' with the token in FILE (read again when it changes)",
+    )
+    group.add_argument(
+        "--prom-ca-file", metavar="FILE", help="CA bundle that signed Prometheus' certificate"
+    )
+    group.add_argument(
+        "--prom-cert-file", metavar="FILE", help="client certificate (PEM) for mutual TLS"
+    )
+    group.add_argument(
+        "--prom-key-file", metavar="FILE", help="private key of --prom-cert-file (if separate)"
     )

@@ -173,12 +173,40 @@ class GpuProcess:
     method: str | None = None
 
 
+# The process states of /proc/PID/stat (proc(5)): R running, S sleeping, D blocked in the kernel
+# (uninterruptible), T stopped (SIGSTOP), t stopped by a tracer, Z zombie, X dead, I idle kernel
+# thread, P parked, W paging / waking, K wakekill; "" = unknown.
+PROC_STATES = ("R", "S", "D", "T", "t", "Z", "X", "I", "P", "W", "K", "")
+
+
+@dataclass
+class JobProcess:
+    """A process of the training job on a node, GPU or not: a Ray worker or actor
+    (``ray::WorkerDict``, ``ray::TaskRunner``), the verl driver, a vLLM/SGLang engine, a
+    torchrun rank, or any process holding a GPU (docs/protocol.md, "procs")."""
+
+    pid: int
+    ppid: int | None = None
+    user: str = ""
+    state: str = ""  # one of PROC_STATES, from /proc/PID/stat
+    title: str = ""  # the process title / command line, sanitized
+    # The Ray method its title names ("ray::WorkerDict.critic_update_critic" ->
+    # "critic_update_critic"), and since when (epoch s) the agent has seen it in that method.
+    method: str | None = None
+    method_since: float | None = None
+    cpu_pct: float | None = None
+    rss_bytes: int | None = None
+    gpus: list[int] = field(default_factory=list)  # indices of the GPUs it holds memory on
+    role: str = ""  # verl's name of the process, filled by the client (roles.py)
+
+
 @dataclass
 class ProcessList(Record):
-    """All GPU processes of a host at one instant."""
+    """All GPU processes of a host at one instant, and the job's processes (GPU or not)."""
 
     TYPE: ClassVar[str] = "procs"
     procs: list[GpuProcess] = field(default_factory=list)
+    job_procs: list[JobProcess] = field(default_factory=list)
 
 
 @dataclass
@@ -495,6 +523,7 @@ RECORD_TYPES: dict[str, type[Record]] = {
 NESTED: dict[tuple[str, str], type] = {
     ("hello", "gpus"): GpuInfo,
     ("procs", "procs"): GpuProcess,
+    ("procs", "job_procs"): JobProcess,
     ("probe", "rows"): ProbeRow,
     ("ray_actors", "nodes"): RayNode,
     ("ray_actors", "actors"): RayActor,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from verl_top.model import HOST_STATES, RECORD_TYPES, Dropped, Record
+from verl_top.model import HOST_STATES, PROC_STATES, RECORD_TYPES, Dropped, Record
 from verl_top.untrusted import (
     MAX_TEXT,
     UntrustedJSONError,
@@ -111,6 +111,10 @@ RANGES: dict[str, tuple[float, float]] = {
     "cpu_count": (0, 2**20),
     "interval": (0.0, 86400.0),
     "pid": (0, 2**31 - 1),
+    "ppid": (0, 2**31 - 1),
+    "method_since": (T_MIN, T_MAX),
+    # A job process's GPUs are indices; elsewhere "gpus" counts GPU resources.
+    "JobProcess.gpus": (0, MAX_GPU_INDEX),
     **dict.fromkeys(("rank", "env_rank", "env_local_rank", "local_rank"), (0, 2**24)),
     **dict.fromkeys(("nranks", "nnodes", "init_complete"), (0, 2**24)),
     "seq": (0, 2**63 - 1),
@@ -124,7 +128,26 @@ RANGES: dict[str, tuple[float, float]] = {
         ("algbw_gbs", "busbw_gbs", "in_place_busbw_gbs", "busbw_max_gbs", "expected_gbs"),
         (0.0, 1e9),
     ),
+    # A rollout server's gauges (Prometheus): requests, KV cache %, rates, latencies.
+    **dict.fromkeys(("running", "waiting"), (0.0, 1e9)),
+    "kv_cache_pct": _PCT,
+    **dict.fromkeys(("gen_tokens_s", "prompt_tokens_s", "preemptions_s"), (0.0, 1e12)),
+    **dict.fromkeys(
+        ("ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "e2e_p50_s", "e2e_p90_s"), (0.0, 1e7)
+    ),
 }
+
+
+def in_range(name: str, value: Any) -> Any:
+    """``value`` when it is a finite number within the range of field ``name`` (``RANGES``),
+    else None: the record boundary's check, for numbers read from text by a parser (NCCL
+    rows, Prometheus answers) rather than decoded from the wire."""
+    if value is None:
+        return None
+    lo, hi = RANGES.get(name, (-_BIG, _BIG))
+    return value if finite(value, lo, hi) is not None else None
+
+
 # Fields without which a record (or a list item) means nothing: a bad value drops it.
 KEY_FIELDS = frozenset(
     ("host", "t", "index", "gpu_index", "pid", "step", "size_bytes", "node_id", "state")
@@ -134,6 +157,7 @@ KEY_FIELDS = frozenset(
 # plain text.
 ENUMS: dict[str, frozenset[str]] = {
     "HostState.state": frozenset(HOST_STATES),
+    "JobProcess.state": frozenset(PROC_STATES),
     "SourceStatus.state": frozenset(("up", "slow", "down")),
 }
 # Text bounds by field name (default untrusted.MAX_TEXT).
@@ -146,11 +170,15 @@ TEXT_LIMITS: dict[str, int] = {
     "reason": 2048,
     "note": 2048,
     "driver_log": 4096,
+    "title": 4096,
+    "method": 256,
+    "user": 64,
 }
 # Caps on list lengths by field name; longer lists are cut (and counted as ``cap:``).
 LIST_CAPS: dict[str, int] = {
     "gpus": MAX_GPU_INDEX + 1,
     "procs": 4096,
+    "job_procs": 4096,
     "lines": 5000,
     "cpu_per_core": 4096,
     "capabilities": 64,
@@ -215,7 +243,7 @@ def _specs(cls: type) -> tuple[_Spec, ...]:
         out = []
         for f in dataclasses.fields(cls):
             kind, optional, item = _kind(hints[f.name])
-            lo, hi = RANGES.get(f.name, (-_BIG, _BIG))
+            lo, hi = RANGES.get(f"{cls.__name__}.{f.name}", RANGES.get(f.name, (-_BIG, _BIG)))
             enum = ENUMS.get(f"{cls.__name__}.{f.name}")
             # ``state`` is a key only where it is an enum (a host's state drives staleness).
             key = f.name in KEY_FIELDS and not optional and (f.name != "state" or enum is not None)
@@ -495,6 +523,13 @@ def open_recording(path: str | Path, mode: str = "r") -> IO[str]:
     if p.suffix == ".gz":
         return io.TextIOWrapper(gzip.open(p, mode.replace("t", "") + "b"), encoding="utf-8")
     return open(p, mode, encoding="utf-8")
+
+
+def open_recording_bytes(path: str | Path) -> IO[bytes]:
+    """Open a recording for reading bytes (decompressed when ``.gz``): the reader decodes each
+    line itself, so one bad byte costs that line, not the rest of the file."""
+    p = Path(path)
+    return gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")  # noqa: SIM115
 
 
 def read_recording(path: str | Path, decoder: Decoder | None = None) -> list[Record]:

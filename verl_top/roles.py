@@ -1,4 +1,5 @@
-"""Which verl role a GPU process plays, and its rank.
+"""Which verl role a process of the job plays (GPU processes and the agent's job processes),
+and its rank.
 
 verl runs as Ray actors whose process titles name them (verl.md §5): ``ray::WorkerDict`` (idle)
 or ``ray::WorkerDict.<role>_<method>()`` (busy) for the trainer side (actor, ref, critic and the
@@ -15,7 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from verl_top.model import GpuProcess, ProcessList, RayActor
+from verl_top.model import GpuProcess, JobProcess, ProcessList, RayActor
 from verl_top.verl.parse import strip_ansi
 
 ROLES: tuple[str, ...] = ("trainer", "rollout", "driver", "agent_loop", "reward", "other")
@@ -157,12 +158,14 @@ def process_rank(proc: GpuProcess, role: Role) -> int | None:
 
 
 def annotate(procs: ProcessList) -> ProcessList:
-    """A copy of ``procs`` with ``role`` and ``rank`` filled on every process."""
+    """A copy of ``procs`` with ``role`` and ``rank`` filled on every GPU process, and verl's
+    name of each job process in its ``role``."""
     out: list[GpuProcess] = []
     for p in procs.procs:
         role = classify(p.cmd)
         out.append(dataclasses.replace(p, role=role.role, rank=process_rank(p, role)))
-    return dataclasses.replace(procs, procs=out)
+    jobs = [dataclasses.replace(j, role=verl_name(j.title)) for j in procs.job_procs]
+    return dataclasses.replace(procs, procs=out, job_procs=jobs)
 
 
 def worker_roles(bound: str) -> tuple[str, ...]:
@@ -276,7 +279,14 @@ def annotate_verl(
         if role.role == "trainer":
             seen = seen | colocated
         out.append(dataclasses.replace(p, verl_role=verl_name(p.cmd, seen), method=role.method))
-    return dataclasses.replace(procs, procs=out)
+    jobs: list[JobProcess] = []
+    for j in procs.job_procs:
+        prior = frozenset(r for r in j.role.split("/") if r in VERL_ROLE_ORDER)
+        seen = memory.see(procs.host, j.pid, j.title, prior) if memory is not None else prior
+        if classify(j.title).role == "trainer":
+            seen = seen | colocated
+        jobs.append(dataclasses.replace(j, role=verl_name(j.title, seen)))
+    return dataclasses.replace(procs, procs=out, job_procs=jobs)
 
 
 @dataclass(frozen=True)
@@ -294,7 +304,11 @@ class MappedProcess:
     cpu_pct: float | None = None
     rss_bytes: int | None = None
     cmd: str = ""
-    source: str = "gpu"  # "gpu": the node's GPU process list; "ray": a Ray actor without a GPU
+    # "gpu": the node's GPU process list; "job": a job process without a GPU (the agent's
+    # job-process list); "ray": a Ray actor without a GPU (the Ray dashboard)
+    source: str = "gpu"
+    state: str = ""  # R S D T Z ... from the agent's job-process list ("" = not reported)
+    user: str = ""
 
     @property
     def label(self) -> str:
@@ -314,21 +328,36 @@ def _ray_name(actor: RayActor) -> str:
     return _OTHER_NAMES.get(actor.role, cls or actor.name or "Ray actor")
 
 
+def _job_rank(j: JobProcess, ranks: dict[int, int]) -> int | None:
+    """A job process's rank: its GPU process's, else the TP rank its engine title carries."""
+    if j.pid in ranks:
+        return ranks[j.pid]
+    return title_rank(j.title) if classify(j.title).role == "rollout" else None
+
+
 def process_map(
     procs: dict[str, ProcessList | None], actors: list[RayActor] | tuple[RayActor, ...] = ()
 ) -> list[MappedProcess]:
     """Every process of the job per host: GPU processes (one entry per pid, its GPUs and GPU
-    memory summed) then Ray actors of the job that hold no GPU, by host and pid."""
+    memory summed), then the agent's job processes that hold no GPU, then Ray actors of the job
+    that are neither, by host and pid. A GPU process carries its job-process state."""
     out: list[MappedProcess] = []
-    on_gpu: set[tuple[str, int]] = set()
+    seen: set[tuple[str, int]] = set()
     for host, plist in procs.items():
+        if plist is None:
+            continue
+        jobs = {j.pid: j for j in plist.job_procs}
         by_pid: dict[int, list[GpuProcess]] = {}
-        for p in [] if plist is None else plist.procs:
+        for p in plist.procs:
             by_pid.setdefault(p.pid, []).append(p)
+        ranks: dict[int, int] = {}
         for pid, parts in sorted(by_pid.items()):
             first = parts[0]
             mems = [q.used_mib for q in parts if q.used_mib is not None]
-            on_gpu.add((host, pid))
+            seen.add((host, pid))
+            if first.rank is not None:
+                ranks[pid] = first.rank
+            job = jobs.get(pid)
             out.append(
                 MappedProcess(
                     host=host,
@@ -341,10 +370,33 @@ def process_map(
                     cpu_pct=first.cpu_pct,
                     rss_bytes=first.rss_bytes,
                     cmd=first.cmd,
+                    state=job.state if job is not None else "",
+                    user=first.user,
+                )
+            )
+        for pid, j in sorted(jobs.items()):
+            if (host, pid) in seen:
+                continue
+            seen.add((host, pid))
+            out.append(
+                MappedProcess(
+                    host=host,
+                    pid=pid,
+                    verl_role=j.role or verl_name(j.title),
+                    method=classify(j.title).method,
+                    rank=_job_rank(j, ranks),
+                    gpus=tuple(j.gpus),
+                    gpu_mem_mib=None,
+                    cpu_pct=j.cpu_pct,
+                    rss_bytes=j.rss_bytes,
+                    cmd=j.title,
+                    source="job",
+                    state=j.state,
+                    user=j.user,
                 )
             )
     for a in sorted(actors, key=lambda a: (a.host, a.pid or 0)):
-        if a.pid is not None and (a.host, a.pid) in on_gpu:
+        if a.pid is not None and (a.host, a.pid) in seen:
             continue
         out.append(
             MappedProcess(

@@ -95,6 +95,13 @@ def _string_list(value: Any) -> list[str]:
     return [os.path.expanduser(v) for v in items]
 
 
+def _strings(value: Any) -> list[str]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items or not all(isinstance(v, str) for v in items):
+        raise ValueError("must be a string or a list of strings")
+    return list(items)
+
+
 def _hosts(value: Any) -> str:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not items or not all(isinstance(v, str) for v in items):
@@ -122,10 +129,15 @@ KEYS: dict[str, tuple[str, Check]] = {
     "prometheus.rollout_selector": ("prom_rollout_selector", _string),
     "prometheus.interval": ("prom_interval", _number(0.0)),
     "prometheus.timeout": ("prom_timeout", _number(0.0)),
+    "prometheus.headers": ("prom_header", _strings),
+    "prometheus.bearer_token_file": ("prom_bearer_token_file", _path),
+    "prometheus.ca_file": ("prom_ca_file", _path),
+    "prometheus.cert_file": ("prom_cert_file", _path),
+    "prometheus.key_file": ("prom_key_file", _path),
 }
 TABLES = ("ssh", "prometheus", "thresholds")
 # argparse "append" options: a default list would be appended to, not replaced, by the flag.
-APPEND_DESTS = ("identity",)
+APPEND_DESTS = ("identity", "prom_header")
 
 
 @dataclass

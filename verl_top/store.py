@@ -44,6 +44,7 @@ from verl_top.model import (
     VerlConfig,
     VerlStep,
 )
+from verl_top.proc_history import ProcHistory
 from verl_top.progress import ProgressTracker
 
 # A ring column: float samples in an array, phase labels in a list (sliced the same way).
@@ -386,6 +387,10 @@ class Store:
         self.ray_actors: list[RayActor] = []
         self.ray_by_pid: dict[tuple[str, int], RayActor] = {}
         self.ray_driver_log = ""
+        # The last Python stacks collected (verl_top.stacks.ProcessStack: the node screen's key,
+        # `verl-top stacks`), written into snapshots as stacks.txt and snapshot.json "stacks".
+        self.stacks: list[Any] = []
+        self.proc_history = ProcHistory()  # per process CPU / memory over time (process screen)
         # Foreign input refused or cut, by host and reason (see protocol.validate).
         self.drops: dict[str, dict[str, int]] = {}
         self._gpu_total = 0
@@ -544,6 +549,7 @@ class Store:
     def _on_procs(self, rec: ProcessList, received: float | None) -> None:
         self._touch(rec, received).procs = rec
         self.progress.observe(rec)
+        self.proc_history.add(rec)
 
     def _on_state(self, rec: HostState, received: float | None) -> None:
         h = self.host(rec.host)

@@ -81,6 +81,17 @@ _ASCII_UNSAFE = re.compile(r"[^\x20-\x7e]")  # ASCII text: only C0 and DEL can b
 _UNSAFE = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{INVISIBLE_BMP}\ud800-\udfff]")
 
 
+_INVISIBLE = re.compile(f"[{INVISIBLE_BMP}]")
+
+
+def strip_invisible(text: str) -> str:
+    """``text`` without its invisible characters (zero-width, bidi marks, BOM, tags, variation
+    selectors...): what a matcher must not be fooled by (an ``hf_`` token split by U+200B)."""
+    if text.isascii():
+        return text
+    return _ASTRAL.sub("", _INVISIBLE.sub("", text))
+
+
 def _is_plain(text: str) -> bool:
     """True when ``text`` holds nothing the boundary removes or replaces (the fast path)."""
     if text.isascii():
@@ -366,3 +377,238 @@ def loads(
 
 def _no_number(_name: str) -> None:
     return None
+
+
+# --- streamed JSON: one large array read item by item ----------------------------------------
+
+_WS = re.compile(r"[ \t\n\r]*")
+_JSON = json.JSONDecoder(parse_constant=_no_number)
+
+
+class _More(Exception):
+    """The buffer ends inside the next token: wait for more input."""
+
+
+class JsonArrayStream:
+    """Reads a foreign JSON object incrementally, decoding the items of one array one at a time.
+
+    An HTTP answer of tens of MB decoded whole costs ~20x its size in Python objects (a 63 MiB
+    Prometheus range answer took 1.4 GB). Here the body is fed as it arrives; the items of the
+    array at ``path`` (``("data", "result")``) are decoded one by one and handed to ``convert``,
+    which keeps what it needs in a compact form (or None to drop the item), and the text they
+    came from is let go. Memory is bounded by one item (``max_item`` characters) plus one chunk,
+    whatever the body's size. Values elsewhere in the document are decoded whole but must stay
+    under ``max_other`` characters in all; at most ``max_items`` items are read (``truncated`` says
+    when more came). Raises UntrustedJSONError when the text is not such a document or a cap
+    is hit. Linear time: an item that is still incomplete is retried only once the buffer has
+    doubled since the last try.
+    """
+
+    def __init__(
+        self,
+        path: tuple[str, ...],
+        convert: Any = None,
+        max_items: int = 100_000,
+        max_item: int = 1 << 20,
+        max_other: int = 1 << 20,
+    ) -> None:
+        self.path = path
+        self.convert = convert if convert is not None else (lambda item: item)
+        self.max_items, self.max_item, self.max_other = max_items, max_item, max_other
+        self.items: list[Any] = []
+        self.dropped = 0  # items convert refused
+        self.truncated = False  # more than max_items came: the rest was not read
+        self.chars = 0
+        self._buf = ""
+        self._pos = 0
+        self._state = "start"
+        self._stack: list[tuple[dict[str, Any], str]] = []  # open objects and the key being read
+        self._root: dict[str, Any] | None = None
+        self._retry_at = 0  # buffer length below which an incomplete token is not retried
+        self._other_chars = 0
+        self._eof = False
+
+    @property
+    def done(self) -> bool:
+        """True once the document is complete or the item cap was reached."""
+        return self._state == "done" or self.truncated
+
+    def feed(self, text: str) -> None:
+        """Take the next piece of the document."""
+        if self.done:
+            return
+        self.chars += len(text)
+        if self._pos:  # let go of what was read (positions move with it)
+            self._buf = self._buf[self._pos :]
+            self._retry_at = max(0, self._retry_at - self._pos)
+            self._pos = 0
+        self._buf += text
+        self._run()
+
+    def finish(self) -> dict[str, Any]:
+        """The document with the array replaced by the converted items (UntrustedJSONError if
+        the text ended early)."""
+        self._eof = True
+        if not self.done:
+            self._run()
+        if self._root is None or not self.done:
+            raise UntrustedJSONError("the JSON document ended early (cut or not JSON)")
+        if not self.truncated and self._buf[self._pos :].strip(" \t\n\r"):
+            raise UntrustedJSONError("text after the end of the JSON document")
+        return self._root
+
+    # the walk
+
+    def _run(self) -> None:
+        start = self._pos
+        try:
+            while not self.done:
+                # Whitespace between tokens is consumed for good: a long run of it (a gzip
+                # bomb of spaces) is never scanned twice.
+                start = self._pos = _WS.match(self._buf, self._pos).end()  # type: ignore[union-attr]
+                self._step()
+        except _More:
+            self._pos = start  # a step is all or nothing: redo it when more text came
+            pending = len(self._buf) - self._pos
+            cap = self.max_item if self._state == "item" else self.max_other
+            if pending > cap + 16:
+                raise UntrustedJSONError(
+                    f"a JSON value longer than {cap} characters ({self._where()}); refused"
+                ) from None
+            if self._eof:
+                raise UntrustedJSONError(
+                    "the JSON document ended early (cut or not JSON)"
+                ) from None
+
+    def _where(self) -> str:
+        return ".".join(key for _, key in self._stack if key) or "top level"
+
+    def _skip_ws(self) -> str:
+        self._pos = _WS.match(self._buf, self._pos).end()  # type: ignore[union-attr]
+        if self._pos >= len(self._buf):
+            raise _More
+        return self._buf[self._pos]
+
+    def _expect(self, chars: str) -> str:
+        ch = self._skip_ws()
+        if ch not in chars:
+            raise UntrustedJSONError(
+                f"not the expected JSON: {clean_text(self._buf[self._pos : self._pos + 40], 40)!r}"
+                f" where one of {chars!r} belongs ({self._where()})"
+            )
+        self._pos += 1
+        return ch
+
+    def _decode(self) -> Any:
+        """The next whole value, or _More when the buffer ends inside it."""
+        start = self._pos
+        if not self._eof and len(self._buf) < self._retry_at:
+            raise _More
+        try:
+            value, end = _JSON.raw_decode(self._buf, start)
+        except RecursionError:
+            raise UntrustedJSONError(  # the C decoder's own guard: far deeper than 64
+                f"JSON nested deeper than {MAX_JSON_DEPTH} ({self._where()}); refused"
+            ) from None
+        except ValueError:
+            if self._eof:
+                raise UntrustedJSONError(f"not JSON ({self._where()})") from None
+            self._retry_at = start + 2 * (len(self._buf) - start) + 1
+            raise _More from None
+        if end >= len(self._buf) and not self._eof and self._buf[start] not in '{["':
+            raise _More  # a number may go on in the next chunk
+        self._retry_at = 0
+        self._pos = end
+        return value
+
+    def _step(self) -> None:
+        state = self._state
+        if state == "start":
+            self._expect("{")
+            self._root = {}
+            self._stack.append((self._root, ""))
+            self._state = "key_or_end"
+        elif state in ("key_or_end", "key"):
+            ch = self._skip_ws()
+            if ch == "}" and state == "key_or_end":
+                self._pos += 1
+                self._close_object()
+                return
+            if ch != '"':
+                self._expect('"')
+            key = self._other()
+            self._expect(":")
+            obj, _ = self._stack[-1]
+            self._stack[-1] = (obj, str(key))
+            self._state = "value"
+        elif state == "value":
+            self._value()
+        elif state == "after":
+            if self._expect(",}") == ",":
+                self._state = "key"
+            else:
+                self._close_object()
+        elif state in ("item_or_end", "item"):
+            ch = self._skip_ws()
+            if ch == "]" and state == "item_or_end":
+                self._pos += 1
+                self._close_array()
+                return
+            item = self._decode()
+            self._take(item)
+            self._state = "item_after"
+        elif state == "item_after":
+            if self._expect(",]") == ",":
+                self._state = "item"
+            else:
+                self._close_array()
+
+    def _value(self) -> None:
+        obj, key = self._stack[-1]
+        level = len(self._stack) - 1
+        on_path = level < len(self.path) and key == self.path[level]
+        ch = self._skip_ws()
+        if on_path and level == len(self.path) - 1 and ch == "[":
+            self._pos += 1
+            obj[key] = self.items
+            self._state = "item_or_end"
+        elif on_path and level < len(self.path) - 1 and ch == "{":
+            self._pos += 1
+            child: dict[str, Any] = {}
+            obj[key] = child
+            self._stack.append((child, ""))
+            self._state = "key_or_end"
+        else:
+            obj[key] = self._other()
+            self._state = "after"
+
+    def _other(self) -> Any:
+        """A key or a value off the array's path; all of them together stay under max_other."""
+        start = self._pos
+        value = self._decode()
+        text = self._buf[start : self._pos]
+        if ("[" in text or "{" in text) and not _depth_ok(text, MAX_JSON_DEPTH):
+            raise UntrustedJSONError(f"JSON nested deeper than {MAX_JSON_DEPTH}; refused")
+        self._other_chars += self._pos - start
+        if self._other_chars > self.max_other:
+            raise UntrustedJSONError(
+                f"more than {self.max_other} characters of JSON besides {'.'.join(self.path)}"
+                "; refused"
+            )
+        return value
+
+    def _take(self, item: Any) -> None:
+        value = self.convert(item)
+        if value is None:
+            self.dropped += 1
+        else:
+            self.items.append(value)
+        if len(self.items) + self.dropped >= self.max_items:
+            self.truncated = True
+
+    def _close_array(self) -> None:
+        self._state = "after"
+
+    def _close_object(self) -> None:
+        self._stack.pop()
+        self._state = "after" if self._stack else "done"

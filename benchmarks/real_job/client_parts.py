@@ -19,8 +19,8 @@ import sys
 # (part, entry points (file suffix, function)) of each kind of work. Parts may nest: the UI
 # refresh includes the diagnosis it triggers; each is reported with what it calls.
 PARTS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
-    ("sampling (in-process agent tick)", (("agent/node_agent.py", "tick"),)),
-    ("log following (agent Follower.poll)", (("agent/node_agent.py", "poll"),)),
+    ("sampling (in-process agent tick)", (("agent/main.py", "tick"),)),
+    ("log following (agent Follower.poll)", (("agent/follow.py", "poll"),)),
     ("log parsing (pipeline)", (("sources/pipeline.py", "_parse"),)),
     ("Ray polling", (("sources/ray.py", "poll"),)),
     ("store ingest", (("verl_top/store.py", "ingest"),)),

@@ -46,7 +46,7 @@ if [ "${TOPO:-1}" = 1 ]; then
   # the nccl work's own capture (hello + topo records, pane 4's text), when this checkout has it
   [ -f "$SRC/benchmarks/topology_capture.py" ] && (cd "$SRC" && PYTHONPATH=$SRC:$VT_SITE timeout 120 \
      python3 benchmarks/topology_capture.py --out "$R/topology" > "$R/topology_capture.txt" 2>&1)
-  (cd "$SRC" && PYTHONPATH=$SRC:$VT_SITE timeout 60 python3 -m verl_top.agent.node_agent --once \
+  (cd "$SRC" && PYTHONPATH=$SRC:$VT_SITE timeout 60 python3 -m verl_top.agent --once \
      --ignore-stdin --host h200 > "$R/agent_once.ndjson" 2> "$R/agent_once.err")
   el "topology captured"
 fi

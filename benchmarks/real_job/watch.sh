@@ -30,7 +30,7 @@ el "WorkerDict alive"
 ARGS="--ray $DASH --verl-log $VERL_LOG --interval 1"
 # one tick of the agent with the job's GPU process on the GPU, through each NVML binding
 for b in pynvml ctypes; do
-  (cd "$SRC" && timeout 60 python3 -m verl_top.agent.node_agent --once --ignore-stdin --nvml $b \
+  (cd "$SRC" && timeout 60 python3 -m verl_top.agent --once --ignore-stdin --nvml $b \
      --procs-every 1 --host vm > "$W/agent_once_$b.ndjson" 2> "$W/agent_once_$b.err")
 done
 

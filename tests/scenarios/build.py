@@ -565,11 +565,13 @@ def scenarios() -> dict[str, tuple[list[Record], dict[str, Any], str]]:
     )
     add(
         "flow_periodic",
-        [healthy_config(**{"trainer.test_freq": 4})]
-        + steps(12, per_step={i: {"testing": 300.0} for i in (4, 8, 12)}),
+        [healthy_config(**{"trainer.test_freq": 4, "trainer.save_freq": 4})]
+        + steps(12, per_step={i: {"testing": 300.0, "save_checkpoint": 500.0} for i in (4, 8, 12)}),
         3,
         "flow.periodic",
-        "testing 300 s every 4 steps (trainer.test_freq=4)",
+        "testing 300 s and save_checkpoint 500 s every 4 steps (test_freq = save_freq = 4): "
+        "200 s a step amortized, more than gen's 170 s (Megatron checkpoints take 10480 s in "
+        "verl#2860)",
     )
     imb = gpus("n1", 8, train)
     imb = [r for r in imb if not (isinstance(r, GpuSample) and r.index == 7)] + timeline(
@@ -616,19 +618,22 @@ def scenarios() -> dict[str, tuple[list[Record], dict[str, Any], str]]:
         "map_seqlen_imbalance",
         steps(
             8,
+            {**HEALTHY_STAGES, "update_actor": 160.0},
             **{
                 "global_seqlen/minmax_diff": 78170.0,
                 "global_seqlen/mean": 458966.5,
                 # verl logs global_seqlen/* only with balance_batch on; balanced_* is what the
                 # ranks got. In verl#7412 balancing evened them out (458960/458975); here it is
-                # CONSTRUCTED to have left the same 78170-token gap (a few very long samples).
-                "global_seqlen/balanced_min": 419358.0,
-                "global_seqlen/balanced_max": 497528.0,
+                # CONSTRUCTED to leave one rank with 1.5x the mean (a few very long samples it
+                # cannot split), so the others wait a third of the update.
+                "global_seqlen/balanced_min": 229483.0,
+                "global_seqlen/balanced_max": 688449.0,
             },
         ),
         4,
         "map.seqlen_imbalance",
-        "global_seqlen numbers from the real log in verl#7412, balanced_* constructed to keep the gap",
+        "global_seqlen mean from the real log in verl#7412; balanced_* constructed (one rank at "
+        "1.5x the mean) and update_actor 160 s, so the wait is 53 s of a 420 s step",
     )
     add(
         "map_topology",

@@ -1,4 +1,4 @@
-"""The engine: runs every rule over a read-only view and picks the bottleneck with hysteresis."""
+"""The engine: runs every rule over a read-only view and ranks the findings (ranking.py)."""
 
 from __future__ import annotations
 
@@ -10,31 +10,33 @@ from verl_top.diagnosis import (
     step2_comm,
     step3_async,
     step3_dataflow,
+    step3_long_tail,
     step3_rollout,
     step4_mapping,
     step5_config,
 )
-from verl_top.diagnosis.findings import STEP_NAMES, Check, Finding, Rule, Verdict, worth_text
+from verl_top.diagnosis.findings import (
+    STEP_NAMES,
+    Check,
+    Finding,
+    Outcome,
+    Rule,
+    Verdict,
+    worth_text,
+)
+from verl_top.diagnosis.ranking import improvements_text, rank
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import StepMemo, View, mean
-from verl_top.origin import rephrase_asks
 from verl_top.store import Store
 
 STEP_RULES: dict[int, list[Rule]] = {
     1: step1_throughput.RULES + [hang.job_hang],  # job.hang: docs/hangs.md
     2: step2_comm.RULES,
-    3: step3_dataflow.RULES + step3_rollout.RULES + step3_async.RULES,  # + async trainers
+    # step3_rollout: the rollout servers' metrics (--prometheus); step3_async: async trainers
+    3: step3_dataflow.RULES + step3_long_tail.RULES + step3_rollout.RULES + step3_async.RULES,
     4: step4_mapping.RULES,
     5: step5_config.RULES,
 }
-# Step-5 rules that judge a setting alone, not a measurement: once verl's step timings are known
-# they are advice about a stage, never the lead (the measured stage rules of step 3 are).
-# cfg.kv_cache (preemptions, OOM lines), cfg.offload (measured headroom) and
-# cfg.memory_headroom rest on measurements and keep their severity.
-STATIC_RULES = frozenset(
-    {"cfg.micro_batch_small", "cfg.token_budget", "cfg.enforce_eager", "cfg.batched_tokens"}
-)
-STATIC_NOTE = "a setting, not a measurement: with step timings known it is advice, not the lead"
 
 
 def run_rules(view: View, th: Thresholds) -> tuple[list[Finding], list[Check]]:
@@ -57,7 +59,6 @@ def run_rules(view: View, th: Thresholds) -> tuple[list[Finding], list[Check]]:
                     checks.append(Check(item.step, item.rule, "finding", item.title))
                 else:
                     checks.append(item)
-    findings.sort(key=lambda f: (-f.severity, f.step, f.rule))
     return findings, checks
 
 
@@ -85,58 +86,51 @@ class Engine:
         th = self.thresholds
         view = View(store, th, self._steps)
         findings, checks = run_rules(view, th)
-        rephrase_asks(checks, store)  # "pass --verl-log PATH" in this session's terms
         timed = any(s.stage_times for s in view.steps())
-        if timed:
-            for f in findings:
-                if f.rule in STATIC_RULES and f.severity >= th.floor:
-                    f.severity = round(max(0.0, th.floor - 0.05), 3)
-                    f.evidence.append(STATIC_NOTE)
-            findings.sort(key=lambda f: (-f.severity, f.step, f.rule))
         inputs = describe_inputs(view)
         nothing = not inputs["gpus"] and not timed
-        scores = {step: 0.0 for step in STEP_NAMES}
-        for f in findings:
-            scores[f.step] = max(scores[f.step], f.severity)
-        best = max(scores, key=lambda s: (scores[s], -s))
-        step: int | None = best if scores[best] >= th.floor else None
+        ranked = rank(findings, timed, th, max(view.role_seconds().values(), default=0.0))
+        lead = ranked.lead
         if nothing and inputs["logs"]:
             # A verl log was given but no timed step came out of it (and no GPU was seen):
             # nothing measured to judge, whatever the printed config says.
-            step = None
-        rule = next((f.rule for f in findings if f.step == step), None) if step else None
+            lead = None
+        if lead is not None:
+            outcome: Outcome = "bottleneck"
+        elif ranked.worth_doing and not nothing:
+            outcome = "no single bottleneck"
+        else:
+            outcome = "no data" if nothing else "healthy"
+        headline = (
+            improvements_text(ranked.worth_doing, view.median_step_s())
+            if outcome == "no single bottleneck"
+            else self._headline(view, lead, inputs, nothing)
+        )
         return Verdict(
-            bottleneck_step=step,
-            bottleneck_rule=rule,
-            headline=self._headline(view, findings, step, inputs, nothing),
-            findings=findings,
+            bottleneck_step=lead.step if lead else None,
+            bottleneck_rule=lead.rule if lead else None,
+            headline=headline,
+            findings=ranked.findings,
             checks=checks,
             t=store.now,
             inputs=inputs,
-            no_data=nothing and step is None,
+            no_data=nothing and lead is None,
             healthy_detail=healthy_detail(view),
-            outcome="bottleneck" if step else ("no data" if nothing else "healthy"),
+            outcome=outcome,
             window=window_text(view, inputs),
+            phases=view.phases(),
         )
 
     def _headline(
-        self,
-        view: View,
-        findings: list[Finding],
-        step: int | None,
-        inputs: dict,
-        nothing: bool = False,
+        self, view: View, lead: Finding | None, inputs: dict, nothing: bool = False
     ) -> str:
         unread = unread_logs_text(inputs)
-        if step is None and nothing and (inputs["logs"] or inputs["steps"]):
+        if lead is None and nothing and (inputs["logs"] or inputs["steps"]):
             return "No data to judge: " + untimed_text(inputs, unread)
-        if step is not None:
-            top = next((f for f in findings if f.step == step), None)
-            if top is None:  # held by hysteresis while its findings clear
-                return f"Step {step} ({STEP_NAMES[step]}) was the bottleneck; its findings cleared, confirming"
-            worth = worth_text(top)
+        if lead is not None:
+            worth = worth_text(lead)
             return (
-                f"Step {step} ({STEP_NAMES[step]}) is the bottleneck: {top.title}"
+                f"Step {lead.step} ({STEP_NAMES[lead.step]}) is the bottleneck: {lead.title}"
                 + (f" — {worth}" if worth else "")
                 + (f". {unread}" if unread else "")
             )
@@ -156,10 +150,20 @@ class Engine:
 
 
 def window_text(view: View, inputs: dict[str, Any]) -> str:
-    """Which data the verdict covers, for people: steps and GPU window."""
+    """Which data the verdict covers, for people: steps (and, for a finished run, which
+    phase) and the GPU window."""
     parts = []
     if view.recent_steps():
-        parts.append(view.steps_text())
+        phases = view.phases()
+        if len(phases) > 1:
+            others = ", ".join(p.span for p in phases[:-1])
+            parts.append(
+                f"last phase: {view.steps_text()}; the run changed shape (earlier: {others})"
+            )
+        elif phases:
+            parts.append(f"whole run: {view.steps_text()}")
+        else:
+            parts.append(view.steps_text())
     if inputs["gpus"]:
         parts.append(f"GPUs: {view.window_text}")
     return "; ".join(parts)

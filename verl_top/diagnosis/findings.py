@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from verl_top.diagnosis.readable import seconds, seconds_pair
 
 if TYPE_CHECKING:
+    from verl_top.diagnosis.phases import Phase
     from verl_top.diagnosis.thresholds import Thresholds
     from verl_top.diagnosis.view import View
 
@@ -28,11 +29,37 @@ Outcome = Literal["bottleneck", "no single bottleneck", "healthy", "no data"]
 SYMPTOM_RULES = frozenset({"gpu.idle", "tput.drop", "gpu.util_misleading", "sync.wait"})
 # Faults: the job is broken, not slow. These lead even before the first verl step.
 FAULT_RULES = frozenset({"nccl.watchdog", "job.stalled", "job.hang"})
+# Where the time goes: one finding per stage role (Finding.stage) that a step spends too long in.
+STAGE_RULES = frozenset(
+    {
+        "flow.rollout_bound",
+        "flow.train_bound",
+        "flow.logprob_slow",
+        "flow.driver_bound",
+        "sync.weight_update",
+    }
+)
+# Settings that slow a stage: with that stage's own finding present they are its advice, not
+# a rival lead (ranking.py).
+SETTING_RULES = frozenset(
+    {
+        "cfg.micro_batch_small",
+        "cfg.token_budget",
+        "cfg.enforce_eager",
+        "cfg.batched_tokens",
+        "cfg.offload",
+        "cfg.kv_cache",
+    }
+)
+# Amortized costs: they lead only when larger than every stage's time.
+PERIODIC_RULES = frozenset({"flow.periodic"})
 
 
-@dataclass
+@dataclass(frozen=True)
 class Finding:
-    """A problem a rule found: how bad, the numbers it used and what to change."""
+    """A problem a rule found: how bad, the numbers it used and what to change.
+
+    Immutable once made: the ranking orders findings, it never edits them."""
 
     step: int
     rule: str
@@ -47,6 +74,9 @@ class Finding:
     save_s: float | None = None
     step_s: float | None = None  # the step those seconds are part of
     save_basis: str = ""
+    # The stage role whose time the cost is part of (rollout, train, logprob, driver, sync, ...;
+    # "" when none): a setting is its stage's advice when that stage has its own finding.
+    stage: str = ""
 
 
 def worth_text(f: Finding) -> str:
@@ -64,7 +94,7 @@ def worth_text(f: Finding) -> str:
     return text
 
 
-@dataclass
+@dataclass(frozen=True)
 class Check:
     """The outcome of one rule: passed, no data (and how to give it), or a finding."""
 
@@ -94,8 +124,12 @@ class Verdict:
     # "8 GPUs at 71 % activity, 1082 tokens/s/GPU, step 4 took 166 s" ("" when nothing measured)
     healthy_detail: str = ""
     outcome: Outcome = "healthy"
-    # Which data the verdict covers: "steps 12-16 (median of 5); GPUs: last 120 s".
+    # Which data the verdict covers: "steps 12-16 (median of 5); GPUs: last 120 s", or for a
+    # finished run "last phase: steps 28-38 (...)" / "whole run: ...".
     window: str = ""
+    # A finished run's phases, oldest first, where its shape changed (phases.py); the verdict
+    # judges the last. Empty for a live run (its window is the last steps).
+    phases: list[Phase] = field(default_factory=list)
 
     @property
     def lead(self) -> Finding | None:

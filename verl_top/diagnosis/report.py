@@ -36,7 +36,11 @@ def format_text(assessment: Assessment) -> str:
         )
     if assessment.window:
         out.append(f"Covers: {assessment.window}")
+    if len(verdict.phases) > 1:
+        out.append("Phases of the run (the verdict judges the last):")
+        out += [f"  {p.text()}" for p in verdict.phases]
     out += inputs_text(verdict.inputs)
+    out += refused_text(assessment.health)
     if assessment.comparison is not None:
         from verl_top.compare import format_text as compare_text
 
@@ -88,6 +92,20 @@ def inputs_text(inputs: dict[str, Any]) -> list[str]:
             f"({info.get('age_text')} ago), last step {inputs.get('last_step')}"
         )
     return out
+
+
+def refused_text(health: dict[str, Any]) -> list[str]:
+    """One line naming what the input boundary refused, per source and reason (none: none)."""
+    dropped = health.get("dropped") or {}
+    parts = [
+        f"{reason} x{n}" + (f" from {host}" if host else "")
+        for host, reasons in sorted(dropped.items())
+        for reason, n in sorted(reasons.items())
+    ]
+    if not parts:
+        return []
+    more = f" (+{len(parts) - 8} more)" if len(parts) > 8 else ""
+    return [f"Refused input (skipped, counted): {', '.join(parts[:8])}{more}"]
 
 
 def flavour_text(verl: dict[str, Any]) -> str:
@@ -164,6 +182,8 @@ def to_json(assessment: Assessment) -> dict[str, Any]:
         },
         "status": assessment.status.as_dict(),
         "window": assessment.window,
+        # A finished run's phases, oldest first; the verdict judges the last (docs/diagnosis.md).
+        "phases": [_plain(p.as_dict()) for p in verdict.phases],
         "steps": steps,
         "findings": [_finding_json(f) for f in verdict.findings],
         "history": [

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from verl_top.diagnosis.advice import tput_drop_advice, util_misleading_advice
 from verl_top.diagnosis.findings import Check, Finding, Rule, RuleResult, no_data, passed, scale
 from verl_top.diagnosis.guards import device_guard
 from verl_top.diagnosis.hang import hang_found
+from verl_top.diagnosis.readable import seconds, times
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, fmt_pct, mean, median
 from verl_top.model import clock_reason_names
 
 STEP = 1
 NEED_GPU = "needs GPU samples: monitor the nodes (--hosts / local) or --replay a recording"
-NEED_STEPS = "needs verl steps: pass --verl-log PATH (console log or file-logger JSONL)"
 
 
 def _activity_source(view: View) -> str:
@@ -124,9 +125,7 @@ def gpu_util_misleading(view: View, th: Thresholds) -> RuleResult:
             f"{', '.join(parts)} (means), {view.window_text}, {where}",
             f"{len(flagged)} of {seen} GPUs affected",
         ],
-        "NVML util only means 'a kernel ran'. Low tensor util in training = small or memory-bound "
-        "kernels: raise actor.ppo_micro_batch_size_per_gpu / use_dynamic_bsz with ppo_max_token_len_per_gpu; "
-        "check for NCCL spin (step 2).",
+        util_misleading_advice(view.facts()),
         {
             "gpus": len(flagged),
             "util_pct": util,
@@ -182,7 +181,7 @@ def tput_drop(view: View, th: Thresholds) -> RuleResult:
         return no_data(
             STEP,
             "tput.drop",
-            f"needs >= {th.tput_min_steps:.0f} verl steps (have {len(steps)}): {NEED_STEPS}",
+            view.need_steps(f">= {th.tput_min_steps:.0f} verl steps (have {len(steps)})"),
         )
     if all(s.throughput is not None for s in steps):
         vals, what = [s.throughput or 0.0 for s in steps], "perf/throughput (tokens/s/GPU)"
@@ -210,8 +209,7 @@ def tput_drop(view: View, th: Thresholds) -> RuleResult:
             f"{what}: last {n} steps mean {last:.1f}, steps {steps[-n].step}-{steps[-1].step}",
             f"run median {med:.1f} over {len(steps)} steps (testing/save_checkpoint steps excluded)",
         ],
-        "Compare the stage shares (step 3) of the slow steps with earlier ones; growing response length, "
-        "preemption (gpu_memory_utilization) or a straggler node (step 4) are common causes.",
+        tput_drop_advice(view.facts()),
         {"ratio": ratio, "last": last, "median": med, "metric": what},
     )
 
@@ -220,7 +218,7 @@ def job_stalled(view: View, th: Thresholds) -> RuleResult:
     """No new verl step for stall_factor x the median step time (or stall_max_s)."""
     steps = view.steps()
     if len(steps) < 2:
-        return no_data(STEP, "job.stalled", f"needs >= 2 verl steps: {NEED_STEPS}")
+        return no_data(STEP, "job.stalled", view.need_steps(">= 2 verl steps"))
     med = median(s.step_time for s in steps if s.step_time) or median(
         b.t - a.t for a, b in zip(steps, steps[1:], strict=False)
     )
@@ -232,10 +230,12 @@ def job_stalled(view: View, th: Thresholds) -> RuleResult:
     gap = view.now - steps[-1].t
     limit = min(th.stall_factor * med, th.stall_max_s)
     if gap <= limit:
-        return passed(STEP, "job.stalled", f"last step {gap:.0f} s ago (limit {limit:.0f} s)")
+        return passed(STEP, "job.stalled", f"last step {seconds(gap)} ago (limit {seconds(limit)})")
     if hang_found(view, th):
         # The process lists name the stuck process: job.hang says it, with its cost.
-        return passed(STEP, "job.stalled", f"no step for {gap:.0f} s: job.hang names the process")
+        return passed(
+            STEP, "job.stalled", f"no step for {seconds(gap)}: job.hang names the process"
+        )
     last = steps[-1].t
     acts = [v for g in view.store.iter_gpus() for v in view.gpu_values(g, "activity", last)]
     utils = [v for g in view.store.iter_gpus() for v in view.gpu_values(g, "util_gpu", last)]
@@ -252,10 +252,10 @@ def job_stalled(view: View, th: Thresholds) -> RuleResult:
         STEP,
         "job.stalled",
         sev,
-        f"No verl step for {gap:.0f} s ({gap / med:.1f}x the median step {med:.0f} s); {state}",
+        f"No verl step for {seconds(gap)}, {times(gap / med)} the median step; {state}",
         [
-            f"last step {steps[-1].step} logged {gap:.0f} s before the newest data",
-            f"median step time {med:.0f} s over {len(steps)} steps; limit {limit:.0f} s",
+            f"last step {steps[-1].step} logged {seconds(gap)} before the newest data",
+            f"median step time {seconds(med)} over {len(steps)} steps; limit {seconds(limit)}",
             state,
         ],
         "Likely a hang: look for NCCL watchdog lines (step 2), check the straggler rank; "

@@ -8,8 +8,10 @@ from dataclasses import dataclass
 
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
 from verl_top.diagnosis.guards import mode_guard
+from verl_top.diagnosis.readable import number, seconds
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, fmt_pct
+from verl_top.diagnosis.worth import Worth
 from verl_top.model import ProbeResult
 from verl_top.nccl.expected import fill_expectation, inventory_for, rdma_ports
 from verl_top.store import GpuEntry
@@ -139,9 +141,11 @@ def _rdma_inventory(view: View) -> list[str]:
     return out
 
 
-def _gbs(x: float) -> str:
+def _gbs(x: float | None) -> str:
     """GB/s for a sentence: whole numbers from 100 up, one decimal below (a 1-NIC HDR link's
     6.44 of 23.5 must not read as "6 of 24")."""
+    if x is None:
+        return "?"
     return f"{x:.0f}" if x >= 100 else f"{x:.1f}"
 
 
@@ -198,7 +202,7 @@ def nccl_transport_socket(view: View, th: Thresholds) -> RuleResult:
             j = judge_probe(view, th, p)
             if j is not None and j.expected:
                 evidence.append(
-                    f"busbw {j.got:.1f} GB/s at {human_size(j.size)} = {fmt_pct(j.ratio)} of "
+                    f"busbw {j.got:.1f} GB/s at {human_size(j.size)} = {fmt_pct(j.ratio or 0.0)} of "
                     f"~{j.expected:.0f} GB/s expected ({j.basis})"
                 )
                 gap = {"busbw_gbs": j.got, "expected_gbs": j.expected}
@@ -316,7 +320,7 @@ def sync_weight_update(view: View, th: Thresholds) -> RuleResult:
     if (guard := mode_guard(view, STEP, "sync.weight_update")) is not None:
         return guard  # across separate pools: async.weight_sync
     if not view.recent_steps():
-        return no_data(STEP, "sync.weight_update", "needs verl steps: pass --verl-log PATH")
+        return no_data(STEP, "sync.weight_update", view.need_steps())
     rec = view.recent_steps()
     key = "update_weights"
     shares = [s.share("update_weights") for s in rec]
@@ -339,16 +343,43 @@ def sync_weight_update(view: View, th: Thresholds) -> RuleResult:
     if share <= th.weight_update_frac:
         return passed(STEP, "sync.weight_update", f"{key} {fmt_pct(share)} of step")
     secs = [s.stage_times.get(key) or _timing_any(s.metrics, key) or 0 for s in rec]
+    med = sorted(secs)[len(secs) // 2]
+    transport = (
+        "the HCCL links between trainer and rollout"
+        if view.facts().device == "npu"
+        else "the transport (IB, not Socket) between trainer and rollout"
+    )
     return Finding(
         STEP,
         "sync.weight_update",
         scale(share, th.weight_update_frac, 0.4, 0.4, 0.85),
         f"Weight sync ({key}) takes {fmt_pct(share)} of the step",
-        [f"timing_s/{key} {max(secs):.0f} s max, {fmt_pct(share)} of step, {view.steps_text()}"],
-        "Use bucketed sync (actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes, "
-        "default 2048) and check the transport (IB, not Socket) between trainer and rollout.",
+        [f"timing_s/{key} {seconds(max(secs))} max, {fmt_pct(share)} of step, {view.steps_text()}"],
+        "Use bucketed sync (actor_rollout_ref.rollout.checkpoint_engine."
+        f"update_weights_bucket_megabytes, default 2048) and check {transport}.",
         {"share": share, "stage": key},
+        **_sync_worth(view, th, med).fields(),
+        stage="sync",
     )
+
+
+# With the model size unknown, the sync bound assumes a 70B model (the largest common dense
+# size: the smallest saving).
+SYNC_ASSUMED_B = 70.0
+
+
+def _sync_worth(view: View, th: Thresholds, secs: float) -> Worth:
+    """Weight sync moves the model's BF16 weights once per step: over one 400 Gb/s NIC that
+    takes 2 bytes x params / ib_nic_gbs; the rest of the sync time is what bucketing and the
+    transport can win."""
+    size = view.facts().model_params_b
+    assumed = size is None
+    size = SYNC_ASSUMED_B if size is None else size
+    ideal = 2 * size / th.ib_nic_gbs  # GB / (GB/s)
+    what = f"{number(size)}B model" + (" assumed (size not in the config)" if assumed else "")
+    nic = f"one {number(th.ib_nic_gbs)} GB/s NIC"
+    basis = f"{what}: its BF16 weights move in {seconds(ideal)} over {nic}"
+    return Worth(secs, max(0.0, secs - ideal), view.median_step_s(), basis)
 
 
 def _timing_any(metrics: dict[str, float], name: str) -> float | None:

@@ -403,7 +403,7 @@ def async_balance(view: View, th: Thresholds) -> RuleResult:
         return (
             no_data(STEP, BALANCE, NEED_MODE)
             if view.recent_steps()
-            else no_data(STEP, BALANCE, "needs verl steps: pass --verl-log PATH")
+            else no_data(STEP, BALANCE, view.need_steps())
         )
     if not fl.is_async:
         return passed(

@@ -2,47 +2,23 @@
 
 from __future__ import annotations
 
+from verl_top.diagnosis import advice
+from verl_top.diagnosis.efficiency import achievable_mfu
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
 from verl_top.diagnosis.guards import mode_guard
-from verl_top.diagnosis.readable import seconds
+from verl_top.diagnosis.readable import mfu as mfu_text
+from verl_top.diagnosis.readable import number, seconds
 from verl_top.diagnosis.thresholds import Thresholds
-from verl_top.diagnosis.view import View, fmt_pct, mean, median, timing
-from verl_top.verl.stages import fmt_mfu
+from verl_top.diagnosis.view import View, fmt_pct, mean, median
+from verl_top.diagnosis.worth import (
+    Worth,
+    rollout_worth,
+    stage_worth,
+    train_worth,
+    unmeasured,
+)
 
 STEP = 3
-NEED_STEPS = "needs verl steps: pass --verl-log PATH (console log or file-logger JSONL)"
-
-
-ENGINE_ADVICE = {
-    "hf": (
-        "The HF rollout (rollout.name=hf) runs transformers generate: one Python-launched step "
-        "per token, no CUDA graphs, no continuous batching, so a small batch leaves the GPU "
-        "waiting on one CPU core. Switch actor_rollout_ref.rollout.name to vllm or sglang; while "
-        "on hf, more samples per step (data.train_batch_size x rollout.n) give each launch more "
-        "work. (enforce_eager and gpu_memory_utilization do not apply to hf.)"
-    ),
-    "vllm": (
-        "Speed up vLLM generation: smaller actor_rollout_ref.rollout.tensor_model_parallel_size "
-        "(more replicas), raise rollout.max_num_seqs / max_num_batched_tokens and "
-        "rollout.gpu_memory_utilization (KV cache); keep rollout.enforce_eager=False (CUDA graphs)."
-    ),
-    "sglang": (
-        "Speed up SGLang generation: smaller actor_rollout_ref.rollout.tensor_model_parallel_size "
-        "(more replicas), raise rollout.gpu_memory_utilization (KV cache) and max_num_seqs; keep "
-        "rollout.enforce_eager=False (CUDA graphs)."
-    ),
-}
-# Ascend (vllm-ascend, SGLang on NPU): the same knobs, graph mode instead of CUDA graphs.
-NPU_ROLLOUT_ADVICE = (
-    "Speed up generation on the NPUs: smaller actor_rollout_ref.rollout.tensor_model_parallel_size "
-    "(more replicas), raise rollout.max_num_seqs / max_num_batched_tokens and "
-    "rollout.gpu_memory_utilization (KV cache); keep rollout.enforce_eager=False (graph mode)."
-)
-GENERIC_ROLLOUT_ADVICE = (
-    "Speed up generation: smaller actor_rollout_ref.rollout.tensor_model_parallel_size (more "
-    "replicas), raise rollout.max_num_seqs / max_num_batched_tokens and "
-    "rollout.gpu_memory_utilization (KV cache)."
-)
 
 
 def _stage_names_text(names: list[str], unknown: dict[str, str]) -> str:
@@ -85,34 +61,35 @@ def _rollout_gpu_state(
     return mean(acts), (max(cores) if cores else None), where
 
 
+def _runner_up(view: View, role: str) -> float:
+    """The largest median share of the other stage roles."""
+    others = ("rollout", "train", "logprob", "driver", "reward", "unknown", "sync")
+    return max(
+        (h[0] for r in others if r != role and (h := view.median_role_share(r)) is not None),
+        default=0.0,
+    )
+
+
 def flow_rollout_bound(view: View, th: Thresholds) -> RuleResult:
     """Rollout (gen, or a timer whose name says rollout) above rollout_frac of the step.
 
     When the GPU idles through the rollout while one CPU core is pinned, the rollout is
     launch-bound: that is evidence for this finding (not a separate host stall), and the advice
-    follows the rollout engine in use (actor_rollout_ref.rollout.name).
+    follows the rollout engine in use and the job's own rollout settings (advice.py).
     """
     if (guard := mode_guard(view, STEP, "flow.rollout_bound")) is not None:
         return guard  # an async trainer's timing_s/gen is a wait, not generation
     hit = view.median_role_share("rollout")
     if hit is None:
-        return no_data(STEP, "flow.rollout_bound", NEED_STEPS)
+        return no_data(STEP, "flow.rollout_bound", view.need_steps())
     share, _, names = hit
     unknown = _unknown_roles(view)
     label = _stage_names_text(names, unknown)
-    runner_up = max(
-        (
-            h[0]
-            for r in ("train", "logprob", "driver", "reward", "unknown", "sync")
-            if (h := view.median_role_share(r)) is not None
-        ),
-        default=0.0,
-    )
+    runner_up = _runner_up(view, "rollout")
     leads = share >= th.rollout_lead_frac and share >= th.lead_margin * runner_up
     if share <= th.rollout_frac and not leads:
         return passed(STEP, "flow.rollout_bound", f"{label} {fmt_pct(share)} of step")
-    engine = view.rollout_engine()
-    tp = view.config("actor_rollout_ref.rollout.tensor_model_parallel_size")
+    facts = view.facts()
     sev = scale(share, th.rollout_frac, 0.95, 0.45, 0.8)
     ev = [f"{label} {fmt_pct(share)} of the step (without testing/checkpoint), {view.steps_text()}"]
     if share <= th.rollout_frac:
@@ -123,12 +100,15 @@ def flow_rollout_bound(view: View, th: Thresholds) -> RuleResult:
         )
     sev = max(sev, 0.45) if leads else sev
     ev.append(
-        f"rollout engine: {engine} (actor_rollout_ref.rollout.name)"
-        if engine
+        f"rollout engine: {facts.engine} (actor_rollout_ref.rollout.name)"
+        if facts.engine
         else "rollout engine unknown (no actor_rollout_ref.rollout.name in the config read)"
     )
-    if tp and engine != "hf":
-        ev.append(f"rollout TP = {tp[1]}")
+    if facts.rollout_tp and facts.engine != "hf":
+        replicas = f" ({facts.replicas} replicas)" if facts.replicas else ""
+        ev.append(f"rollout TP = {facts.rollout_tp}{replicas}")
+    if facts.enforce_eager is True and facts.engine != "hf":
+        ev.append(f"rollout.enforce_eager = True: {facts.graphs} off")
     act, core, where = _rollout_gpu_state(view, names, share)
     launch_bound = (
         act is not None and act < th.idle_pct and core is not None and core >= th.host_core_pct
@@ -141,12 +121,6 @@ def flow_rollout_bound(view: View, th: Thresholds) -> RuleResult:
             "(one host thread feeds the GPU), not short of data"
         )
         sev = max(sev, scale(th.idle_pct - (act or 0), 0, th.idle_pct, 0.8, 0.93))
-    gen_s = view.median_seconds(*names)
-    step_s = view.median_step_s()
-    if act is not None and gen_s is not None:
-        save, basis = gen_s * (1 - act / 100), f"the GPU was busy {act:.0f} % of the rollout"
-    else:
-        save, basis = gen_s, "the rollout time itself"
     title = f"Rollout ({', '.join(names)}) takes {fmt_pct(share)} of the step"
     if launch_bound:
         title += f"; GPU {act:.0f} % busy, one CPU core pinned: launch-bound"
@@ -156,186 +130,104 @@ def flow_rollout_bound(view: View, th: Thresholds) -> RuleResult:
         sev,
         title,
         ev,
-        NPU_ROLLOUT_ADVICE
-        if view.on_npu() and engine != "hf"
-        else ENGINE_ADVICE.get(engine or "", GENERIC_ROLLOUT_ADVICE),
+        advice.rollout_advice(facts, act, launch_bound),
         {
             "share": share,
             "stages": names,
-            "engine": engine,
+            "engine": facts.engine,
             "gpu_activity_pct": act,
             "busiest_core_pct": core,
             "launch_bound": launch_bound,
         },
-        cost_s=gen_s,
-        save_s=save,
-        step_s=step_s,
-        save_basis=basis,
+        **rollout_worth(view, names, act, th).fields(),
+        stage="rollout",
     )
 
 
-def _per_sample(s) -> tuple[float, float, str] | None:  # noqa: ANN001 - a diagnosis StepView
-    """(slowest, mean, source) of one step's per-sample generation times, when logged."""
-    mx = timing(s.metrics, "agent_loop/generate_sequences/max")
-    mn = timing(s.metrics, "agent_loop/generate_sequences/mean")
-    if mx is not None and mn:
-        return mx, mn, "agent_loop/generate_sequences"
-    mx = timing(s.metrics, "generation_timing/max")
-    mn = timing(s.metrics, "generate_sequences")
-    if mx is not None and mn:
-        return mx, mn, "generation_timing/max vs generate_sequences (mean over ranks)"
-    return None
-
-
-def flow_long_tail(view: View, th: Thresholds) -> RuleResult:
-    """The slowest sample holds the rollout up: per-sample generation times (max far above
-    the mean) while generation is a material share of the step.
-
-    ``response_length/clip_ratio`` alone measures no tail: it is reported, at a severity that
-    cannot be the bottleneck, as a length setting.
-    """
-    if (guard := mode_guard(view, STEP, "flow.long_tail")) is not None:
-        return guard  # async trainers overlap or cut the tail: async.balance judges the wait
-    gen = view.median_role_share("rollout")
-    samples = [(s, hit) for s in view.recent_steps() if (hit := _per_sample(s)) is not None]
-    clips = [
-        float(c)
-        for s in view.recent_steps()
-        if (c := s.metrics.get("response_length/clip_ratio")) is not None and c == c
-    ]
-    clip = median(clips)
-    if gen is None and not samples and clip is None:
-        return no_data(
-            STEP,
-            "flow.long_tail",
-            "needs per-sample generation timings (timing_s/agent_loop/*, generation_timing/*) "
-            "or response_length/clip_ratio: " + NEED_STEPS,
-        )
-    share = gen[0] if gen else None
-    if samples and (share is None or share >= th.long_tail_gen_frac):
-        ratio = median(mx / mn for _, (mx, mn, _) in samples) or 0.0
-        tail = median(mx - mn for _, (mx, mn, _) in samples) or 0.0
-        src = samples[-1][1][2]
-        if ratio > th.long_tail_ratio:
-            ev = [
-                f"{src}: slowest {ratio:.1f}x the mean (> {th.long_tail_ratio:.0f}x), "
-                f"{view.steps_text()}",
-                f"the slowest sample ran {seconds(tail)} past the mean sample (median per step)",
-            ]
-            if share is not None:
-                ev.append(f"rollout {fmt_pct(share)} of the step")
-            if clip is not None:
-                ev.append(f"response_length/clip_ratio = {clip:.2f}")
-            sev = scale(ratio, th.long_tail_ratio, 5.0, 0.45, 0.8)
-            gen_s = view.median_seconds(*gen[2]) if gen else None
-            if share is not None and share > th.rollout_frac and gen_s and tail >= 0.5 * gen_s:
-                # The rollout dominates and half of it is the tail: the tail is the verdict
-                # about that stage (flow.rollout_bound is its context, not a rival).
-                sev = max(sev, scale(share, th.rollout_frac, 0.95, 0.45, 0.8) + 0.02)
-                ev.append(f"the tail is {fmt_pct(tail / gen_s)} of the rollout time")
-            return Finding(
-                STEP,
-                "flow.long_tail",
-                sev,
-                f"Rollout long tail: slowest sample {ratio:.1f}x the mean",
-                ev,
-                "Cut the tail: actor_rollout_ref.rollout.over_sample_rate, partial/async rollout "
-                "(one-step-off, fully-async); if many responses are clipped, review "
-                "data.max_response_length.",
-                {"ratio": ratio, "tail_s": tail, "clip_ratio": clip, "gen_share": share},
-                cost_s=tail,
-                save_s=tail,
-                step_s=view.median_step_s(),
-                save_basis="time the slowest sample ran after the mean one finished",
-            )
-        return passed(
-            STEP, "flow.long_tail", f"{src}: slowest {ratio:.1f}x the mean, {view.steps_text()}"
-        )
-    if share is not None and share < th.long_tail_gen_frac:
-        return passed(
-            STEP,
-            "flow.long_tail",
-            f"rollout {fmt_pct(share)} of the step: a generation tail cannot cost much",
-        )
-    if clip is not None and clip > th.clip_ratio:
-        return Finding(
-            STEP,
-            "flow.long_tail",
-            0.2,  # a setting, not a measured tail: never the bottleneck on its own
-            f"{fmt_pct(clip)} of responses hit max_response_length (a length setting; "
-            "no per-sample timings to measure a tail)",
-            [
-                f"response_length/clip_ratio = {clip:.2f} (> {th.clip_ratio:.2f}), "
-                f"{view.steps_text()}",
-                "no timing_s/agent_loop/* or generation_timing/* in the log: the tail itself "
-                "is not measured",
-            ]
-            + ([f"rollout {fmt_pct(share)} of the step"] if share is not None else []),
-            "If the answers need more room, raise data.max_response_length (costs generation "
-            "time); if clipping is fine for the task, nothing to do.",
-            {"clip_ratio": clip, "gen_share": share},
-        )
-    return passed(
-        STEP,
-        "flow.long_tail",
-        "no per-sample generation timings"
-        + (f"; clip ratio {clip:.2f}" if clip is not None else ""),
-    )
+def _mfu_words(mfus: dict[str, float | None]) -> str:
+    """'MFU 7 %' or 'MFU 7 % (actor), 8.2 % (critic)' for the roles verl estimated."""
+    known = {r: m for r, m in mfus.items() if m is not None}
+    if len(known) == 1:
+        return f"MFU {mfu_text(next(iter(known.values())))}"
+    return "MFU " + ", ".join(f"{mfu_text(m)} ({r})" for r, m in known.items())
 
 
 def flow_train_bound(view: View, th: Thresholds) -> RuleResult:
-    """update_actor (+ update_critic) above train_frac of the step with low MFU."""
+    """update_actor (+ update_critic) above train_frac of the step with low MFU, or above
+    train_lead_frac as the largest stage at an MFU below mfu_low or not estimated."""
     hit = view.median_share("update_actor", "update_critic")
     if hit is None:
-        return no_data(STEP, "flow.train_bound", NEED_STEPS)
+        return no_data(STEP, "flow.train_bound", view.need_steps())
     share, _ = hit
-    mfu = view.median_mfu()
-    if share <= th.train_frac:
+    worth, mfus = train_worth(view, th)
+    known = [m for m in mfus.values() if m is not None]
+    low = bool(known) and min(known) < th.mfu_low
+    largest = share >= _runner_up(view, "train")
+    lead = largest and share >= th.train_lead_frac and (low or not known)
+    if share <= th.train_frac and not lead:
         return passed(STEP, "flow.train_bound", f"update {fmt_pct(share)} of step")
-    if mfu is not None and mfu[1] >= th.mfu_low:
+    if known and not low:
         return passed(
             STEP,
             "flow.train_bound",
-            f"update {fmt_pct(share)} of step but MFU {fmt_mfu(mfu[1])} is fine",
+            f"update {fmt_pct(share)} of step but {_mfu_words(mfus)} is fine",
         )
-    sev = scale(share, th.train_frac, 0.9, 0.45, 0.8)
+    facts = view.facts()
+    sev = scale(share, th.train_lead_frac, 0.9, 0.45, 0.8)
     ev = [f"update_actor + update_critic {fmt_pct(share)} of step, {view.steps_text()}"]
-    if mfu is None:
+    if share <= th.train_frac:
+        ev.append(
+            f"the largest stage, at an MFU below {mfu_text(th.mfu_low)}"
+            if known
+            else "the largest stage, at an MFU verl did not estimate"
+        )
+    if not known:
         sev = round(sev * 0.85, 3)
         ev.append(
             "MFU not estimated (perf/mfu/actor absent or 0: older verl or a GPU/model verl has "
             "no FLOPs figure for): efficiency unknown"
         )
     else:
-        ev.append(f"{mfu[0]} = {fmt_mfu(mfu[1])} (< {th.mfu_low})")
-    update_s = view.median_seconds("update_actor", "update_critic")
-    save = update_s * (1 - mfu[1]) if update_s is not None and mfu else update_s
+        ev.append(f"{_mfu_words(mfus)} (< {mfu_text(th.mfu_low)})")
+        ev.append(achievable_mfu(facts, view.device_names()).basis)
+    ev += _train_settings(facts)
+    critic_heavy = (view.median_seconds("update_critic") or 0) > (
+        view.median_seconds("update_actor") or 0
+    )
     return Finding(
         STEP,
         "flow.train_bound",
         sev,
         f"Training update takes {fmt_pct(share)} of the step"
-        + (f" at MFU {fmt_mfu(mfu[1])}" if mfu else ""),
+        + (f" at {_mfu_words(mfus)}" if known else ""),
         ev,
-        "Make the update efficient: actor.use_dynamic_bsz=True with a larger ppo_max_token_len_per_gpu, "
-        "larger ppo_micro_batch_size_per_gpu, param/optimizer offload off if memory allows.",
-        {"share": share, "mfu": mfu[1] if mfu else None},
-        cost_s=update_s,
-        save_s=save,
-        step_s=view.median_step_s(),
-        save_basis=(
-            f"the update at MFU 1.0 instead of {fmt_mfu(mfu[1])}"
-            if mfu
-            else "the update time itself (MFU not estimated)"
-        ),
+        advice.train_advice(facts, critic_heavy),
+        {"share": share, "mfu": mfus.get("actor"), "mfu_critic": mfus.get("critic")},
+        **worth.fields(),
+        stage="train",
     )
+
+
+def _train_settings(facts) -> list[str]:  # noqa: ANN001 - JobFacts
+    """The job's settings that shape the update, as evidence lines."""
+    out = []
+    if facts.dynamic_bsz is not None:
+        out.append(f"actor.use_dynamic_bsz = {facts.dynamic_bsz}")
+    if facts.micro_batch is not None and not facts.dynamic_bsz:
+        out.append(f"actor.ppo_micro_batch_size_per_gpu = {number(facts.micro_batch)}")
+    if facts.offload:
+        out.append(
+            "offload on: "
+            + ", ".join(k.rsplit(".", 2)[-2] + "." + k.rsplit(".", 1)[-1] for k in facts.offload)
+        )
+    return out
 
 
 def flow_driver_bound(view: View, th: Thresholds) -> RuleResult:
     """adv or reward (driver side) above driver_frac of the step while GPUs idle."""
     shares = {s: h[0] for s in ("reward", "adv") if (h := view.median_share(s))}
     if not shares:
-        return no_data(STEP, "flow.driver_bound", NEED_STEPS)
+        return no_data(STEP, "flow.driver_bound", view.need_steps())
     stage = max(shares, key=shares.__getitem__)
     share = shares[stage]
     if share <= th.driver_frac:
@@ -367,21 +259,32 @@ def flow_driver_bound(view: View, th: Thresholds) -> RuleResult:
         sev,
         f"Driver-side {stage} takes {fmt_pct(share)} of the step while GPUs wait",
         ev,
-        "Overlap or offload CPU work: reward_model.launch_reward_fn_async=True or the reward loop; "
-        "keep advantage computation light on the driver.",
+        advice.driver_advice(view.facts(), stage),
         {"stage": stage, "share": share, "gpu_activity_pct": act},
-        cost_s=(cost := view.median_seconds(stage)),
-        save_s=cost,
-        step_s=view.median_step_s(),
-        save_basis=f"all of {stage}, were it fully overlapped with GPU work",
+        **stage_worth(
+            view, [stage], 1.0, f"all of {stage}, were it fully overlapped with GPU work"
+        ).fields(),
+        stage="driver",
     )
+
+
+def _logprob_worth(view: View, th: Thresholds) -> Worth:
+    """old_log_prob + ref at verl's forward MFU (perf/mfu/actor_infer, new engine workers)."""
+    infer = view.median_metric("perf/mfu/actor_infer")
+    if infer is not None and 0 < infer[1] <= 1:
+        bound = achievable_mfu(view.facts(), view.device_names())
+        frac = 1 - infer[1] / bound.value
+        basis = f"forward passes at MFU {mfu_text(infer[1])}; {bound.basis}"
+    else:
+        frac, basis = unmeasured(th, "forward-pass efficiency", "no perf/mfu/actor_infer")
+    return stage_worth(view, ["old_log_prob", "ref"], frac, basis)
 
 
 def flow_logprob_slow(view: View, th: Thresholds) -> RuleResult:
     """old_log_prob + ref above logprob_frac of the step."""
     hit = view.median_share("old_log_prob", "ref")
     if hit is None:
-        return no_data(STEP, "flow.logprob_slow", NEED_STEPS)
+        return no_data(STEP, "flow.logprob_slow", view.need_steps())
     share, _ = hit
     if share <= th.logprob_frac:
         return passed(STEP, "flow.logprob_slow", f"old_log_prob + ref {fmt_pct(share)} of step")
@@ -391,14 +294,10 @@ def flow_logprob_slow(view: View, th: Thresholds) -> RuleResult:
         scale(share, th.logprob_frac, 0.6, 0.4, 0.75),
         f"Log-prob passes (old_log_prob + ref) take {fmt_pct(share)} of the step",
         [f"timing_s/old_log_prob + timing_s/ref {fmt_pct(share)} of step, {view.steps_text()}"],
-        "Raise actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu and "
-        "ref.log_prob_micro_batch_size_per_gpu (forward-only: ~2x the train micro batch) or "
-        "log_prob_use_dynamic_bsz=True.",
+        advice.logprob_advice(view.facts()),
         {"share": share},
-        cost_s=(cost := view.median_seconds("old_log_prob", "ref")),
-        save_s=cost,
-        step_s=view.median_step_s(),
-        save_basis="both forward passes' time (larger batches cannot remove more)",
+        **_logprob_worth(view, th).fields(),
+        stage="logprob",
     )
 
 
@@ -522,7 +421,7 @@ def flow_periodic(view: View, th: Thresholds) -> RuleResult:
     steps = view.steps()
     core = median(s.step_time_core for s in steps if not s.is_outlier and s.step_time_core)
     if not steps or not core:
-        return no_data(STEP, "flow.periodic", NEED_STEPS)
+        return no_data(STEP, "flow.periodic", view.need_steps())
     parts = []
     for stage, key in (("testing", "trainer.test_freq"), ("save_checkpoint", "trainer.save_freq")):
         cost = median(s.stage_times[stage] for s in steps if s.stage_times.get(stage))
@@ -549,21 +448,20 @@ def flow_periodic(view: View, th: Thresholds) -> RuleResult:
         scale(total, th.periodic_frac, 0.5, 0.35, 0.7),
         f"Validation/checkpoints cost {fmt_pct(total)} of training time amortized",
         [
-            f"timing_s/{st} {c:.0f} s {src}: {fmt_pct(a)} of a {core:.0f} s step"
+            f"timing_s/{st} {seconds(c)} {src}: {fmt_pct(a)} of a {seconds(core)} step"
             for st, c, _, src, a in parts
         ],
-        "Run them less often: raise trainer.test_freq / trainer.save_freq (or faster checkpoint storage).",
+        advice.periodic_advice(view.facts(), [p[0] for p in parts]),
         {"share": total, "parts": {p[0]: p[4] for p in parts}},
-        cost_s=total * core,
-        save_s=total * core,
-        step_s=core,
-        save_basis="their whole amortized time, were they never run",
+        **Worth(
+            total * core, total * core, core, "their whole amortized time, were they never run"
+        ).fields(),
+        stage="periodic",
     )
 
 
 RULES: list[Rule] = [
     flow_rollout_bound,
-    flow_long_tail,
     flow_train_bound,
     flow_driver_bound,
     flow_logprob_slow,

@@ -8,6 +8,7 @@ decode is memory-bound, so high DRAM with low SM/tensor activity is what generat
 
 from __future__ import annotations
 
+from verl_top.diagnosis.advice import now_text, tp_item
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, fmt_pct, mean
@@ -86,13 +87,20 @@ def flow_rollout_queue(view: View, th: Thresholds) -> RuleResult:
     if kv:
         evidence.append(f"KV cache {mean(kv) or 0:.0f} % in use on the queueing servers")
     evidence += _gen_evidence(view) + _gpu_evidence(view)
-    advice = (
-        "The KV cache is the limit: raise actor_rollout_ref.rollout.gpu_memory_utilization, or "
-        "give each replica more memory (larger rollout tensor_model_parallel_size)."
-        if kv_full
-        else "Slots, not memory, are the limit: raise actor_rollout_ref.rollout.max_num_seqs / "
-        "max_num_batched_tokens, or run more rollout replicas (smaller tensor_model_parallel_size)."
-    )
+    facts = view.facts()
+    if kv_full:
+        advice = (
+            "The KV cache is the limit: raise actor_rollout_ref.rollout.gpu_memory_utilization "
+            f"(now {now_text(facts.gpu_memory_utilization)}), or give each replica more memory "
+            "(a larger rollout tensor_model_parallel_size)."
+        )
+    else:
+        advice = (
+            "Slots, not memory, are the limit: raise actor_rollout_ref.rollout.max_num_seqs "
+            f"(now {now_text(facts.max_num_seqs)}) / max_num_batched_tokens"
+            + ("; or " + tp_item(facts) if tp_item(facts) else "")
+            + "."
+        )
     return Finding(
         STEP,
         "flow.rollout_queue",
@@ -102,6 +110,7 @@ def flow_rollout_queue(view: View, th: Thresholds) -> RuleResult:
         evidence,
         advice,
         {"waiting": waiting, "running": running, "servers": len(known), "queued": len(queued)},
+        stage="rollout",
     )
 
 
@@ -160,6 +169,7 @@ def flow_kv_cache_pressure(view: View, th: Thresholds) -> RuleResult:
         "memory by offloading the trainer), lower rollout.max_num_seqs, or use a larger rollout "
         "tensor_model_parallel_size so each replica holds more KV blocks.",
         {"kv_pct": kv, "preempt_per_min": rate, "servers": len(known)},
+        stage="rollout",
     )
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from verl_top.diagnosis.advice import replicas_advice, seqlen_advice, unused_gpu_advice
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
 from verl_top.diagnosis.guards import device_guard
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, fmt_pct, mean, median
+from verl_top.diagnosis.worth import NO_STAGE_TIME, Worth, setting_worth
 from verl_top.nccl.topo import slow_tp_groups, topology_marks
 from verl_top.store import GpuEntry
 
@@ -118,9 +120,19 @@ def map_unused_gpu(view: View, th: Thresholds) -> RuleResult:
             f"GPUs without a compute process: {names}",
             f"{len(used)} GPUs hold job processes (latest process list)",
         ],
-        "Check trainer.n_gpus_per_node / trainer.nnodes and CUDA_VISIBLE_DEVICES / Ray --num-gpus on the node.",
+        unused_gpu_advice(view.facts()),
         {"unused": [f"{h}:{i}" for h, i in unused], "gpus": len(roles)},
+        **_unused_worth(view, len(unused), len(roles)).fields(),
     )
+
+
+def _unused_worth(view: View, unused: int, gpus: int) -> Worth:
+    """The job's work spread over every GPU would shorten the step by the unused share."""
+    step_s = view.median_step_s()
+    if not step_s:
+        return Worth(basis=NO_STAGE_TIME)
+    save = step_s * unused / gpus
+    return Worth(save, save, step_s, f"the step's work spread over all {gpus} GPUs")
 
 
 def map_rollout_replicas(view: View, th: Thresholds) -> RuleResult:
@@ -168,46 +180,76 @@ def map_rollout_replicas(view: View, th: Thresholds) -> RuleResult:
             f"busy GPUs (> {th.busy_pct:.0f} % activity) during gen: {busy} of {gpus}, {view.window_text}",
             f"{ROLLOUT_TP} = {int(tp)}: {replicas} replicas x {int(tp)} GPUs expected busy",
         ],
-        "Requests are not spread over the replicas: check rollout.agent.num_workers, the rollout "
-        "server load balance, and consider a smaller tensor_model_parallel_size for small models.",
+        replicas_advice(view.facts()),
         {"busy": busy, "gpus": gpus, "tp": tp, "replicas": replicas},
+        **_replicas_worth(view, ratio).fields(),
+        stage="rollout",
     )
+
+
+def _replicas_worth(view: View, busy_ratio: float) -> Worth:
+    """Idle replicas: the rollout share their GPUs sat out."""
+    gen = view.median_role_share("rollout")
+    if gen is None:
+        return Worth(basis=NO_STAGE_TIME)
+    basis = f"{fmt_pct(1 - busy_ratio)} of the expected GPUs idle through the rollout"
+    return setting_worth(view, gen[2], 1 - busy_ratio, basis)
+
+
+def _seqlen(s) -> tuple[float, float, bool] | None:  # noqa: ANN001 - a diagnosis StepView
+    """(spread / mean, 1 - mean / max, after balancing) of one step's tokens per DP rank."""
+    m = s.metrics.get("global_seqlen/mean")
+    hi, lo = (
+        s.metrics.get("global_seqlen/balanced_max"),
+        s.metrics.get("global_seqlen/balanced_min"),
+    )
+    if hi is not None and lo is not None and m:
+        # balance_batch already evened the ranks out: judge what they got
+        return (hi - lo) / m, max(0.0, 1 - m / hi) if hi else 0.0, True
+    d, mx = s.metrics.get("global_seqlen/minmax_diff"), s.metrics.get("global_seqlen/max")
+    if d is None or not m:
+        return None
+    top = mx if mx else m + d / 2  # no max logged: the spread's midpoint above the mean
+    return d / m, max(0.0, 1 - m / top), False
 
 
 def map_seqlen_imbalance(view: View, th: Thresholds) -> RuleResult:
     """global_seqlen/minmax_diff over global_seqlen/mean above seqlen_ratio — after balancing
     when verl logs it (global_seqlen/balanced_max - balanced_min): that is what the ranks got."""
-    ratios = []
-    for s in view.recent_steps():
-        d, m = s.metrics.get("global_seqlen/minmax_diff"), s.metrics.get("global_seqlen/mean")
-        hi, lo = (
-            s.metrics.get("global_seqlen/balanced_max"),
-            s.metrics.get("global_seqlen/balanced_min"),
-        )
-        if hi is not None and lo is not None:
-            d = hi - lo  # balance_batch already evened the ranks out: judge what they got
-        if d is not None and m:
-            ratios.append(float(d) / float(m))
-    if not ratios:
+    rows = [row for s in view.recent_steps() if (row := _seqlen(s)) is not None]
+    if not rows:
         return no_data(
             STEP,
             "map.seqlen_imbalance",
-            "needs global_seqlen/* (trainer.balance_batch=True): --verl-log PATH",
+            view.need_steps("global_seqlen/* (logged with trainer.balance_batch=True)"),
         )
-    r = median(ratios) or 0.0
+    r = median(x[0] for x in rows) or 0.0
+    wait = median(x[1] for x in rows) or 0.0
+    after = rows[-1][2]
     if r <= th.seqlen_ratio:
-        return passed(STEP, "map.seqlen_imbalance", f"minmax_diff/mean {r:.3f}")
+        return passed(STEP, "map.seqlen_imbalance", f"spread/mean {r:.3f}")
     bb = view.config("trainer.balance_batch")
+    keys = "balanced_max - balanced_min" if after else "minmax_diff"
+    when = "after balancing" if after else "before balancing"
     return Finding(
         STEP,
         "map.seqlen_imbalance",
         scale(r, th.seqlen_ratio, 0.5, 0.35, 0.6),
-        f"Tokens per DP rank differ by {fmt_pct(r)} of the mean before balancing",
-        [f"global_seqlen/minmax_diff / global_seqlen/mean = {r:.3f}, {view.steps_text()}"]
+        f"Tokens per DP rank differ by {fmt_pct(r)} of the mean {when}",
+        [
+            f"global_seqlen/{keys} over global_seqlen/mean = {r:.3f}, {view.steps_text()}",
+            f"the rank with the most tokens holds the others {fmt_pct(wait)} of the update",
+        ]
         + ([f"trainer.balance_batch = {bb[1]}"] if bb else []),
-        "Keep trainer.balance_batch=True (reorders samples so DP ranks get equal tokens); use "
-        "use_dynamic_bsz so micro-batches follow token counts.",
-        {"ratio": r},
+        seqlen_advice(view.facts()),
+        {"ratio": r, "wait_frac": wait},
+        **setting_worth(
+            view,
+            ["update_actor", "update_critic"],
+            wait,
+            "ranks wait for the one with the most tokens: 1 - mean / max tokens of the update",
+        ).fields(),
+        stage="train",
     )
 
 

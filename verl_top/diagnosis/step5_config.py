@@ -8,11 +8,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from verl_top.diagnosis import advice
 from verl_top.diagnosis.defaults import DEFAULTS  # shared with pane 5 (verl.md §3)
+from verl_top.diagnosis.efficiency import graph_share
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
+from verl_top.diagnosis.readable import mfu as mfu_text
 from verl_top.diagnosis.readable import number
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, fmt_pct
+from verl_top.diagnosis.worth import (
+    NO_STAGE_TIME,
+    Worth,
+    actor_update_worth,
+    offload_worth,
+    setting_worth,
+)
 
 STEP = 5
 NEED_CONFIG = (
@@ -112,13 +122,13 @@ def cfg_micro_batch_small(view: View, th: Thresholds) -> RuleResult:
         sev = 0.2  # the update is a small share of the step: little to win
     else:
         sev = 0.55 if train[0] > th.train_frac else 0.45
-    update_s = view.median_seconds("update_actor", "update_critic")
     return Finding(
         STEP,
         "cfg.micro_batch_small",
         sev,
         f"Micro batch of {number(per_gpu)} x ~{sample[0]:.0f} tokens = {tokens:.0f} tokens per GPU "
-        "without dynamic batch size: small GEMMs, low MFU",
+        "without dynamic batch size: small GEMMs"
+        + (f", MFU {mfu_text(mfu[1])}" if (mfu := view.median_mfu()) else ""),
         [
             _show(key, value, is_def) + note,
             f"tokens per sample ~{sample[0]:.0f} ({sample[1]})",
@@ -131,12 +141,10 @@ def cfg_micro_batch_small(view: View, th: Thresholds) -> RuleResult:
             if train
             else ["update share unknown (no verl steps)"]
         ),
-        f"Set {A}use_dynamic_bsz=True with {A}ppo_max_token_len_per_gpu, or raise {A}ppo_micro_batch_size_per_gpu.",
+        advice.micro_batch_advice(view.facts()),
         {"per_gpu": per_gpu, "tokens_per_micro_batch": tokens},
-        cost_s=update_s,
-        save_s=update_s,
-        step_s=view.median_step_s(),
-        save_basis="the update time itself; larger micro batches only shorten it",
+        **actor_update_worth(view, th).fields(),
+        stage="train",
     )
 
 
@@ -169,8 +177,10 @@ def cfg_token_budget(view: View, th: Thresholds) -> RuleResult:
             _show(rk, r, rdef),
             f"recommendation: >= {number(need)}",
         ],
-        f"Raise {A}ppo_max_token_len_per_gpu to at least {number(need)} (verl perf tuning guide).",
+        advice.token_budget_advice(view.facts(), need),
         {"budget": b, "need": need},
+        **actor_update_worth(view, th).fields(),
+        stage="train",
     )
 
 
@@ -218,22 +228,20 @@ def cfg_enforce_eager(view: View, th: Thresholds) -> RuleResult:
     sev = 0.6 if gen and gen[0] > 0.5 else 0.5
     if gen is not None and gen[0] < th.cost_frac_min:
         sev = 0.2  # eager decode costs at most the rollout, here a small share
-    gen_s = view.median_seconds(*gen[2]) if gen else None
-    graphs = "graph mode" if view.on_npu() else "CUDA graphs"  # Ascend has no CUDA
+    facts = view.facts()
+    graphs = graph_share(facts)
     return Finding(
         STEP,
         "cfg.enforce_eager",
         sev,
-        f"{engine or 'Rollout'} runs eagerly ({graphs} off): decode is CPU-launch bound",
+        f"{engine or 'Rollout'} runs eagerly ({facts.graphs} off): decode is CPU-launch bound",
         [shown, "recommendation: false (use true only to work around an OOM)"]
         + ([f"rollout engine: {engine}"] if engine else ["rollout engine not in the config"])
         + ([f"rollout {fmt_pct(gen[0])} of step, {view.steps_text()}"] if gen else []),
-        f"Set {R}enforce_eager=False; if it was set for memory, lower {R}gpu_memory_utilization instead.",
+        advice.eager_advice(facts),
         {"value": value, "engine": engine, "default": default},
-        cost_s=gen_s,
-        save_s=gen_s,
-        step_s=view.median_step_s(),
-        save_basis=f"the rollout time itself ({graphs} shorten decode, they cannot remove it)",
+        **setting_worth(view, gen[2] if gen else [], graphs.value, graphs.basis).fields(),
+        stage="rollout",
     )
 
 
@@ -261,6 +269,8 @@ def cfg_offload(view: View, th: Thresholds) -> RuleResult:
             ev + ["perf/max_memory_reserved_gb or device memory not known yet"],
             "If memory allows, turn offload off: each update pays host<->device copies.",
             {"on": on},
+            save_basis="memory headroom unknown: whether offload can be turned off is not known",
+            stage="train",
         )
     reserved, dev, frac = mem
     headroom = 1 - frac
@@ -276,8 +286,10 @@ def cfg_offload(view: View, th: Thresholds) -> RuleResult:
             f"perf/max_memory_reserved_gb {reserved:.0f} GiB of {dev:.0f} GiB ({fmt_pct(frac)}), {view.steps_text()}",
             f"recommendation: offload off while headroom > {fmt_pct(th.offload_headroom)}",
         ],
-        "Set " + ", ".join(f"{k}=False" for k in on) + ".",
+        advice.offload_advice(view.facts()),
         {"on": on, "headroom": headroom},
+        **offload_worth(view, th).fields(),
+        stage="train",
     )
 
 
@@ -315,8 +327,9 @@ def cfg_kv_cache(view: View, th: Thresholds) -> RuleResult:
                 f"{pre[0]} = {pre[1]:.2f} (median), {view.steps_text()}",
                 "recommendation: 0.5-0.7 (0.8-0.9 with offload)",
             ],
-            f"Raise {R}gpu_memory_utilization (or lower rollout.n / max_num_seqs) so the KV cache holds the batch.",
+            advice.kv_low_advice(view.facts()),
             {"value": util, "preempted": pre[1]},
+            stage="rollout",
         )
     if util > th.kv_high:
         risk = [f"{len(ooms)} out-of-memory line(s)"] if ooms else []
@@ -330,7 +343,7 @@ def cfg_kv_cache(view: View, th: Thresholds) -> RuleResult:
             0.55,
             f"{key.split('.')[-1]} {number(util)} leaves no room for the trainer: OOM risk at wake-up",
             [_show(key, value, is_def), *risk, "recommendation: <= 0.9"],
-            f"Lower {R}gpu_memory_utilization or enable actor offload.",
+            advice.kv_high_advice(view.facts()),
             {"value": util},
         )
     return passed(STEP, "cfg.kv_cache", _show(key, value, is_def))
@@ -360,9 +373,27 @@ def cfg_batched_tokens(view: View, th: Thresholds) -> RuleResult:
             _show(key, value, is_def),
             f"recommendation: >= max({number(th.batched_tokens_min)}, prompt + response) = {number(need)}",
         ],
-        f"Raise {R}max_num_batched_tokens to {number(need)} or more.",
+        advice.batched_tokens_advice(view.facts(), need),
         {"value": v, "need": need},
+        **_prefill_worth(view, pn, rn).fields(),
+        stage="rollout",
     )
+
+
+def _prefill_worth(view: View, prompt: float, response: float) -> Worth:
+    """Small prefill batches slow the prefill only: at most the prompts' share of the tokens
+    (the logged mean lengths, else the configured maxima)."""
+    gen = view.median_role_share("rollout")
+    p, r = view.median_metric("prompt_length/mean"), view.median_metric("response_length/mean")
+    if p is not None and r is not None:
+        prompt, response, what = p[1], r[1], "mean lengths logged"
+    else:
+        what = "configured maxima"
+    if not gen or not prompt + response:
+        return Worth(basis=NO_STAGE_TIME)
+    frac = prompt / (prompt + response)
+    basis = f"prefill: the prompts' share of a sample's tokens, {fmt_pct(frac)} ({what})"
+    return setting_worth(view, gen[2], frac, basis)
 
 
 def cfg_memory_headroom(view: View, th: Thresholds) -> RuleResult:
@@ -391,8 +422,7 @@ def cfg_memory_headroom(view: View, th: Thresholds) -> RuleResult:
             f"perf/max_memory_reserved_gb {reserved:.1f} GiB of {dev:.1f} GiB device, {view.steps_text()}",
             _show(key, value, is_def) if view.has_config() else "config not known",
         ],
-        f"Lower {R}gpu_memory_utilization, shrink {A}ppo_max_token_len_per_gpu / micro batch, or enable "
-        "entropy_checkpointing / offload.",
+        advice.memory_headroom_advice(view.facts()),
         {"reserved_gb": reserved, "device_gb": dev, "frac": frac},
     )
 

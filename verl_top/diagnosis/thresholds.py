@@ -26,6 +26,26 @@ class Thresholds:
     window_s: float = _t(120.0, "s", "data-time window the GPU/host rules average over")
     recent_steps: float = _t(5, "steps", "verl steps (outliers excluded) the stage rules use")
     floor: float = _t(0.3, "severity", "below this no finding can be the bottleneck")
+    phase_min_steps: float = _t(5, "steps", "a phase of the run has at least this many steps")
+    phase_max: float = _t(3, "phases", "at most this many phases are told apart")
+    phase_change_frac: float = _t(
+        0.2, "fraction", "phases differ when step time or response length moves this much…"
+    )
+    phase_share_points: float = _t(0.1, "fraction of step", "…or a stage's share this much")
+    phase_noise_frac: float = _t(
+        0.05, "fraction", "step-to-step jitter below this share of the median is noise"
+    )
+    phase_noise_share: float = _t(0.02, "fraction of step", "…and of a stage's share")
+    material_frac: float = _t(
+        0.1,
+        "fraction of step",
+        "healthy only while no finding could save more than this share of the step",
+    )
+    unknown_save_frac: float = _t(
+        0.5,
+        "fraction of stage",
+        "share of a stage counted as recoverable when its efficiency is not measured",
+    )
     hysteresis_s: float = _t(
         30.0, "s", "a challenger replaces the lead after leading for this much data time"
     )
@@ -84,6 +104,14 @@ class Thresholds:
     )
     long_tail_ratio: float = _t(2.0, "x mean", "agent_loop generate_sequences max > 2x mean")
     clip_ratio: float = _t(0.1, "fraction", "response_length/clip_ratio > 0.1 (truncation)")
+    tail_length_r: float = _t(
+        0.7,
+        "correlation",
+        "no per-sample timings: generation time follows response_length/max at least this well",
+    )
+    tail_mean_flat: float = _t(
+        0.15, "fraction", "…while response_length/mean moves less than this over the steps"
+    )
     rollout_lead_frac: float = _t(
         0.45, "fraction of step", "…or rollout > 45 % and the largest stage by lead_margin"
     )
@@ -92,6 +120,11 @@ class Thresholds:
         0.3, "fraction of step", "a generation tail matters only when rollout is > 30 % of step"
     )
     train_frac: float = _t(0.5, "fraction of step", "update_actor (+critic) > 50 % of step")
+    train_lead_frac: float = _t(
+        0.45,
+        "fraction of step",
+        "…or > 45 %, the largest stage, at an MFU below mfu_low or not estimated",
+    )
     mfu_low: float = _t(0.15, "MFU", "perf/mfu/actor below 0.15 on a supported model")
     driver_frac: float = _t(0.05, "fraction of step", "adv or reward > 5 % of the step")
     logprob_frac: float = _t(0.3, "fraction of step", "old_log_prob + ref > 30 % of the step")
@@ -181,6 +214,6 @@ class Thresholds:
 RETIRED = frozenset({"hysteresis_margin", "hysteresis_evals"})
 
 THRESHOLD_DOCS: dict[str, tuple[float, str, str]] = {
-    f.name: (f.default, f.metadata["unit"], f.metadata["why"])
+    f.name: (float(f.default), f.metadata["unit"], f.metadata["why"])  # type: ignore[arg-type]
     for f in dataclasses.fields(Thresholds)
 }

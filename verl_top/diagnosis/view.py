@@ -17,6 +17,7 @@ or estimates it), and stage bands walk forward from ``t - step_time`` over the c
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from bisect import bisect_left, bisect_right
@@ -25,8 +26,10 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
+from verl_top.diagnosis.job import JobFacts, job_facts
 from verl_top.diagnosis.readable import pct
 from verl_top.diagnosis.thresholds import Thresholds
+from verl_top.origin import NEEDS_TIMINGS, verl_log_ask
 from verl_top.store import GpuEntry, HostEntry, Ring, Store
 from verl_top.verl.stages import (
     CORE_STAGES,
@@ -39,6 +42,7 @@ from verl_top.verl.stages import (
 )
 
 if TYPE_CHECKING:
+    from verl_top.diagnosis.phases import Phase
     from verl_top.verl.flavour import VerlFlavour
 
 # Stages of one step in execution order (verl.md §1.2), from the verl catalogue: the core stages
@@ -251,6 +255,8 @@ class View:
         self._phase_of: dict[int, _Phases] = {}
         self._phase_by_points: dict[tuple[tuple[float, ...], tuple[str, ...]], _Phases] = {}
         self._wbands: list[tuple[float, float, str]] | None = None
+        self._facts: JobFacts | None = None
+        self._run_phases: list[Phase] | None = None
         self._flavour: VerlFlavour | None = None
 
     # -- window text ----------------------------------------------------------------------
@@ -363,11 +369,30 @@ class View:
         return self._steps
 
     def recent_steps(self, n: int | None = None) -> list[StepView]:
-        """The last ``n`` non-outlier steps (testing/save_checkpoint excluded)."""
-        n = int(self.th.recent_steps) if n is None else n
-        if n not in self._recent:
-            self._recent[n] = [s for s in self.steps() if not s.is_outlier][-n:]
-        return list(self._recent[n])
+        """The last ``n`` non-outlier steps (testing/save_checkpoint excluded). By default
+        the steps the verdict judges: the last ``recent_steps`` of a live run, every step of
+        the last phase of a finished one (post-mortem, phases.py)."""
+        key = -1 if n is None else n
+        if key not in self._recent:
+            kept = [s for s in self.steps() if not s.is_outlier]
+            if n is None and self.post_mortem() and (phases := self.phases()):
+                self._recent[key] = [s for s in kept if s.step >= phases[-1].first_step]
+            else:
+                self._recent[key] = kept[-(int(self.th.recent_steps) if n is None else n) :]
+        return list(self._recent[key])
+
+    def post_mortem(self) -> bool:
+        """True when the verl logs were read as finished runs (no live data)."""
+        return bool(self.store.post_mortem)
+
+    def phases(self) -> list[Phase]:
+        """The run's phases (phases.py) over every step; only a finished run's (post-mortem)
+        are told apart, a live verdict judges its window of the last steps."""
+        if self._run_phases is None:
+            from verl_top.diagnosis.phases import split_phases  # phases.py reads StepView
+
+            self._run_phases = split_phases(self.steps(), self.th) if self.post_mortem() else []
+        return self._run_phases
 
     def median_share(self, *stages: str) -> tuple[float, int] | None:
         """Median share of ``stages`` over the recent steps, and how many steps had it."""
@@ -580,6 +605,50 @@ class View:
     def has_config(self) -> bool:
         """True when a resolved config was read."""
         return bool(self.store.config)
+
+    def facts(self) -> JobFacts:
+        """The job's own settings (engine, TP, eager, offload, batch sizes, ...), read once;
+        the engine, device, backend and trainer mode the flavour detected fill what the config
+        does not say."""
+        if self._facts is None:
+            facts = job_facts(self.store.config, self.device_names())
+            fl = self.flavour()
+            self._facts = dataclasses.replace(
+                facts,
+                engine=facts.engine or fl.engine,
+                device="npu" if fl.device == "npu" else facts.device,
+                strategy=facts.strategy or fl.backend,
+                trainer_mode=fl.trainer_mode,
+            )
+        return self._facts
+
+    def logs_given(self) -> bool:
+        """True when a verl log was given (followed or read), whatever it held."""
+        return bool(self.store.log_stats)
+
+    def need_steps(self, what: str = "verl steps") -> str:
+        """A no-data detail for a rule that needs ``what`` from verl's step lines, in this
+        session's terms (``origin.verl_log_ask``: give a log, the recording has none, the log
+        given has no such data); once steps are read it says only what they lack."""
+        ask = verl_log_ask(self.store)
+        if ask:
+            return f"needs {what}: {ask}"
+        if what == "verl steps":
+            return NEEDS_TIMINGS
+        if "verl steps" in what:
+            return f"needs {what}"
+        return f"needs {what}, which the verl steps read do not have"
+
+    def role_seconds(self) -> dict[str, float]:
+        """Median seconds per recent step of each stage role (rollout, train, logprob, ...)."""
+        out: dict[str, float] = {}
+        roles = {role_of(n, s.unknown) for s in self.recent_steps() for n in s.stage_times}
+        for role in sorted(r for r in roles if r):
+            names = {n for s in self.recent_steps() for n in s.role_stages(role)}
+            secs = self.median_seconds(*names) if names else None
+            if secs:
+                out[role] = secs
+        return out
 
     def topology(self) -> dict[str, dict[tuple[int, int], str]] | None:
         """GPU link matrix per host when a topology source filled ``store.topology``."""

@@ -46,6 +46,7 @@ from verl_top.assessment import Assessment
 from verl_top.diagnosis.findings import STEP_NAMES
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View
+from verl_top.export.redact import redact_text
 from verl_top.export.webhook import WebhookNotifier
 from verl_top.status import STATES
 from verl_top.store import Store
@@ -112,8 +113,9 @@ def snapshot(
         step_severity=severity,
         step_findings=counts,
         findings=tuple((f.step, f.rule, f.severity) for f in assessment.findings),
-        stage_shares=shares,
-        host_states={h.name: h.state for h in store.hosts.values()},
+        stage_shares=shares,  # stage names come from verl-top's own catalogue
+        # Host names are foreign (Slurm, Ray, Prometheus labels): redacted like every export.
+        host_states={redact_text(h.name): h.state for h in store.hosts.values()},
         gpus=store.gpu_count(),
     )
 

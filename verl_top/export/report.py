@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter
 from datetime import datetime, timezone
 from typing import Any
@@ -94,11 +95,33 @@ def _f(x: float | None, fmt: str = "{:.0f}", unit: str = "") -> str:
     return fmt.format(x) + unit
 
 
-def _cell(value: Any) -> str:
-    """A table cell: one line, pipes escaped, at most ``MAX_CELL`` characters."""
+# Characters that make Markdown markup anywhere in a line (emphasis, links, HTML, entities,
+# strikethrough, code, table cells). Foreign text (host names, GPU models, config keys and
+# values, log events) has each of them escaped, so a GPU "model" named ``[x](http://evil)`` or
+# ``<img src=...>`` shows as those characters, never as a link or HTML.
+_MARKDOWN = re.compile(r"([\\`*_\[\]<>|~&!])")
+
+
+def md_text(value: Any) -> str:
+    """Foreign text as literal Markdown: one line, its markup characters backslash-escaped."""
     text = value if isinstance(value, str) else json.dumps(value, default=str)
-    text = " ".join(text.split()).replace("|", "\\|")
-    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+    return _MARKDOWN.sub(r"\\\1", " ".join(text.split()))
+
+
+def _code(value: Any) -> str:
+    """Foreign text as an inline code span, fenced by more backticks than it holds."""
+    text = " ".join(str(value).split()).replace("|", "\\|")
+    fence = "`" * (max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _cell(value: Any) -> str:
+    """A table cell: one line, markup escaped, at most ``MAX_CELL`` characters."""
+    text = md_text(value)
+    if len(text) <= MAX_CELL:
+        return text
+    return text[: MAX_CELL - 1].rstrip("\\") + "…"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -144,6 +167,9 @@ def _summary(doc: dict[str, Any], assessment: Assessment | None, store: Store) -
     lines += [f"Bottleneck: {where}.", ""]
     if assessment is not None and assessment.window:
         lines += [f"The verdict covers: {assessment.window}.", ""]
+    if len(verdict.phases) > 1:
+        lines += ["Phases of the run (where its shape changed; the verdict judges the last):", ""]
+        lines += [f"- {p.text()}" for p in verdict.phases] + [""]
     return lines
 
 
@@ -261,7 +287,7 @@ def _gpus(doc: dict[str, Any]) -> list[str]:
     if len(gpus) <= MAX_GPU_ROWS:
         header = ["GPU", "activity", "NVML util", "tensor", "DRAM", "mem GiB", "power", "throttle"]
         for host, rows in by_host.items():
-            lines += ["", f"**{host}** ({rows[0].get('name') or 'GPU'})", ""]
+            lines += ["", f"**{md_text(host)}** ({md_text(rows[0].get('name') or 'GPU')})", ""]
             lines += _table(header, [_gpu_row(g) for g in rows])
         return lines + [""]
     header = ["host", "GPUs", "activity", "lowest GPU", "NVML util", "tensor", "DRAM", "power"]
@@ -271,7 +297,7 @@ def _gpus(doc: dict[str, Any]) -> list[str]:
         low = min((a for a in act if a is not None), default=None)
         rows.append(
             [
-                host,
+                _cell(host),
                 str(len(gs)),
                 _f(_mean(act), unit=" %"),
                 _f(low, unit=" %"),
@@ -340,9 +366,9 @@ def _processes(doc: dict[str, Any]) -> list[str]:
         rank_text = f"{ranks[0]}–{ranks[-1]}" if ranks else "-"
         rows.append(
             [
-                host,
-                ", ".join(f"{n} {r}" for r, n in roles.most_common()),
-                ", ".join(f"{n} {m}" for m, n in methods.most_common()) or "-",
+                _cell(host),
+                _cell(", ".join(f"{n} {r}" for r, n in roles.most_common())),
+                _cell(", ".join(f"{n} {m}" for m, n in methods.most_common()) or "-"),
                 rank_text,
             ]
         )
@@ -370,7 +396,7 @@ def _config(doc: dict[str, Any]) -> list[str]:
         keys = sorted((key_first + [k for k in keys if k not in key_first])[:MAX_CONFIG_ROWS])
     source = doc["config"]["source"]
     lines = ["## Config", "", f"Source: {source or '-'} (secrets redacted)", ""]
-    lines += _table(["key", "value"], [[f"`{k}`", _cell(values[k])] for k in keys])
+    lines += _table(["key", "value"], [[_code(k), _cell(values[k])] for k in keys])
     if len(values) > len(keys):
         lines.append(f"\n… {len(values) - len(keys)} more keys in snapshot.json")
     return lines + [""]
@@ -380,17 +406,17 @@ def _comm(doc: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     for n in doc["nccl"]:
         lines.append(
-            f"- NCCL {n.get('version') or '?'} on {n.get('host')}: transport "
-            f"{n.get('transport') or '?'}, {n.get('nranks') or '?'} ranks, "
+            f"- NCCL {md_text(n.get('version') or '?')} on {md_text(n.get('host'))}: transport "
+            f"{md_text(n.get('transport') or '?')}, {n.get('nranks') or '?'} ranks, "
             f"{n.get('nnodes') or '?'} nodes"
         )
     probes = doc["probes"][-MAX_PROBE_ROWS:]
     if probes:
         rows = [
             [
-                p.get("tool", ""),
-                p.get("collective", ""),
-                p.get("scope", ""),
+                _cell(p.get("tool", "")),
+                _cell(p.get("collective", "")),
+                _cell(p.get("scope", "")),
                 str(p.get("nranks", "")),
                 _f(p.get("busbw_max_gbs"), "{:.1f}", " GB/s"),
                 _f(p.get("expected_gbs"), "{:.1f}", " GB/s"),
@@ -412,7 +438,12 @@ def _events(doc: dict[str, Any]) -> list[str]:
     if not events:
         return []
     rows = [
-        [_iso(e.get("t")), e.get("host", ""), e.get("kind", ""), _cell(e.get("text", ""))]
+        [
+            _iso(e.get("t")),
+            _cell(e.get("host", "")),
+            _cell(e.get("kind", "")),
+            _cell(e.get("text", "")),
+        ]
         for e in events
     ]
     lines = ["## Log events", "", *_table(["time", "host", "kind", "text"], rows)]

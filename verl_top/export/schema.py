@@ -89,9 +89,16 @@ _MAPPED = _obj(
         "verl_role": _STR,
         "method": _STR,
         "gpus": {"type": "array", "items": {"type": "integer"}},
-        "source": {"enum": ["gpu", "ray"]},
+        "source": {"enum": ["gpu", "job", "ray"]},
     },
-    {"pid": _INT, "rank": _INT, "gpu_mem_mib": _NUM, "cpu_pct": _NUM, "rss_bytes": _INT},
+    {
+        "pid": _INT,
+        "rank": _INT,
+        "gpu_mem_mib": _NUM,
+        "cpu_pct": _NUM,
+        "rss_bytes": _INT,
+        "state": _STR,
+    },
 )
 _STEP = _obj(
     {
@@ -139,6 +146,11 @@ _DIAGNOSIS = _obj(
     {"history": {"type": "array"}, "time": _NUM},
 )
 
+_STACK = _obj(
+    {"host": _STR, "pid": _INT, "threads": {"type": "array", "items": {"type": "object"}}},
+    {"role": _STR, "title": _STR, "source": _STR, "error": _STR, "t": _NUM},
+)
+
 SNAPSHOT_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": SNAPSHOT_VERSION,
@@ -170,7 +182,8 @@ SNAPSHOT_SCHEMA: dict[str, Any] = {
                     "report": _STR,
                     "recording": _STR,
                     "screen": {"type": ["string", "null"]},
-                }
+                },
+                {"stacks": {"type": ["string", "null"]}},
             ),
             "redaction": _obj({"placeholder": _STR, "rules": {"type": "array", "items": _STR}}),
         },
@@ -179,6 +192,8 @@ SNAPSHOT_SCHEMA: dict[str, Any] = {
             "process_map": {"type": "array", "items": _MAPPED},
             # Each node's topo record (docs/protocol.md) plus "marks": [{"gpu", "text"}].
             "topology": {"type": "array", "items": {"type": "object"}},
+            # Python stacks collected in the session (verl_top.stacks.to_json), one per process.
+            "stacks": {"type": "array", "items": _STACK},
         },
     ),
 }

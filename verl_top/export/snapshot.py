@@ -30,14 +30,16 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 from verl_top import __version__
 from verl_top.assessment import Assessment
 from verl_top.export.redact import REDACTED, redact_mapping, redact_text, redact_tree
+from verl_top.export.redact import rules as redaction_rules
 from verl_top.export.schema import SNAPSHOT_VERSION
 from verl_top.model import (
     ClockOffset,
@@ -54,6 +56,8 @@ from verl_top.model import (
 )
 from verl_top.protocol import encode, from_dict, to_dict
 from verl_top.roles import annotate, classify, process_map
+from verl_top.stacks import render_text as stacks_text
+from verl_top.stacks import to_json as stacks_json
 from verl_top.store import (
     GPU_DERIVED,
     GPU_METRICS,
@@ -68,19 +72,14 @@ from verl_top.store import (
 SNAPSHOT_FILE = "snapshot.json"
 REPORT_FILE = "report.md"
 RECORDING_FILE = "recording.ndjson.gz"
+STACKS_FILE = "stacks.txt"
 SCREEN_FILE = "screen.svg"
 # Written last into every bundle: the proof that verl-top wrote the directory. ``--force``
 # replaces only a directory whose every entry this manifest lists.
 MANIFEST_FILE = "verl-top-manifest.json"
-MANIFEST_KIND = "verl-top.snapshot-manifest/1"
+MANIFEST_KIND = "verl-top.snapshot-manifest/2"  # /2: each file with its type and size
 
 MIN_STEPS = 20  # snapshot.json keeps at least this many last steps, even if older than the window
-REDACTION_RULES = [
-    "names ending in token, secret, password, passwd, api_key, access_key, private_key, "
-    "credentials, auth, cookie (config keys, environment variables, --flags)",
-    "values like hf_…, sk-…, ghp_…/github_pat_…, xox?-…, AKIA…/ASIA…, JWTs, Bearer/Basic tokens",
-    "the password of scheme://user:password@host URLs",
-]
 
 
 class SnapshotError(Exception):
@@ -413,17 +412,20 @@ def build_snapshot(
         "topology": _topology_json(store),
         "events": [_fields(e) for e in store.events],
         "diagnosis": diagnosis_json(assessment),
+        # Python stacks collected in this session (stacks.txt groups them by role).
+        "stacks": stacks_json(store.stacks),
         "files": {
             "report": REPORT_FILE,
             "recording": RECORDING_FILE,
             "screen": SCREEN_FILE if screen else None,
+            "stacks": STACKS_FILE if store.stacks else None,
         },
         "notes": list(store.notes),
         "inputs": store.input_health(),  # refused input per host and reason, clock offsets
     }
     doc = redact_tree(_clean(doc))
     # Added after the pass: the rules' own wording would otherwise be "redacted".
-    doc["redaction"] = {"placeholder": REDACTED, "rules": list(REDACTION_RULES)}
+    doc["redaction"] = {"placeholder": REDACTED, "rules": redaction_rules()}
     return doc
 
 
@@ -504,56 +506,98 @@ def _reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-def _check_target(target: Path, force: bool) -> bool:
-    """Whether ``target`` exists (as a directory); raise when it may not be written.
+def _check_target(target: Path, force: bool) -> dict[str, int] | None:
+    """What may be removed at ``target`` (the previous bundle's files, name -> size), ``{}``
+    for an empty directory, None when there is nothing there; raise when it may not be written.
 
     With ``force``, a non-empty directory is replaced only when it is a bundle verl-top wrote:
-    its manifest lists every entry in it. Anything else (``-o . --force`` in a project folder)
-    is refused and nothing is deleted.
+    every entry in it is a regular file its manifest lists with that very size, and neither the
+    directory nor an entry is a symbolic link. Anything else (``-o . --force`` in a project
+    folder, a forged manifest naming a directory or another file) is refused, nothing deleted.
     """
     try:
-        if not target.exists():
-            return False
+        if not os.path.lexists(target):
+            return None
+        if target.is_symlink():
+            raise SnapshotError(
+                f"{target} is a symbolic link; verl-top writes a snapshot only into a real "
+                "directory (give the path it points to)"
+            )
         if not target.is_dir():
             raise SnapshotError(f"{target} exists and is not a directory")
-        entries = sorted(p.name for p in target.iterdir())
+        entries = {e.name: e for e in os.scandir(target)}
     except OSError as exc:
         raise SnapshotError(f"cannot use {target}: {_reason(exc)}") from exc
-    if entries and not force:
+    if not entries:
+        return {}
+    if not force:
         raise SnapshotError(f"{target} exists; use --force to overwrite")
-    if entries:
-        foreign = sorted(set(entries) - _manifest_files(target))
-        if foreign:
-            shown = ", ".join(foreign[:5]) + (
-                f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
-            )
-            raise SnapshotError(
-                f"{target} holds files verl-top did not write ({shown}); --force only replaces a "
-                "previous snapshot (one with a verl-top-manifest.json listing its files): "
-                "choose a new directory"
-            )
-    return True
+    listed = _manifest_files(target)
+    foreign = sorted(name for name, entry in entries.items() if not _vouched(entry, listed))
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (
+            f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        )
+        raise SnapshotError(
+            f"{target} holds files verl-top did not write ({shown}); --force only replaces a "
+            "previous snapshot (one with a verl-top-manifest.json listing each of its files "
+            "with its size): choose a new directory"
+        )
+    return listed
 
 
-def _manifest_files(target: Path) -> set[str]:
-    """Entries a bundle's manifest vouches for (itself included); empty without a valid one."""
+def _vouched(entry: os.DirEntry[str], listed: Mapping[str, int]) -> bool:
+    """True when ``entry`` is a regular file (not a link) the manifest lists with its size."""
     try:
-        path = target / MANIFEST_FILE
-        if path.is_symlink() or not path.is_file() or path.stat().st_size > 1 << 20:
-            return set()
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        if not entry.is_file(follow_symlinks=False):
+            return False
+        size = entry.stat(follow_symlinks=False).st_size
+    except OSError:
+        return False
+    return listed.get(entry.name) == size
+
+
+def _manifest_files(target: Path) -> dict[str, int]:
+    """name -> size of each file a bundle's manifest vouches for (itself included, by its own
+    size); empty without a valid manifest. Manifests before issue 31 listed names only: they
+    vouch for nothing (such an old bundle is removed by hand)."""
+    path = target / MANIFEST_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return {}
+    try:
+        stat = os.fstat(fd)
+        if not S_ISREG(stat.st_mode) or stat.st_size > 1 << 20:
+            return {}
+        doc = json.loads(os.read(fd, stat.st_size + 1).decode("utf-8"))
     except (OSError, ValueError):
-        return set()
+        return {}
+    finally:
+        os.close(fd)
     if not isinstance(doc, dict) or doc.get("kind") != MANIFEST_KIND:
-        return set()
+        return {}
     files = doc.get("files")
-    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
-        return set()
-    return {f for f in files if "/" not in f and f not in ("", ".", "..")} | {MANIFEST_FILE}
+    if not isinstance(files, list):
+        return {}
+    out: dict[str, int] = {}
+    for item in files:
+        if not isinstance(item, dict) or item.get("type") != "file":
+            return {}
+        name, size = item.get("name"), item.get("size")
+        if not isinstance(name, str) or "/" in name or name in ("", ".", "..", MANIFEST_FILE):
+            return {}
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            return {}
+        out[name] = size
+    return {**out, MANIFEST_FILE: stat.st_size}
 
 
 def _write_manifest(tmp: Path, created: float) -> None:
-    files = sorted(p.name for p in tmp.iterdir())
+    files = [
+        {"name": e.name, "type": "file", "size": e.stat(follow_symlinks=False).st_size}
+        for e in sorted(os.scandir(tmp), key=lambda e: e.name)
+    ]
     doc = {"kind": MANIFEST_KIND, "tool": "verl-top", "version": __version__, "created": created}
     doc["files"] = files
     _write_file(tmp / MANIFEST_FILE, [(json.dumps(doc, indent=1) + "\n").encode()])
@@ -596,11 +640,19 @@ def _fill(
     _write_gzip(tmp / RECORDING_FILE, (encode(r) + "\n" for r in records))
     if screen_svg is not None:
         _write_file(tmp / SCREEN_FILE, [redact_text(screen_svg).encode()])
+    if store.stacks:
+        _write_file(tmp / STACKS_FILE, [redact_text(stacks_text(store.stacks)).encode()])
 
 
-def _install(tmp: Path, target: Path, exists: bool) -> None:
-    """Rename the finished bundle into place; an old one is removed only after the swap."""
-    if not exists:
+def _install(tmp: Path, target: Path, previous: dict[str, int] | None) -> None:
+    """Rename the finished bundle into place; an old one is removed only after the swap, file
+    by file: only regular files its manifest lists with their size (checked again, without
+    following a link), then the emptied directory. Nothing else is ever deleted."""
+    if previous is None:
+        os.replace(tmp, target)
+        return
+    if not previous:  # an empty directory: it was checked to be a real one
+        os.rmdir(target)
         os.replace(tmp, target)
         return
     old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
@@ -611,7 +663,32 @@ def _install(tmp: Path, target: Path, exists: bool) -> None:
     except OSError:
         os.replace(old, target)  # put the old bundle back
         raise
-    shutil.rmtree(old, ignore_errors=True)
+    left = _remove_bundle(old, previous)
+    if left:
+        raise SnapshotError(
+            f"the new snapshot is in {target}, but the previous one, moved to {old}, now holds "
+            f"what its manifest does not list ({', '.join(left[:5])}); it was kept: look at it "
+            "and remove it yourself"
+        )
+
+
+def _remove_bundle(path: Path, listed: Mapping[str, int]) -> list[str]:
+    """Unlink the files of an old bundle that its manifest vouches for, then the directory; the
+    names left when something else appeared meanwhile (then the directory stays)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    left: list[str] = []
+    try:
+        for entry in os.scandir(fd):
+            st = os.stat(entry.name, dir_fd=fd, follow_symlinks=False)
+            if S_ISREG(st.st_mode) and listed.get(entry.name) == st.st_size:
+                os.unlink(entry.name, dir_fd=fd)
+            else:
+                left.append(entry.name)
+    finally:
+        os.close(fd)
+    if not left:
+        os.rmdir(path)
+    return sorted(left)
 
 
 def write_snapshot(
@@ -630,7 +707,7 @@ def write_snapshot(
     ``force``, and only after the new bundle is complete.
     """
     target = Path(output_dir).expanduser().absolute()
-    exists = _check_target(target, force)
+    previous = _check_target(target, force)
     created = time.time() if now is None else now
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -643,7 +720,7 @@ def write_snapshot(
             _fill(tmp, store, assessment, screen_svg, created)
             _write_manifest(tmp, created)
             _fsync_dir(tmp)
-            _install(tmp, target, exists)
+            _install(tmp, target, previous)
             _fsync_dir(target.parent)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from verl_top.model import LogEvent, NcclInfo, ProbeResult, ProbeRow, Record
 from verl_top.nccl.expected import fill_expectation
+from verl_top.protocol import in_range
 from verl_top.untrusted import clean_line, clean_text
 
 MIB = 1 << 20
@@ -57,19 +58,22 @@ _COLLECTIVE_NAMES = (
 _BINARY = re.compile(r"\b(" + "|".join(_COLLECTIVE_NAMES) + r")_perf(?:_mpi)?\b")
 _STARTING = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 _TESTS_VERSION = re.compile(
-    r"^#\s*nccl-tests version\s+(\S+)(?:.*?nccl-library=(\d+))?", re.IGNORECASE
+    r"^#\s*nccl-tests version\s+(\S+)(?:.*?nccl-library=(\d{1,18}))?", re.IGNORECASE
 )
-_NTHREAD = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
+_NTHREAD = re.compile(r"^#\s*nThread\s+(\d{1,18})\s+nGpus\s+(\d{1,18})")
 # "#  Rank  0 Group  0 Pid   1347 on  vm device  0 [0000:00:06] NVIDIA H200"; very old builds
 # have no "Group".
 _DEVICE = re.compile(
-    r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+"
+    r"^#\s*Rank\s+(\d{1,18})\s+(?:Group\s+\d+\s+)?Pid\s+(\d{1,18})\s+on\s+(\S+)\s+device\s+(\d{1,18})\s+"
     r"\[([^\]]*)\]\s*(.*?)\s*$"
 )
 _NCCL_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+\S*)")
 _AVG_BUSBW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
-_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(\S*)")
+_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d{1,18})\s*(\S*)")
 _INT = re.compile(r"^-?\d+$")
+# Numbers are captured with at most 18 digits: a longer one is no NCCL number, and int() of
+# 5000 digits raised ValueError (Python's 4300-digit limit) and killed the NCCL source.
+MAX_ROW_DIGITS = 19  # a data row's size and count (2**63 has 19 digits)
 # What launchers put in front of every output line: Ray / SkyPilot "(head, rank=0, pid=3808) ",
 # OpenMPI --tag-output "[1,0]<stdout>:", Slurm srun --label " 0: " (the last only before a
 # blank, so "host:pid:tid" INFO lines and data rows are left alone).
@@ -108,6 +112,7 @@ class NcclTestsResult:
     # Max busbw (out-of-place or in-place) over sizes >= 256 MiB; the health number.
     busbw_max_large: float | None = None
     busbw_max_size: int | None = None
+    dropped_rows: int = 0  # data rows with numbers out of any real range (skipped)
     # True when no size reached 256 MiB and busbw_max_large is the max over all sizes.
     large_fallback: bool = False
     nccl_version: str = ""
@@ -145,6 +150,13 @@ class NcclTestsResult:
         """The GPU name of rank 0 ("" when the header has no device lines)."""
         return self.devices[0].name if self.devices else ""
 
+    def _problems(self) -> list[str]:
+        """What to say next to the rows: errors, no rows, rows skipped as impossible."""
+        out = list(self.errors) or ([] if self.rows else ["no data rows"])
+        if self.dropped_rows:
+            out.append(f"{self.dropped_rows} data rows with impossible numbers skipped")
+        return out
+
     def to_probe(self, host: str = "", t: float = 0.0) -> ProbeResult:
         """This run as a ``ProbeResult`` (expected bandwidth is left for the caller to fill)."""
         hosts = self.hosts
@@ -165,7 +177,7 @@ class NcclTestsResult:
             busbw_max_gbs=self.busbw_max_large,
             transport=transport,
             ok=not self.errors and bool(self.rows),
-            error="; ".join(self.errors) if self.errors else ("" if self.rows else "no data rows"),
+            error="; ".join(self._problems()),
             peak_size_bytes=self.busbw_max_size,
             gpus_per_host=self.gpus_per_host or None,
             nics=len(self.log.ib_devices) if self.log is not None and self.log.ib_devices else None,
@@ -182,10 +194,11 @@ def _float(token: str) -> float | None:
 
 
 def _wrong(token: str) -> int | None:
-    """The #wrong column: an int, or None for ``N/A`` (run with ``-c 0``)."""
+    """The #wrong column: an int, or None for ``N/A`` (run with ``-c 0``) or a number that is
+    none (``inf``, ``nan``: int() of them raised OverflowError / ValueError)."""
     try:
         return int(float(token))
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
 
 
@@ -220,10 +233,16 @@ def _layout_from_header(line: str) -> _Layout | None:
     return _Layout(preamble=first, half=second - first, total=len(names))
 
 
-def _parse_row(tokens: list[str], layout: _Layout) -> tuple[ProbeRow, int, int] | None:
-    """A data row to (ProbeRow, wrong out-of-place, wrong in-place); None if not a data row."""
+_DROPPED = "dropped"
+
+
+def _parse_row(tokens: list[str], layout: _Layout) -> tuple[ProbeRow, int, int] | str | None:
+    """A data row to (ProbeRow, wrong out-of-place, wrong in-place); None if not a data row;
+    ``_DROPPED`` for a data row whose numbers are out of any real range (counted, skipped)."""
     if len(tokens) < 10 or not _INT.match(tokens[0]) or not _INT.match(tokens[1]):
         return None
+    if len(tokens[0]) > MAX_ROW_DIGITS or len(tokens[1]) > MAX_ROW_DIGITS:
+        return _DROPPED
     if layout.total is not None and len(tokens) == layout.total and layout.preamble is not None:
         start = layout.preamble
         half = layout.half
@@ -241,8 +260,14 @@ def _parse_row(tokens: list[str], layout: _Layout) -> tuple[ProbeRow, int, int] 
     in_bus = _float(inp[2]) if len(inp) >= 3 else None
     w1 = _wrong(oop[3]) or 0
     w2 = (_wrong(inp[3]) or 0) if len(inp) >= 4 else 0
+    size = int(tokens[0])
+    checks = (("size_bytes", size), ("time_us", t_us), ("algbw_gbs", alg), ("busbw_gbs", bus))
+    if any(in_range(name, value) is None for name, value in checks):
+        return _DROPPED  # the protocol's ranges: no negative, NaN or 1e300 bandwidth
+    if in_bus is not None:
+        in_bus = in_range("in_place_busbw_gbs", in_bus)
     row = ProbeRow(
-        size_bytes=int(tokens[0]),
+        size_bytes=size,
         time_us=t_us,
         algbw_gbs=alg,
         busbw_gbs=bus,
@@ -301,7 +326,10 @@ def parse_nccl_tests(text: str, collective: str | None = None) -> NcclTestsResul
                 named = m.group(0)
             continue
         parsed = _parse_row(stripped.split(), layout)
-        if parsed is not None:
+        if parsed == _DROPPED:
+            res.dropped_rows += 1
+            continue
+        if isinstance(parsed, tuple):
             row, w1, w2 = parsed
             res.rows.append(row)
             if w1 > 0 or w2 > 0:
@@ -371,7 +399,9 @@ def _fill_peak(res: NcclTestsResult) -> None:
 # NCCL_DEBUG=INFO logs and PyTorch watchdog lines
 # ---------------------------------------------------------------------------------------------
 
-_VIA_NET = re.compile(r"via NET/([^/\s][^/]*?)/(\d+)(?:\(\d+\))?((?:/GDRDMA|/Shared|\(PCI\))*)")
+_VIA_NET = re.compile(
+    r"via NET/([^/\s][^/]*?)/(\d{1,18})(?:\(\d+\))?((?:/GDRDMA|/Shared|\(PCI\))*)"
+)
 _IB_USING = re.compile(r"NET/(IB\w*) : Using (.*?)(?:;|$)")
 _IB_DEV = re.compile(r"\[\d+\]([\w.:-]+?):\d+/(IB|RoCE)\b")
 _USING_NETWORK = re.compile(r"Using network (.+?)\s*$")
@@ -380,29 +410,29 @@ _USING_NETWORK = re.compile(r"Using network (.+?)\s*$")
 _P2P_LAYER = re.compile(r"NCCL INFO P2P plugin (?:v\d+ )?(\S+)")
 _RDMA_PLUGIN = "NCCL RDMA Plugin"
 _GDR_HCA = re.compile(r"GPU Direct RDMA Enabled for HCA")
-_COMM_SUMMARY = re.compile(r"\bcomm 0x[0-9a-f]+ rank \d+ nRanks (\d+) nNodes (\d+)")
-_INIT_COMPLETE = re.compile(r"\bnranks (\d+)\b.*- (?:Init|Destroy) COMPLETE")
+_COMM_SUMMARY = re.compile(r"\bcomm 0x[0-9a-f]+ rank \d+ nRanks (\d{1,18}) nNodes (\d{1,18})")
+_INIT_COMPLETE = re.compile(r"\bnranks (\d{1,18})\b.*- (?:Init|Destroy) COMPLETE")
 # "<host>:<pid>:<tid> [<dev>] NCCL INFO ... rank R nranks N cudaDev D ... - Init COMPLETE"
 _INIT_RANK = re.compile(
-    r"(?:^|[\s\]])(?P<host>[^:\s\]]+):\d+:\d+ \[\d+\] NCCL INFO .*?\brank (?P<rank>\d+) "
-    r"nranks \d+ cudaDev (?P<dev>\d+)"
+    r"(?:^|[\s\]])(?P<host>[^:\s\]]+):\d+:\d+ \[\d+\] NCCL INFO .*?\brank (?P<rank>\d{1,18}) "
+    r"nranks \d+ cudaDev (?P<dev>\d{1,18})"
 )
 _MAX_RANKS = 65536
 _WATCHDOG = re.compile(
-    r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+)"
-    r".*?Timeout\(ms\)=(\d+)\) ran for (\d+) milliseconds"
+    r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d{1,18}), OpType=(\w+)"
+    r".*?Timeout\(ms\)=(\d{1,18})\) ran for (\d{1,18}) milliseconds"
 )
-_RANK = re.compile(r"\[(?:PG [^\]]*?)?Rank (\d+)\]")
+_RANK = re.compile(r"\[(?:PG [^\]]*?)?Rank (\d{1,18})\]")
 # "[PG 1 Rank 0]", "[PG ID 0 PG GUID 0(default_pg) Rank 1]": the process group a line is about.
 _PG = re.compile(r"\[PG (?:ID )?(\w+)(?: PG GUID [^\]]*?)? Rank \d+\]")
 # "... detected by watchdog at work: 1580, last enqueued NCCL work: 1582, last completed NCCL
 # work: 1579." (gpu_comm.md §2.5): how far each rank got.
 _WATCHDOG_STATE = re.compile(
-    r"detected by watchdog at work: (\d+), last enqueued NCCL work: (-?\d+), "
-    r"last completed NCCL work: (-?\d+)"
+    r"detected by watchdog at work: (\d{1,18}), last enqueued NCCL work: (-?\d{1,18}), "
+    r"last completed NCCL work: (-?\d{1,18})"
 )
 # Ray's prefix on a worker's line in the driver log: "(WorkerDict pid=55154, ip=10.0.0.2)".
-_RAY_PID = re.compile(r"\((?:[\w.:-]+) pid=(\d+)(?:, ip=([\d.:a-fA-F]+))?\)")
+_RAY_PID = re.compile(r"\((?:[\w.:-]+) pid=(\d{1,18})(?:, ip=([\d.:a-fA-F]+))?\)")
 _NCCL_WARN = re.compile(r"\bNCCL WARN (.*)$")
 # NCCL's own echo of a setting ("NCCL_IB_DISABLE set by environment to 1.", "NCCL_IB_HCA set to
 # mlx5_0") and a launcher's command line ("-x NCCL_IB_DISABLE=1", "export NCCL_IB_HCA=mlx5_0").

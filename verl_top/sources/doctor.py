@@ -240,7 +240,7 @@ class Doctor:
         return conn
 
     async def _agent(self, conn: asyncssh.SSHClientConnection) -> None:
-        from verl_top.agent import BOOTSTRAP, agent_payload
+        from verl_top.agent.ship import BOOTSTRAP, agent_payload
 
         r, python = self.report, self.settings.python
         q = shlex.quote(python)
@@ -260,7 +260,7 @@ class Doctor:
             raise _Stop
         r.passed("python3", f"Python {out[-1]} ({out[0]})")
         await self._first_sample(
-            conn, agent_command(python, BOOTSTRAP, self._args()), agent_payload()
+            conn, agent_command(python, BOOTSTRAP, self._args()), agent_payload(self._args())
         )
 
     def _args(self) -> list[str]:

@@ -18,14 +18,15 @@ from pathlib import Path
 import hostlist
 
 # A hostname, IPv4 address or ssh_config alias after range expansion.
-_NAME_RE = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?$")
+# \Z, not $: "$" also matches before a final newline, so "node1\n" passed for a host name.
+_NAME_RE = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?\Z")
 # What may appear in a host part before expansion (names plus hostlist brackets).
 _PATTERN_CHARS = re.compile(r"[A-Za-z0-9._\-\[\],]")
-_USER_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]*\$?$")
+_USER_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]*\$?\Z")
 _LOCAL_NAMES = ("localhost", "localhost.localdomain", "127.0.0.1", "::1")
 
 
-_ZONE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")  # an interface name or number (IFNAMSIZ)
+_ZONE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,15}\Z")  # an interface name or number (IFNAMSIZ)
 MAX_HOSTS = 2048  # hosts one run may name (the store keeps as many)
 
 

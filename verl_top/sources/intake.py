@@ -11,9 +11,12 @@ One :class:`Intake` per connection of a host. It
   transit delay) and, when it is ``OFFSET_APPLY_S`` or more, adds it to every ``t``, so a node
   whose clock is an hour ahead neither hides the other hosts (the store's data clock follows the
   newest ``t``) nor is hidden itself;
-- refuses records whose corrected ``t`` is more than ``LIVE_WINDOW_S`` away from the arrival
-  time (``time_window``), and re-learns the offset when that happens many times in a row (the
-  node's clock was stepped);
+- refuses records whose corrected ``t`` is more than ``LIVE_WINDOW_S`` before the arrival time
+  or more than ``FUTURE_S`` after it (``time_window``), and re-learns the offset when that
+  happens many times in a row (the node's clock was stepped). Nothing measured on a node can
+  arrive before it happened: a corrected ``t`` in the future is a lying or stepped clock, and
+  accepting it would move the store's data clock (the newest ``t`` of all hosts) ahead, pushing
+  the honest hosts' points out of the window (a node 250 s ahead left them 11 of 120 points);
 - reports what the decoder refused as ``Dropped`` records, at most once a second.
 
 See docs/protocol.md ("Validation") and docs/security.md ("Caps").
@@ -34,7 +37,10 @@ READ_CHUNK = 256 * 1024  # characters per read of the agent's stdout
 OFFSET_LEARN_S = 30.0  # the offset estimate keeps improving for this long after the hello
 OFFSET_APPLY_S = 1.0  # smaller offsets are left alone (transit delay would dominate them)
 OFFSET_CHANGE_S = 0.5  # the applied offset moves only when the estimate moved this much
-LIVE_WINDOW_S = 600.0  # a corrected t further than this from arrival is refused
+LIVE_WINDOW_S = 600.0  # a corrected t older than this at arrival is refused
+# A corrected t this far after its arrival is refused: the offset is learnt from the fastest
+# transit, so an honest record arrives after its t; 5 s covers hours of ppm clock drift.
+FUTURE_S = 5.0
 RELEARN_AFTER = 20  # this many refused records in a row: the node's clock jumped, learn again
 DROP_REPORT_S = 1.0
 
@@ -106,7 +112,7 @@ class Intake:
             if rec.t:
                 self._learn(rec, received, emit)
                 rec.t = round(rec.t + self.applied, 3)
-                if abs(rec.t - received) > LIVE_WINDOW_S:
+                if not -LIVE_WINDOW_S <= rec.t - received <= FUTURE_S:
                     self._refuse_time(rec, received)
                     rec = None
                 else:

@@ -1,7 +1,7 @@
 """This machine as a source: the node agent run in-process, and local file following.
 
-``LocalSource`` imports ``verl_top.agent.node_agent`` (the same code the SSH source ships to
-nodes) and turns each tick's wire dicts into records with ``protocol.from_dict``, so local and
+``LocalSource`` imports the agent package ``verl_top.agent`` (the same code the SSH source ships
+to nodes) and turns each tick's wire dicts into records with ``protocol.from_dict``, so local and
 remote data take one path. ``LocalFollowSource`` follows files on this machine (e.g. the verl
 driver log) while the GPUs are monitored on remote hosts, with the agent's ``Follower``.
 """
@@ -16,7 +16,8 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from verl_top.agent import node_agent
+from verl_top.agent.follow import MAX_LINES_PER_RECORD, MAX_READ_PER_POLL, Follower, parse_follow
+from verl_top.agent.main import Agent, parse_args
 from verl_top.model import Record
 from verl_top.protocol import Decoder
 from verl_top.sources.base import Emit
@@ -37,7 +38,7 @@ def _follow_args(follows: Iterable[FollowSpec]) -> list[tuple[str, str, bool]]:
     out = []
     for spec in follows:
         if isinstance(spec, str):
-            out.append(node_agent.parse_follow(spec))
+            out.append(parse_follow(spec))
         else:
             kind, path, *rest = spec
             out.append((kind, str(path), bool(rest[0]) if rest else False))
@@ -151,13 +152,13 @@ class LocalSource:
             argv += ["--host", host]
         if not procs:
             argv.append("--no-procs")
-        self.options = node_agent.parse_args(argv)
+        self.options = parse_args(argv)
         self.follows = _follow_args(follows)
         self.count = count  # stop after this many ticks (0: run until cancelled)
         self.host = host or socket.gethostname()
         self.name = f"local:{self.host}"
         self.malformed = 0
-        self.agent: node_agent.Agent | None = None
+        self.agent: Agent | None = None
         self._pending: list[dict[str, Any]] = []
 
     def command(self, cmd: dict[str, Any]) -> None:
@@ -168,7 +169,7 @@ class LocalSource:
         """Follow a file on this machine (applied before the next tick)."""
         self.command({"cmd": "follow", "kind": kind, "path": path, "from_start": from_start})
 
-    def _tick(self, agent: node_agent.Agent) -> list[dict[str, Any]]:
+    def _tick(self, agent: Agent) -> list[dict[str, Any]]:
         pending, self._pending = self._pending, []
         for cmd in pending:
             agent.command(cmd)
@@ -181,7 +182,7 @@ class LocalSource:
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verl-top-local")
         try:
             # NVML init and the nvidia-smi probe can take a second: keep them off the event loop.
-            agent = await loop.run_in_executor(executor, node_agent.Agent, self.options)
+            agent = await loop.run_in_executor(executor, Agent, self.options)
             self.agent = agent
             for kind, path, from_start in self.follows:
                 agent.follow(kind, path, from_start)
@@ -247,14 +248,10 @@ class LocalFollowSource:
             size = _size(path) if from_start and not self.until_eof else 0
             if size > BIG_LOG:
                 end, start = await self._tail(kind, path, size, emit)
-                followers.append(
-                    node_agent.Follower(kind, path, max_read=CATCH_UP_READ, offset=end)
-                )
+                followers.append(Follower(kind, path, max_read=CATCH_UP_READ, offset=end))
                 history.append(asyncio.create_task(self._history(kind, path, start, emit)))
             else:
-                followers.append(
-                    node_agent.Follower(kind, path, from_start, max_read=CATCH_UP_READ)
-                )
+                followers.append(Follower(kind, path, from_start, max_read=CATCH_UP_READ))
         polls = 0
         try:
             if self.until_eof:
@@ -268,7 +265,7 @@ class LocalFollowSource:
                     # A stat and a read of what was appended: small local I/O, done inline.
                     # A big backlog (a log followed from its start) is read in CATCH_UP_READ
                     # pieces, up to the agent's 8 MiB per interval, parsed in paced slices.
-                    for _ in range(node_agent.MAX_READ_PER_POLL // CATCH_UP_READ):
+                    for _ in range(MAX_READ_PER_POLL // CATCH_UP_READ):
                         dicts = follower.poll(self.host, now)
                         if not dicts:
                             break
@@ -317,7 +314,7 @@ class LocalFollowSource:
         reset: bool = False,
     ) -> list[dict[str, Any]]:
         """Wire dicts of ``log`` records for ``lines`` (the agent's record size limits)."""
-        size = node_agent.MAX_LINES_PER_RECORD
+        size = MAX_LINES_PER_RECORD
         out: list[dict[str, Any]] = []
         for i in range(0, max(1, len(lines)), size):
             out.append(
@@ -334,7 +331,7 @@ class LocalFollowSource:
             )
         return out
 
-    async def _read_to_end(self, followers: list[node_agent.Follower], emit: Emit) -> None:
+    async def _read_to_end(self, followers: list[Follower], emit: Emit) -> None:
         """Read each file completely (a finished log given with a replay or to diagnose).
 
         The lines get time 0 ("no arrival time"): stamping them with today's clock would pull
@@ -344,9 +341,10 @@ class LocalFollowSource:
         for follower in followers:
             while True:
                 dicts = follower.poll(self.host, now)
-                if not dicts:
+                if dicts:
+                    self.malformed += await _decode_paced(dicts, emit)
+                elif follower.caught_up:  # not merely inside a long line: the end
                     break
-                self.malformed += await _decode_paced(dicts, emit)
                 await asyncio.sleep(0)  # and between polls
             # A last line without a newline is complete once the file is finished.
             self.malformed += _decode(follower.flush(self.host, now), emit)

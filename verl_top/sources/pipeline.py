@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from verl_top.export.redact import Redactor
 from verl_top.model import LogHistory, LogLines, ProcessList, Record, VerlConfig, VerlStep
 from verl_top.nccl.parse import EventScanner
 from verl_top.roles import RoleMemory, annotate_verl, config_roles
@@ -62,6 +63,7 @@ class Pipeline:
         self.wall_clock = wall_clock
         self.listeners: list[Callable[[Record], None]] = []
         self.roles = RoleMemory()  # the verl roles each WorkerDict served so far
+        self.redactor = Redactor()
 
     def emit(self, record: Record) -> None:
         """Accept one record from any source."""
@@ -80,6 +82,8 @@ class Pipeline:
         self._deliver(record, received)
 
     def _deliver(self, record: Record, received: float) -> None:
+        # Secrets out of foreign free text once, before anything shows, records or exports it.
+        record = self.redactor.record(record)
         self.store.ingest(record, received)
         if self.recorder is not None:
             self.recorder.write(record)
@@ -139,6 +143,7 @@ class Pipeline:
         steps: list[VerlStep] = []
         for parsed in out:
             if isinstance(parsed, VerlStep):
+                parsed = self.redactor.record(parsed)  # as _deliver does
                 if steps and steps[-1].step == parsed.step:  # as Store keeps them
                     steps[-1] = parsed
                 else:

@@ -11,7 +11,8 @@ unchanged; rollout servers become :class:`~verl_top.model.RolloutSample` records
 At start-up the same expressions are asked as *range queries* over the history window, so the
 plots are full on the first frame. A metric without a series is ``None`` (no data), never 0;
 DCGM's "blank" numbers (>= 2**47: not found / not supported / no permission) are ``None`` too.
-Every answer is foreign: JSON through :func:`verl_top.untrusted.loads`, label values through
+Every answer is foreign: decoded series by series as it streams in (bounded in memory by what is
+kept, :class:`verl_top.untrusted.JsonArrayStream`), label values through
 ``clean_text``, numbers through ``finite``. A round has a time budget; a dead or slow Prometheus
 is reported as a :class:`~verl_top.model.SourceStatus` and its hosts go ``stale``, never a hang.
 
@@ -21,11 +22,11 @@ Facts about the exporter's names, units and labels: tests/fixtures/prometheus/RE
 from __future__ import annotations
 
 import asyncio
-import base64
+import math
 import re
-import ssl
 import time
 import urllib.parse
+from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -40,15 +41,26 @@ from verl_top.model import (
     RolloutSample,
     SourceStatus,
 )
+from verl_top.protocol import MAX_GPU_INDEX, in_range
 from verl_top.sources.base import Emit, Source
-from verl_top.untrusted import UntrustedJSONError, bounded_int, clean_text, finite, loads
+from verl_top.sources.http_client import HttpClient, HttpError, HttpOptions, time_limit
+from verl_top.untrusted import (
+    JsonArrayStream,
+    UntrustedJSONError,
+    bounded_int,
+    clean_text,
+    finite,
+)
 
 DEFAULT_PORT = 9090
 MAX_BODY = 64 * 1024 * 1024  # one API answer; 1024 GPUs x 20 metrics is ~0.3 MB per metric
 MAX_SERIES = 200_000  # series taken from one answer
-THREAD_PARSE_BYTES = 512 * 1024  # answers larger than this are decoded in a worker thread
+MAX_SERIES_POINTS = 11_000  # points of one series (Prometheus' own limit per range query)
+MAX_SERIES_CHARS = 1 << 20  # characters of one series (11 000 points are ~400 KB)
+MAX_OTHER = 1 << 20  # characters of an answer outside data.result (status, warnings)
+MAX_ANSWER_POINTS = 2_000_000  # points kept from one answer (32 MB as arrays)
+HISTORY_SAMPLES = 120_000  # GPU samples the start-up history may make (1024 GPUs x 117)
 EMIT_CHUNK = 2000  # start-up history records emitted between two yields to the event loop
-MAX_GPU_INDEX = 1023
 DCGM_BLANK = float(2**47)  # DCGM's float blank; int64 blanks (9.2e18) are above it too
 MIB = 1024.0 * 1024.0
 # Labels that name one GPU. Both spellings of the host label: dcgm-exporter master renamed
@@ -293,6 +305,7 @@ class PromSettings:
     history_budget: float = 20.0  # s for the start-up range queries
     parallel: int = 8  # requests in flight at once
     rollout: bool = True
+    http: HttpOptions = field(default_factory=HttpOptions)  # headers, token, TLS files
 
     def __post_init__(self) -> None:
         self.url = parse_url(self.url)
@@ -301,38 +314,52 @@ class PromSettings:
             self.rollout_selector = parse_selector(self.rollout_selector)
         if self.interval <= 0 or self.budget <= 0 or self.request_timeout <= 0:
             raise ValueError("--prometheus: interval and timeouts must be positive")
+        self.http.check("--prom")
 
 
 # --- the HTTP API client ------------------------------------------------------------------------
 
+NAN = float("nan")
+
 
 @dataclass
 class Series:
-    """One answered series: its labels (cleaned) and its points (None = not a finite number)."""
+    """One answered series: its labels (cleaned) and its points, kept compact (two arrays of
+    doubles: 16 bytes a point, where a decoded ``[t, "v"]`` pair costs ~200). A value that is
+    not a finite number is NaN here and ``None`` through :attr:`points` / :meth:`last`."""
 
     labels: dict[str, str]
-    points: list[tuple[float, float | None]]
+    times: array = field(default_factory=lambda: array("d"))
+    values: array = field(default_factory=lambda: array("d"))
+
+    @property
+    def points(self) -> list[tuple[float, float | None]]:
+        """(t, value or None) pairs, oldest first."""
+        return [(t, None if v != v else v) for t, v in zip(self.times, self.values, strict=True)]
+
+    def last(self) -> float | None:
+        """The newest value (an instant answer's only one); None when absent or not a number."""
+        if not self.values:
+            return None
+        v = self.values[-1]
+        return None if v != v else v
 
 
 def _number(text: Any) -> float | None:
-    """An API sample value (a string) as a finite float below DCGM's blank, else None."""
-    if not isinstance(text, str) or len(text) > 40:
+    """An API sample value (a string) as a finite float below DCGM's blank, else None.
+
+    Only Prometheus' own spelling of a number is read: ASCII digits, sign, point, exponent
+    (``float`` would also take ``1_000`` and Arabic-Indic digits).
+    """
+    if not isinstance(text, str) or len(text) > 40 or _NUMBER.match(text) is None:
         return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    number = finite(value)
+    number = finite(float(text))
     if number is None or abs(number) >= DCGM_BLANK:
         return None
     return number
 
 
-def _point(pair: Any) -> tuple[float, float | None] | None:
-    if not isinstance(pair, list) or len(pair) != 2:
-        return None
-    t = finite(pair[0], 0.0, 1e11)
-    return None if t is None else (t, _number(pair[1]))
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
 
 
 class LabelCleaner:
@@ -356,15 +383,96 @@ class LabelCleaner:
         return hit
 
 
-def parse_answer(body: bytes, url: str, clean: LabelCleaner | None = None) -> list[Series]:
-    """The series of an API answer (vector or matrix); PromError for an error answer."""
-    clean = clean if clean is not None else LabelCleaner()
-    try:
-        doc = loads(body, max_bytes=MAX_BODY)
-    except UntrustedJSONError as exc:
-        raise PromError(f"{url} answered, but not with Prometheus JSON ({exc})") from None
-    if not isinstance(doc, dict):
-        raise PromError(f"{url} answered JSON that is not a Prometheus API reply")
+@dataclass
+class SeriesReader:
+    """Turns each decoded ``result`` item into a :class:`Series` as the answer streams in.
+
+    ``budget`` bounds the points kept from one answer (the start-up history asks for a known
+    number of GPUs and points; a Prometheus answering more is cut there, and ``cut`` counts
+    the points let go).
+    """
+
+    clean: LabelCleaner
+    budget: int = MAX_ANSWER_POINTS
+    cut: int = 0
+
+    def __call__(self, row: Any) -> Series | None:
+        if not isinstance(row, dict) or not isinstance(row.get("metric"), dict):
+            return None
+        labels = {
+            self.clean(k, 64): self.clean(v, 256)
+            for k, v in list(row["metric"].items())[:64]
+            if isinstance(k, str) and isinstance(v, str)
+        }
+        series = Series(labels)
+        if "value" in row:  # an instant answer: one pair, the common case of every round
+            pair = row["value"]
+            if isinstance(pair, list) and len(pair) == 2 and self.budget > 0:
+                t = finite(pair[0], 0.0, 1e11)
+                if t is not None:
+                    value = _number(pair[1])
+                    series.times.append(t)
+                    series.values.append(NAN if value is None else value)
+                    self.budget -= 1
+            return series
+        raw = row.get("values")
+        if not isinstance(raw, list):
+            return series
+        if len(raw) > min(self.budget, MAX_SERIES_POINTS):
+            keep = max(0, min(self.budget, MAX_SERIES_POINTS))
+            self.cut += len(raw) - keep
+            raw = raw[:keep]
+        try:
+            _fast_points(raw, series)
+        except (TypeError, ValueError, KeyError, IndexError, OverflowError):
+            _slow_points(raw, series)  # something in it is not a plain [t, "v"] pair
+        self.budget -= len(series.times)
+        return series
+
+
+def _fast_points(raw: list[Any], series: Series) -> None:
+    """All pairs of a well-formed series at once (C-level loops, ~10x the pair-by-pair speed):
+    raises when any pair is not ``[number, "number"]`` in Prometheus' spelling (nothing is kept
+    then, and the caller goes pair by pair)."""
+    stamps = [p[0] for p in raw]
+    texts = [p[1] for p in raw]
+    if not set(map(type, stamps)) <= _NUMBER_TYPES:  # a string, None or a bool
+        raise TypeError("a timestamp that is not a number")
+    if _VALUE_CHARS.match("".join(texts)) is None:  # TypeError unless all are strings
+        raise ValueError("a value that is not a plain number")
+    times = array("d", stamps)
+    total = sum(times)
+    if total != total or (times and (min(times) < 0.0 or max(times) > 1e11)):
+        raise ValueError("a timestamp out of range")
+    values = array("d", map(float, texts))  # ValueError for "1e" or "--1" and the like
+    spread = sum(values)
+    if values and not (spread == spread and -DCGM_BLANK < min(values) <= max(values) < DCGM_BLANK):
+        for k, v in enumerate(values):  # NaN, +-Inf or DCGM's blanks: no data
+            if not -DCGM_BLANK < v < DCGM_BLANK:
+                values[k] = NAN
+    series.times, series.values = times, values
+
+
+_NUMBER_TYPES = {int, float}
+
+
+def _slow_points(raw: list[Any], series: Series) -> None:
+    """Pair by pair, keeping the good ones (a hostile or odd series)."""
+    for pair in raw:
+        if isinstance(pair, list) and len(pair) == 2:
+            t = finite(pair[0], 0.0, 1e11)
+            if t is not None:
+                series.times.append(t)
+                value = _number(pair[1])
+                series.values.append(NAN if value is None else value)
+
+
+# Every character of a Prometheus sample value, NaN and +Inf/-Inf included.
+_VALUE_CHARS = re.compile(r"[0-9.eE+\-NaIf]*\Z")
+
+
+def answer_series(doc: Mapping[str, Any], url: str) -> list[Series]:
+    """The series of a decoded API answer (vector or matrix); PromError for an error answer."""
     if doc.get("status") != "success":
         kind = clean_text(doc.get("errorType"), 40) or "error"
         raise PromError(f"Prometheus {kind}: {clean_text(doc.get('error'), 300)}", False)
@@ -372,125 +480,114 @@ def parse_answer(body: bytes, url: str, clean: LabelCleaner | None = None) -> li
     rows = data.get("result") if isinstance(data, dict) else None
     if not isinstance(rows, list):
         raise PromError(f"{url} answered JSON without data.result: is this Prometheus?")
-    out: list[Series] = []
-    for row in rows[:MAX_SERIES]:
-        if not isinstance(row, dict) or not isinstance(row.get("metric"), dict):
-            continue
-        labels = {
-            clean(k, 64): clean(v, 256)
-            for k, v in list(row["metric"].items())[:64]
-            if isinstance(k, str) and isinstance(v, str)
-        }
-        if "value" in row:
-            p = _point(row["value"])
-            points = [p] if p is not None else []
-        else:
-            values = row.get("values")
-            raw = values if isinstance(values, list) else []
-            points = [p for v in raw if (p := _point(v)) is not None]
-        out.append(Series(labels, points))
-    return out
+    return [s for s in rows if isinstance(s, Series)]
+
+
+def _stream(reader: SeriesReader) -> JsonArrayStream:
+    return JsonArrayStream(
+        ("data", "result"), reader, MAX_SERIES, max_item=MAX_SERIES_CHARS, max_other=MAX_OTHER
+    )
+
+
+def parse_answer(body: bytes, url: str, clean: LabelCleaner | None = None) -> list[Series]:
+    """The series of a whole API answer held in memory (tests, error bodies)."""
+    stream = _stream(SeriesReader(clean if clean is not None else LabelCleaner()))
+    try:
+        stream.feed(body.decode("utf-8", "replace"))
+        doc = stream.finish()
+    except UntrustedJSONError as exc:
+        raise PromError(f"{url} answered, but not with Prometheus JSON ({exc})") from None
+    return answer_series(doc, url)
 
 
 class PromClient:
-    """Asynchronous GETs against one Prometheus HTTP API (plain asyncio, HTTP/1.0).
-
-    HTTP/1.0 so the server closes the connection and never chunks the body: the reader needs no
-    chunk decoding, and the read is bounded by ``MAX_BODY``. Cancellable, so a round's budget
-    really ends it. Basic auth from ``http://user:pass@host`` is sent when given.
+    """Asynchronous GETs against one Prometheus HTTP API, on the shared HTTP client
+    (verl_top/sources/http_client.py): keep-alive connections, gzip, TLS and proxy options,
+    one deadline per request, the ``result`` array decoded series by series as it arrives.
+    Basic auth from ``http://user:pass@host`` is sent when given.
     """
 
-    def __init__(self, url: str, timeout: float = 3.0) -> None:
-        self.url = url
-        parts = urllib.parse.urlsplit(url)
-        self.host = parts.hostname or ""
-        self.tls = parts.scheme == "https"
-        self.port = parts.port or (443 if self.tls else DEFAULT_PORT)
-        self.prefix = parts.path.rstrip("/")
+    def __init__(
+        self,
+        url: str,
+        timeout: float = 3.0,
+        options: HttpOptions | None = None,
+        connections: int = 8,
+    ) -> None:
+        self.http = HttpClient(
+            url, options or HttpOptions(), deadline=timeout, max_body=MAX_BODY,
+            connections=connections,
+        )  # fmt: skip
+        self.url = self.http.base_url
+        self.shown = self.http.shown  # no password
         self.timeout = timeout
-        self.requests = 0
-        self.bytes = 0
-        auth = ""
-        if parts.username is not None:
-            token = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
-            auth = f"Authorization: Basic {base64.b64encode(token.encode()).decode()}\r\n"
-        self._auth = auth
-        self.shown = f"{parts.scheme}://{self.host}:{self.port}{self.prefix}"  # no password
         self.clean = LabelCleaner()
-        self._tls = ssl.create_default_context() if self.tls else None  # once: costs ms
 
-    async def get(self, path: str, params: Mapping[str, str]) -> list[Series]:
+    @property
+    def requests(self) -> int:
+        """Requests sent so far."""
+        return self.http.requests
+
+    @property
+    def bytes(self) -> int:
+        """Answer bytes received so far (as sent: compressed when gzip was used)."""
+        return self.http.nbytes
+
+    async def get(
+        self, path: str, params: Mapping[str, str], budget: int = MAX_ANSWER_POINTS
+    ) -> list[Series]:
         """Series of ``GET /api/v1/<path>?params`` (PromError on any failure)."""
+        reader = SeriesReader(self.clean, budget)
         try:
-            return await asyncio.wait_for(self._get(path, params), self.timeout)
-        except asyncio.TimeoutError:
-            raise PromError(
-                f"Prometheus at {self.shown} did not answer within {self.timeout:g} s"
-            ) from None
+            answer = await self.http.get_json(
+                f"/api/v1/{path}", params, ("data", "result"), reader, MAX_SERIES,
+                MAX_SERIES_CHARS, MAX_OTHER,
+            )  # fmt: skip
+        except HttpError as exc:
+            raise self._error(exc, path) from None
+        return answer_series(answer.doc, self.shown)
 
-    async def _get(self, path: str, params: Mapping[str, str]) -> list[Series]:
-        self.requests += 1
-        target = f"{self.prefix}/api/v1/{path}?{urllib.parse.urlencode(params)}"
-        try:
-            reader, writer = await asyncio.open_connection(self.host, self.port, ssl=self._tls)
-        except OSError as exc:
-            raise PromError(self._unreachable(exc)) from None
-        try:
-            request = (
-                f"GET {target} HTTP/1.0\r\nHost: {self.host}:{self.port}\r\n"
-                f"Accept: application/json\r\nUser-Agent: verl-top\r\n{self._auth}\r\n"
-            )
-            writer.write(request.encode())
-            raw = await self._read_all(reader)
-        except OSError as exc:
-            raise PromError(self._unreachable(exc)) from None
-        finally:
-            writer.close()
-        self.bytes += len(raw)
-        head, sep, body = raw.partition(b"\r\n\r\n")
-        status = head.split(b"\r\n", 1)[0].split()
-        if not sep or len(status) < 2 or not status[0].startswith(b"HTTP/"):
-            raise PromError(f"{self.shown} did not answer as an HTTP server: is this Prometheus?")
-        code = bounded_int(int(status[1]) if status[1].isdigit() else -1, 100, 599)
-        if code in (401, 403):
-            raise PromError(f"Prometheus at {self.shown} refused access (HTTP {code})")
-        if code == 404:
-            raise PromError(
-                f"{self.shown}/api/v1/{path} does not exist (HTTP 404): not Prometheus?"
-            )
-        try:
-            # 400/422/503 from Prometheus carry a JSON error that names why.
-            if len(body) > THREAD_PARSE_BYTES:
-                # Start-up range answers at 1000+ GPUs are MBs: decode them off the event loop
-                # so the screen keeps drawing meanwhile.
-                return await asyncio.to_thread(parse_answer, body, self.shown, self.clean)
-            return parse_answer(body, self.shown, self.clean)
-        except PromError as exc:
-            if code is not None and code >= 400:  # e.g. a proxy's HTML 502 in front of it
-                raise PromError(f"HTTP {code}: {exc}", exc.unreachable) from None
-            raise
+    def _error(self, exc: HttpError, path: str) -> PromError:
+        where = self.shown
+        if exc.kind == "timeout":
+            return PromError(f"Prometheus at {where} did not answer within {self.timeout:g} s")
+        if exc.kind == "status":
+            code = exc.status
+            if code in (401, 403):
+                return PromError(f"Prometheus at {where} refused access (HTTP {code})")
+            if code == 404:
+                return PromError(
+                    f"{where}/api/v1/{path} does not exist (HTTP 404): not Prometheus?"
+                )
+            try:  # 400/422/503 from Prometheus carry a JSON error that names why
+                parse_answer(exc.body, where, self.clean)
+            except PromError as inner:  # e.g. a proxy's HTML 502 in front of it
+                return PromError(f"HTTP {code}: {inner}", inner.unreachable)
+            return PromError(f"{where}: HTTP {code}")
+        if exc.kind == "not_json":
+            return PromError(f"{where} answered, but not with Prometheus JSON ({exc})")
+        if exc.kind == "not_http":
+            return PromError(f"{where} did not answer as an HTTP server: is this Prometheus?")
+        if exc.kind == "refused":
+            return PromError(f"cannot reach Prometheus at {where}: connection refused")
+        if exc.kind == "too_large":
+            return PromError(f"Prometheus answer refused: {exc}")
+        return PromError(f"cannot reach Prometheus at {where}: {exc}")
 
-    async def _read_all(self, reader: asyncio.StreamReader) -> bytes:
-        buf = bytearray()
-        while chunk := await reader.read(256 * 1024):
-            buf += chunk
-            if len(buf) > MAX_BODY:
-                raise PromError(f"Prometheus answer larger than {MAX_BODY} bytes (refused)")
-        return bytes(buf)
-
-    def _unreachable(self, exc: OSError) -> str:
-        if isinstance(exc, ConnectionRefusedError):
-            return f"cannot reach Prometheus at {self.shown}: connection refused"
-        return f"cannot reach Prometheus at {self.shown}: {clean_text(exc.strerror or exc, 200)}"
+    async def close(self) -> None:
+        """Close the pooled connections."""
+        await self.http.close()
 
     async def query(self, expr: str, at: float) -> list[Series]:
         """Instant query evaluated at ``at``."""
         return await self.get("query", {"query": expr, "time": f"{at:.3f}"})
 
-    async def query_range(self, expr: str, start: float, end: float, step: float) -> list[Series]:
-        """Range query over [start, end] every ``step`` seconds."""
+    async def query_range(
+        self, expr: str, start: float, end: float, step: float, budget: int = MAX_ANSWER_POINTS
+    ) -> list[Series]:
+        """Range query over [start, end] every ``step`` seconds (at most ``budget`` points)."""
         params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
-        return await self.get("query_range", params)
+        return await self.get("query_range", params, budget)
 
 
 # --- labels -> hosts and GPUs -------------------------------------------------------------------
@@ -506,9 +603,14 @@ def host_of(labels: Mapping[str, str]) -> str:
 
 
 def gpu_of(labels: Mapping[str, str]) -> tuple[str, int] | None:
-    """(host, GPU index) of a DCGM series, or None when it names no GPU."""
+    """(host, GPU index) of a DCGM series, or None when it names no GPU.
+
+    Only ASCII digits make an index (``str.isdigit`` also takes Arabic-Indic and superscript
+    digits, which ``int`` reads as numbers), at most the protocol's GPU index cap.
+    """
     text = labels.get("gpu", "")
-    index = bounded_int(int(text), 0, MAX_GPU_INDEX) if text.isdigit() else None
+    usable = text.isascii() and text.isdigit() and len(text) <= 4
+    index = bounded_int(int(text), 0, MAX_GPU_INDEX) if usable else None
     host = host_of(labels)
     return None if index is None or not host else (host, index)
 
@@ -553,17 +655,17 @@ def gpu_facts(series: Iterable[Series]) -> dict[tuple[str, int], GpuFacts]:
 Values = dict[str, dict[Any, float | None]]  # metric field -> series key -> value
 
 
-def gpu_values(answers: Mapping[str, list[Series]], index: int = -1) -> Values:
-    """Per field, per GPU key: point ``index`` (-1: an instant answer's only point)."""
+def gpu_values(answers: Mapping[str, list[Series]]) -> Values:
+    """Per field, per GPU key: the value of an instant answer (scaled)."""
     out: Values = {}
     for name, series in answers.items():
         scale = METRIC_SCALE[name]
         col: dict[Any, float | None] = {}
         for s in series:
             key = gpu_of(s.labels)
-            if key is None or key in col or not s.points:
+            if key is None or key in col or not s.values:
                 continue
-            v = s.points[index][1]
+            v = s.last()
             col[key] = None if v is None else v * scale
         out[name] = col
     return out
@@ -578,12 +680,14 @@ def gpu_sample(host: str, index: int, t: float, values: Values) -> GpuSample:
     def get(name: str) -> float | None:
         return values.get(name, {}).get((host, index))
 
-    fields = {name: get(name) for name in SAMPLE_FIELDS}
+    # The protocol's ranges, as for an agent's sample: util 0-100 %, temperature -100..300 C...
+    fields = {name: in_range(name, get(name)) for name in SAMPLE_FIELDS}
     if fields["util_gpu"] is None:
         # MIG GPUs have no GPU_UTIL; GR_ENGINE_ACTIVE is the same "any engine busy" measure.
         fields["util_gpu"] = get("gr_engine")
     used, free, reserved = fields["mem_used_mib"], get("mem_free"), get("mem_reserved")
     total = None if used is None or free is None else used + free + (reserved or 0.0)
+    total = in_range("mem_total_mib", total)
     return GpuSample(host=host, t=t, index=index, mem_total_mib=total, **fields)
 
 
@@ -605,7 +709,9 @@ class PrometheusSource:
 
     def __init__(self, settings: PromSettings) -> None:
         self.settings = settings
-        self.client = PromClient(settings.url, settings.request_timeout)
+        self.client = PromClient(
+            settings.url, settings.request_timeout, settings.http, settings.parallel
+        )
         self.name = f"prometheus:{self.client.shown}"
         self.rounds = 0
         self.queries_last = 0
@@ -623,21 +729,29 @@ class PrometheusSource:
 
     # asking
 
-    async def _ask(self, expr: str, at: float, span: tuple[float, float] | None) -> list[Series]:
+    async def _ask(
+        self, expr: str, at: float, span: tuple[float, float] | None, budget: int
+    ) -> list[Series]:
         async with self._sem:
             if span is None:
                 return await self.client.query(expr, at)
-            return await self.client.query_range(expr, span[0], at, span[1])
+            return await self.client.query_range(expr, span[0], at, span[1], budget)
 
     async def _ask_all(
-        self, exprs: Mapping[str, str], at: float, span: tuple[float, float] | None = None
+        self,
+        exprs: Mapping[str, str],
+        at: float,
+        span: tuple[float, float] | None = None,
+        budget: int = MAX_ANSWER_POINTS,
     ) -> tuple[dict[str, list[Series]], list[str]]:
         """Every expression at once; answers by name, and the errors of those that failed.
 
         The first "unreachable" failure cancels the other requests and is raised: when
         Prometheus does not answer one request, waiting for the other 30 only delays saying so.
         """
-        tasks = {asyncio.ensure_future(self._ask(e, at, span)): name for name, e in exprs.items()}
+        tasks = {
+            asyncio.ensure_future(self._ask(e, at, span, budget)): name for name, e in exprs.items()
+        }
         answers: dict[str, list[Series]] = {}
         errors: list[str] = []
         try:
@@ -662,16 +776,19 @@ class PrometheusSource:
 
     async def run(self, emit: Emit) -> None:
         """History first (range queries), then one round every ``interval`` until cancelled."""
-        await self._history(emit)
-        loop = asyncio.get_running_loop()
-        next_round = loop.time()
-        while True:
-            await self.poll(emit)
-            next_round += self.settings.interval
-            delay = next_round - loop.time()
-            if delay < 0:  # a round overran: start the next one now, do not pile up
-                next_round, delay = loop.time(), 0.0
-            await asyncio.sleep(delay)
+        try:
+            await self._history(emit)
+            loop = asyncio.get_running_loop()
+            next_round = loop.time()
+            while True:
+                await self.poll(emit)
+                next_round += self.settings.interval
+                delay = next_round - loop.time()
+                if delay < 0:  # a round overran: start the next one now, do not pile up
+                    next_round, delay = loop.time(), 0.0
+                await asyncio.sleep(delay)
+        finally:
+            await self.client.close()
 
     async def poll(self, emit: Emit) -> None:
         """One round: every metric once, at one evaluation time, within the round's budget."""
@@ -680,7 +797,8 @@ class PrometheusSource:
         started = time.monotonic()
         at = time.time()
         try:
-            records, errors = await asyncio.wait_for(self._round(at), self.settings.budget)
+            async with time_limit(self.settings.budget):
+                records, errors = await self._round(at)
         except asyncio.TimeoutError:
             self._lost(
                 emit,
@@ -831,57 +949,152 @@ class PrometheusSource:
     # history
 
     async def _history(self, emit: Emit) -> None:
-        """Range queries over the history window so the panes are full on the first frame."""
+        """Range queries over the history window so the panes are full on the first frame.
+
+        Bounded in time and memory: the info query says how many GPUs there are, so the range
+        asks for at most ``HISTORY_SAMPLES`` samples in all (fewer points per GPU on a huge
+        cluster: the window the store keeps is 600 points anyway); every answer is cut at that
+        many points; the regrouping into records runs within what is left of
+        ``history_budget`` and stops there (said with the number of samples it made).
+        """
         s = self.settings
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + s.history_budget
         step = s.interval
         end = time.time()
-        start = end - min(s.history_s, step * 10_000)  # Prometheus allows 11 000 points
-        exprs = {"_info": self.info_expr, **self.gpu_exprs}
-        exprs.update(self.rollout_exprs)
         try:
-            answers, _ = await asyncio.wait_for(
-                self._ask_all(exprs, end, (start, step)), s.history_budget
-            )
+            async with time_limit(s.history_budget):
+                info = await self.client.query(self.info_expr, end)
+            gpus = max(1, len(gpu_facts(info)))
+            points = int(min(s.history_s, step * 10_000) // step) + 1  # Prometheus: 11 000
+            points = max(1, min(points, HISTORY_SAMPLES // gpus))
+            grid = HistoryGrid(end - (points - 1) * step, step, points)
+            exprs = {"_info": self.info_expr, **self.gpu_exprs}
+            exprs.update(self.rollout_exprs)
+            async with time_limit(max(0.0, deadline - loop.time())):
+                answers, _ = await self._ask_all(
+                    exprs, end, (grid.start, step), budget=2 * HISTORY_SAMPLES
+                )
         except (asyncio.TimeoutError, PromError) as exc:
             reason = str(exc) or f"no answer within {s.history_budget:g} s"
             self._status(emit, "slow", f"no history at start-up: {reason}", None)
             return
         if "_info" not in answers:
             return
-        records = await asyncio.to_thread(history_records, self, answers)
-        for i, record in enumerate(records):
+        until = time.monotonic() + max(0.0, deadline - loop.time())
+        history = await asyncio.to_thread(history_records, self, answers, grid, until)
+        if history.late:
+            self._status(
+                emit,
+                "slow",
+                f"start-up history cut at {s.history_budget:g} s: {history.samples} samples "
+                f"of {len(history.records)} records kept",
+                None,
+            )
+        for i, record in enumerate(history.records):
             emit(record)
             if i % EMIT_CHUNK == EMIT_CHUNK - 1:
                 await asyncio.sleep(0)  # 60k samples at 1024 GPUs: let the screen draw
 
 
-def _by_time(series: Iterable[Series]) -> dict[float, list[Series]]:
-    """A range answer regrouped as one instant answer per timestamp."""
-    out: dict[float, list[Series]] = {}
+@dataclass(frozen=True)
+class HistoryGrid:
+    """The timestamps of a range query: ``start + k * step`` for k in [0, points)."""
+
+    start: float
+    step: float
+    points: int
+
+    def index(self, t: float) -> int | None:
+        """k of ``t`` when it is one of the grid's timestamps (to a millisecond), else None."""
+        k = round((t - self.start) / self.step)
+        if 0 <= k < self.points and abs(t - (self.start + k * self.step)) < 2e-3:
+            return k
+        return None
+
+    def time(self, k: int) -> float:
+        """The timestamp of point ``k``."""
+        return self.start + k * self.step
+
+
+@dataclass
+class History:
+    """The start-up history as records, and whether the time budget cut it."""
+
+    records: list[Record]
+    samples: int = 0
+    late: bool = False
+
+
+def _dense(series: Iterable[Series], key_of: Any, grid: HistoryGrid) -> dict[Any, array]:
+    """Per series key (first series wins), its values on the grid (NaN where absent).
+
+    A range answer's timestamps are the grid's; one that is not (a hostile or confused
+    server sending 80 000 distinct timestamps) is dropped, so the regrouping's cost and memory
+    are set by the grid, not by the answer.
+    """
+    out: dict[Any, array] = {}
     for s in series:
-        for t, v in s.points:
-            out.setdefault(t, []).append(Series(s.labels, [(t, v)]))
+        key = key_of(s.labels)
+        if key is None or key in out:
+            continue
+        row = array("d", [NAN]) * grid.points
+        for t, v in zip(s.times, s.values, strict=True):
+            k = grid.index(t)
+            if k is not None:
+                row[k] = v
+        out[key] = row
     return out
 
 
-def history_records(source: PrometheusSource, answers: Mapping[str, list[Series]]) -> list[Record]:
-    """Records for every timestamp of the range answers, oldest first (hellos come first)."""
-    per_name = {name: _by_time(series) for name, series in answers.items()}
-    times = sorted({t for by_t in per_name.values() for t in by_t})
+def _instance(labels: Mapping[str, str]) -> str | None:
+    return clean_text(labels.get("instance", ""), 128) or None
+
+
+def history_records(
+    source: PrometheusSource,
+    answers: Mapping[str, list[Series]],
+    grid: HistoryGrid,
+    until: float = math.inf,
+) -> History:
+    """Records for every point of the grid, oldest first (hellos come first); stops at the
+    monotonic time ``until`` (what was made so far is kept)."""
     facts_all = gpu_facts(answers["_info"])
-    out: list[Record] = []
-    seen_hello = False
-    for t in times:
-        at_t = {name: by_t.get(t, []) for name, by_t in per_name.items()}
-        facts = gpu_facts(at_t["_info"])
-        gpu_answers = {k: v for k, v in at_t.items() if k in source.gpu_exprs}
-        values = gpu_values(gpu_answers)
-        if not seen_hello and facts:
-            out += source._hellos(facts_all, values, t)  # noqa: SLF001 - one source's own parts
-            seen_hello = True
-        out += [gpu_sample(h, i, t, values) for h, i in sorted(facts)]
-        out += rollout_records(at_t, t)
+    present = _dense(answers["_info"], gpu_of, grid)
+    gpu_cols = {name: _dense(answers.get(name, []), gpu_of, grid) for name in source.gpu_exprs}
+    queries = rollout_queries("")
+    roll_cols = {name: _dense(answers.get(name, []), _instance, grid) for name in queries}
+    servers: dict[str, tuple[str, str]] = {}
+    for name in queries:
+        for s in answers.get(name, []):
+            inst = _instance(s.labels)
+            if inst:
+                servers.setdefault(inst, (s.labels.get("server", ""), ""))
+    out = History([])
+    for k in range(grid.points):
+        if time.monotonic() > until:
+            out.late = True
+            break
+        t = grid.time(k)
+        values: Values = {
+            name: {key: _scaled(row[k], METRIC_SCALE[name]) for key, row in col.items()}
+            for name, col in gpu_cols.items()
+        }
+        here = sorted(key for key, row in present.items() if row[k] == row[k])
+        if here and not out.samples:
+            out.records += source._hellos(facts_all, values, t)  # noqa: SLF001 - its own parts
+        out.records += [gpu_sample(h, i, t, values) for h, i in here]
+        out.samples += len(here)
+        cols = {
+            name: {inst: _scaled(row[k], queries[name][1]) for inst, row in col.items()}
+            for name, col in roll_cols.items()
+        }
+        out.records += _rollout_samples(cols, servers, t, sparse=True)
     return out
+
+
+def _scaled(value: float, scale: float) -> float | None:
+    return None if value != value else value * scale
 
 
 def rollout_records(answers: Mapping[str, list[Series]], at: float) -> list[Record]:
@@ -892,20 +1105,32 @@ def rollout_records(answers: Mapping[str, list[Series]], at: float) -> list[Reco
     for name in queries:
         col: dict[str, float | None] = {}
         for s in answers.get(name, []):
-            inst = clean_text(s.labels.get("instance", ""), 128)
-            if not inst or inst in col or not s.points:
+            inst = _instance(s.labels)
+            if not inst or inst in col or not s.values:
                 continue
-            v = s.points[-1][1]
+            v = s.last()
             col[inst] = None if v is None else v * queries[name][1]
             servers.setdefault(inst, (s.labels.get("server", ""), ""))
         cols[name] = col
     for s in answers.get("_rinfo", []):
-        inst = clean_text(s.labels.get("instance", ""), 128)
+        inst = _instance(s.labels)
         if inst:
             servers[inst] = (s.labels.get("server", ""), s.labels.get("model_name", ""))
+    return _rollout_samples(cols, servers, at)
+
+
+def _rollout_samples(
+    cols: Mapping[str, Mapping[str, float | None]],
+    servers: Mapping[str, tuple[str, str]],
+    at: float,
+    sparse: bool = False,
+) -> list[Record]:
+    """A RolloutSample per server; ``sparse``: only servers with a value at ``at`` (history)."""
     out: list[Record] = []
     for inst, (server, model) in sorted(servers.items()):
-        fields = {name: cols[name].get(inst) for name in queries}
+        fields = {name: in_range(name, col.get(inst)) for name, col in cols.items()}
+        if sparse and all(v is None for v in fields.values()):
+            continue
         out.append(RolloutSample(host=inst, t=at, server=server, model=model, **fields))
     return out
 

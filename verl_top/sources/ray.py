@@ -19,18 +19,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import http.client
 import ipaddress
 import json
 import os
 import re
 import socket
-import ssl
-import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -41,17 +36,20 @@ from verl_top.protocol import Decoder, to_dict
 from verl_top.roles import classify
 from verl_top.sources.base import Emit
 from verl_top.sources.hosts import host_problem
-from verl_top.untrusted import UntrustedJSONError, clean_text, loads
+from verl_top.sources.http_client import HttpClient, HttpError, HttpOptions, run_blocking
+from verl_top.untrusted import clean_text
 
 if TYPE_CHECKING:
     from verl_top.sources.ssh import SshSettings
 
 DEFAULT_PORT = 8265
 POLL_S = 10.0
-HTTP_TIMEOUT_S = 5.0
-HTTP_DEADLINE_S = 10.0  # one whole request, however slowly the server drips its reply
+HTTP_DEADLINE_S = 10.0  # one whole request, however slowly the server drips headers or reply
 MAX_BODY_BYTES = 64 * 1024 * 1024  # a state-API page of 10 000 detailed actors is ~20 MB
-READ_CHUNK = 256 * 1024
+MAX_ROWS = 65_536  # rows read from one list reply (the state API pages at 10 000)
+MAX_ROW_CHARS = 1 << 20  # characters of one row (a detailed actor is ~2 KB)
+MAX_ROW_TEXT = 4096  # characters kept of one string field of a row
+MAX_OTHER_CHARS = 4 << 20  # characters of a reply outside its rows (a node's log file list)
 MAX_NODES = 4096
 DEFAULT_LOGS_DIR = "/tmp/ray/session_latest/logs"
 TOKEN_FILE = "~/.ray/auth_token"
@@ -178,113 +176,176 @@ def find_token(
 # --- HTTP -----------------------------------------------------------------------------------
 
 
-class Dashboard:
-    """Blocking JSON GETs against one Ray dashboard, every failure turned into a RayError.
+def _keep(*keys: str, nested: Mapping[str, tuple[str, ...]] | None = None) -> Callable[[Any], Any]:
+    """A row converter for the streamed state API: only ``keys`` of a dict row (and only
+    ``nested[key]`` inside those sub-dicts), strings cut at MAX_ROW_TEXT. A 60 MiB reply of
+    detailed actors then costs what verl-top keeps, not 1.5 GB of decoded JSON."""
+    nested = nested or {}
 
-    Plain urllib, called through ``asyncio.to_thread`` by the source: the state API is a few
-    small requests every 10 s, so a thread hop costs nothing, and verl-top does not take on an
-    HTTP client dependency (aiohttp comes with ray[default], which this machine may not have).
+    def short(value: Any) -> Any:
+        return value[:MAX_ROW_TEXT] if isinstance(value, str) else value
+
+    def convert(row: Any) -> Any:
+        if not isinstance(row, dict):
+            return None
+        out: dict[str, Any] = {}
+        for key in keys:
+            if key not in row:
+                continue
+            value = row[key]
+            if key in nested:
+                value = (
+                    {k: short(value[k]) for k in nested[key] if k in value}
+                    if isinstance(value, dict)
+                    else None
+                )
+            elif isinstance(value, dict | list):
+                value = None  # a structure where a scalar belongs: not kept
+            out[key] = short(value)
+        return out
+
+    return convert
+
+
+NODE_ROW = _keep(
+    "node_id", "node_ip", "state", "is_head_node", "resources_total",
+    nested={"resources_total": ("GPU",)},
+)  # fmt: skip
+ACTOR_ROW = _keep(
+    "actor_id", "node_id", "state", "name", "class_name", "pid", "job_id", "required_resources",
+    nested={"required_resources": ("GPU",)},
+)  # fmt: skip
+JOB_ROW = _keep(
+    "submission_id", "status", "driver_node_id", "driver_info",
+    nested={"driver_info": ("node_ip_address",)},
+)  # fmt: skip
+SUMMARY_ROW = _keep(
+    "hostname", "raylet", nested={"raylet": ("nodeId", "nodeManagerHostname", "rayletSocketName")}
+)
+
+
+class Dashboard:
+    """JSON GETs against one Ray dashboard, every failure turned into a RayError.
+
+    On the shared asynchronous HTTP client (verl_top/sources/http_client.py): one deadline per
+    request covering connect, headers and body (a dashboard dripping its headers or its reply
+    is cut there), keep-alive connections, a bounded body, and list replies decoded row by
+    row as they arrive, each row cut to the fields verl-top reads.
     """
 
     def __init__(
-        self,
-        url: str,
-        token: Token | None = None,
-        timeout: float = HTTP_TIMEOUT_S,
-        deadline: float = HTTP_DEADLINE_S,
-    ):
+        self, url: str, token: Token | None = None, deadline: float = HTTP_DEADLINE_S
+    ) -> None:
         self.url = url
         self.token = token
-        self.timeout = timeout  # per socket operation (connect, each read)
         self.deadline = deadline  # the whole request, reply body included
-        self.requests = 0
+        self.http = HttpClient(
+            url,
+            HttpOptions(bearer_token=token.value if token else None),
+            deadline=deadline,
+            max_body=MAX_BODY_BYTES,
+            connections=4,
+        )
 
-    def get(self, path: str, params: Sequence[tuple[str, str]] = ()) -> Any:
-        """The decoded JSON body of ``GET path?params``."""
-        query = f"?{urllib.parse.urlencode(list(params))}" if params else ""
-        request = urllib.request.Request(f"{self.url}{path}{query}")
-        request.add_header("Accept", "application/json")
-        if self.token is not None:
-            request.add_header("Authorization", f"Bearer {self.token.value}")
-        self.requests += 1
-        deadline = time.monotonic() + self.deadline
+    @property
+    def requests(self) -> int:
+        """Requests sent so far."""
+        return self.http.requests
+
+    async def close(self) -> None:
+        """Close the pooled connections."""
+        await self.http.close()
+
+    async def get(
+        self,
+        path: str,
+        params: Sequence[tuple[str, str]] = (),
+        array: tuple[str, ...] = (),
+        convert: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """The decoded JSON body of ``GET path?params`` (the array at ``array`` streamed)."""
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as resp:
-                body = self._read_body(resp, path, deadline)
-        except urllib.error.HTTPError as exc:
-            raise self._http_error(exc, path) from None
-        except urllib.error.URLError as exc:
-            raise self._network_error(exc.reason) from None
-        except http.client.HTTPException as exc:
-            raise self._not_http(exc) from None
-        except OSError as exc:  # a timeout or reset while reading the reply
-            raise self._network_error(exc) from None
+            answer = await self.http.get_json(
+                path, list(params), array, convert, MAX_ROWS, MAX_ROW_CHARS, MAX_OTHER_CHARS
+            )
+        except HttpError as exc:
+            raise self._error(exc, path) from None
+        return answer.doc
+
+    async def body(
+        self, path: str, params: Sequence[tuple[str, str]] = (), accept: str = "*/*"
+    ) -> bytes:
+        """The raw body of ``GET path?params`` (a text endpoint such as ``/worker/traceback``):
+        at most MAX_BODY_BYTES, within the request's deadline."""
         try:
-            return loads(body, max_bytes=MAX_BODY_BYTES)
-        except UntrustedJSONError as exc:
-            if "deeper" in str(exc):
-                raise RayError(f"{self.url}{path}: {exc}; reply refused", "api") from None
-            raise RayError(
-                f"{self.url}{path} answered, but not with JSON (it starts {_preview(body)}): is "
-                f"this the Ray dashboard (port {DEFAULT_PORT})?",
-                "not_ray",
-            ) from None
+            return await self.http.get_bytes(path, list(params), accept)
+        except HttpError as exc:
+            raise self._error(exc, path) from None
 
-    def _read_body(self, resp: Any, path: str, deadline: float) -> bytes:
-        """The reply body, read in chunks: at most MAX_BODY_BYTES (a larger Content-Length is
-        refused before reading) and within the request's total deadline (a server dripping
-        one byte at a time would otherwise never hit the per-read socket timeout)."""
-        where = f"{self.url}{path}"
-        length = resp.headers.get("Content-Length")
-        if length and length.isdigit() and int(length) > MAX_BODY_BYTES:
-            raise RayError(
-                f"{where}: a reply of {int(length)} bytes refused (at most {MAX_BODY_BYTES})",
-                "api",
-            )
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            left = deadline - time.monotonic()
-            late = RayError(
-                f"{where}: no complete answer within {self.deadline:g} s ({size} bytes so "
-                "far): the dashboard is overloaded, or this is not a Ray dashboard",
-                "unreachable",
-            )
-            if left <= 0:
-                raise late
-            with contextlib.suppress(AttributeError, OSError):
-                resp.fp.raw._sock.settimeout(min(self.timeout, left))  # noqa: SLF001
-            try:
-                chunk = resp.read1(READ_CHUNK)
-            except TimeoutError:
-                if time.monotonic() >= deadline - 0.05:
-                    raise late from None
-                raise
-            if not chunk:
-                return b"".join(chunks)
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise RayError(
-                    f"{where}: a reply larger than {MAX_BODY_BYTES} bytes refused", "api"
-                )
-            chunks.append(chunk)
-
-    def state(self, path: str, params: Sequence[tuple[str, str]] = ()) -> Any:
-        """``data.result`` of a state-API reply (``{"result": ok, "msg": ..., "data": ...}``)."""
-        body = self.get(path, params)
+    async def state(
+        self,
+        path: str,
+        params: Sequence[tuple[str, str]] = (),
+        convert: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """``data.result`` of a state-API reply (``{"result": ok, "msg": ..., "data": ...}``);
+        with ``convert``, the list rows at ``data.result.result`` go through it one by one."""
+        array = ("data", "result", "result") if convert is not None else ()
+        body = await self.get(path, params, array, convert)
         if not isinstance(body, dict) or not isinstance(body.get("data"), dict):
             raise RayError(
                 f"{self.url}{path} answered JSON that is not a Ray state-API reply "
-                f"({_preview(json.dumps(body).encode())}): is this the Ray dashboard?",
+                f"({_preview(json.dumps(body)[:200].encode())}): is this the Ray dashboard?",
                 "not_ray",
             )
         if body.get("result") is False:
             raise RayError(f"Ray state API {path}: {body.get('msg') or 'request failed'}", "api")
         return body["data"].get("result")
 
-    def _http_error(self, exc: urllib.error.HTTPError, path: str) -> RayError:
-        text = _error_text(exc)
-        if exc.code == 401:
+    def _error(self, exc: HttpError, path: str) -> RayError:
+        where = f"cannot reach the Ray dashboard at {self.url}"
+        kind = exc.kind
+        if kind == "status":
+            return self._http_error(exc.status or 0, _error_text(exc.body), path)
+        if kind == "not_json":
+            if "deeper" in str(exc) or "longer than" in str(exc) or "besides" in str(exc):
+                return RayError(f"{self.url}{path}: {exc}; reply refused", "api")
+            return RayError(
+                f"{self.url}{path} answered, but not with JSON ({exc}): is this the Ray "
+                f"dashboard (port {DEFAULT_PORT})?",
+                "not_ray",
+            )
+        if kind == "too_large":
+            return RayError(f"{self.url}{path}: {exc}", "api")
+        if kind == "timeout":
+            if exc.got:
+                return RayError(
+                    f"{self.url}{path}: no complete answer within {self.deadline:g} s "
+                    f"({exc.got} characters so far): the dashboard is overloaded, or this is "
+                    "not a Ray dashboard",
+                    "unreachable",
+                )
+            return RayError(
+                f"{where}: no answer within {self.deadline:g} s (firewall, or the wrong address?)",
+                "unreachable",
+            )
+        if kind == "refused":
+            return RayError(
+                f"{where}: connection refused (is the head up, and its dashboard started with "
+                "ray[default] installed? A dashboard bound to 127.0.0.1 on the head is reached "
+                "through a tunnel: ssh -L 8265:127.0.0.1:8265 HEAD, then --ray localhost:8265)",
+                "unreachable",
+            )
+        if kind == "not_http":
+            return RayError(
+                f"{self.url} did not answer as an HTTP server ({exc}): is this the GCS or Ray "
+                f"Client port? The dashboard listens on port {DEFAULT_PORT}",
+                "not_ray",
+            )
+        return RayError(f"{where}: {exc}", "unreachable")
+
+    def _http_error(self, code: int, text: str, path: str) -> RayError:
+        if code == 401:
             if self.token is None:
                 return RayError(
                     f"the Ray dashboard at {self.url} requires a token (HTTP 401: {text}): "
@@ -297,7 +358,7 @@ class Dashboard:
                 "may drop the Authorization header",
                 "auth",
             )
-        if exc.code == 403:
+        if code == 403:
             if self.token is None:
                 return RayError(
                     f"the Ray dashboard at {self.url} refused access (HTTP 403: {text}) and "
@@ -310,44 +371,13 @@ class Dashboard:
                 "the head node prints the right one",
                 "auth",
             )
-        if exc.code == 404:
+        if code == 404:
             return RayError(
                 f"{self.url}{path} does not exist (HTTP 404): not a Ray dashboard, or a Ray "
                 "older than 2.0 without the state API",
                 "not_ray",
             )
-        return RayError(f"Ray dashboard {self.url}{path}: HTTP {exc.code}: {text}", "api")
-
-    def _network_error(self, reason: object) -> RayError:
-        where = f"cannot reach the Ray dashboard at {self.url}"
-        if isinstance(reason, ConnectionRefusedError):
-            return RayError(
-                f"{where}: connection refused (is the head up, and its dashboard started with "
-                "ray[default] installed? A dashboard bound to 127.0.0.1 on the head is reached "
-                "through a tunnel: ssh -L 8265:127.0.0.1:8265 HEAD, then --ray localhost:8265)",
-                "unreachable",
-            )
-        if isinstance(reason, socket.gaierror):
-            return RayError(f"{where}: unknown host name ({reason.strerror})", "unreachable")
-        if isinstance(reason, TimeoutError):
-            return RayError(
-                f"{where}: no answer within {self.timeout:g} s (firewall, or the wrong address?)",
-                "unreachable",
-            )
-        if isinstance(reason, ssl.SSLError):
-            return RayError(f"{where}: TLS error ({reason})", "unreachable")
-        if isinstance(reason, (http.client.HTTPException, ConnectionResetError)):
-            return self._not_http(reason)
-        if isinstance(reason, OSError):
-            return RayError(f"{where}: {reason.strerror or reason}", "unreachable")
-        return RayError(f"{where}: {reason}", "unreachable")
-
-    def _not_http(self, exc: BaseException) -> RayError:
-        return RayError(
-            f"{self.url} did not answer as an HTTP server ({type(exc).__name__}): is this the "
-            f"GCS or Ray Client port? The dashboard listens on port {DEFAULT_PORT}",
-            "not_ray",
-        )
+        return RayError(f"Ray dashboard {self.url}{path}: HTTP {code}: {text}", "api")
 
 
 def _preview(body: bytes) -> str:
@@ -355,18 +385,16 @@ def _preview(body: bytes) -> str:
     return repr(text + ("…" if len(body) > 60 else ""))
 
 
-def _error_text(exc: urllib.error.HTTPError) -> str:
-    try:
-        raw = exc.read()[:300]
-    except Exception:  # noqa: BLE001 - the status alone is enough then
-        raw = b""
+def _error_text(raw: bytes) -> str:
+    """The message of an error reply: its JSON ``msg``, else its first bytes."""
+    raw = raw[:300]
     try:
         body = json.loads(raw)
         if isinstance(body, dict) and body.get("msg"):
             return str(body["msg"])[:200]
     except ValueError:
         pass
-    return raw.decode("utf-8", "replace").strip()[:200] or (exc.reason or "")
+    return raw.decode("utf-8", "replace").strip()[:200]
 
 
 # --- the cluster as the state API shows it ---------------------------------------------------
@@ -540,15 +568,18 @@ def _worker_ranks(actors: Sequence[RayActor]) -> None:
             a.rank = None if offset is None else offset + (a.local_rank or 0)
 
 
-def fetch_view(dash: Dashboard, detail: bool = False) -> ClusterView:
-    """Nodes, node extras and live actors in three or four requests (blocking)."""
+async def fetch_view(dash: Dashboard, detail: bool = False) -> ClusterView:
+    """Nodes, node extras and live actors in three requests."""
     refused: list[str] = []
-    nodes = parse_nodes(dash.state("/api/v0/nodes", [("limit", str(LIST_LIMIT))]), refused)
+    listed = await dash.state("/api/v0/nodes", [("limit", str(LIST_LIMIT))], NODE_ROW)
+    nodes = parse_nodes(listed, refused)
     if not nodes:
         why = f" that can be monitored ({'; '.join(refused[:3])})" if refused else ""
         raise RayError(f"the Ray dashboard at {dash.url} lists no node{why}", "api")
     try:
-        extras = parse_summary(dash.get("/nodes", [("view", "summary")]))
+        extras = parse_summary(
+            await dash.get("/nodes", [("view", "summary")], ("data", "summary"), SUMMARY_ROW)
+        )
     except RayError as exc:
         if exc.kind == "auth":
             raise
@@ -561,13 +592,26 @@ def fetch_view(dash: Dashboard, detail: bool = False) -> ClusterView:
     ]
     if detail:
         params.append(("detail", "true"))
-    actors = _rows(dash.state("/api/v0/actors", params))
+    actors = _rows(await dash.state("/api/v0/actors", params, ACTOR_ROW))
     return ClusterView(nodes=nodes, actors=actors, extras=extras, refused=refused)
 
 
-def list_logs(dash: Dashboard, node_id: str, pattern: str) -> list[str]:
+def first_look(dash: Dashboard) -> ClusterView:
+    """:func:`fetch_view` from synchronous code (the CLI, before the app's loop runs); the
+    connections it opened are closed again."""
+
+    async def look() -> ClusterView:
+        try:
+            return await fetch_view(dash)
+        finally:
+            await dash.close()
+
+    return run_blocking(look)
+
+
+async def list_logs(dash: Dashboard, node_id: str, pattern: str) -> list[str]:
     """File names (relative to the node's logs folder) matching ``pattern`` on a node."""
-    result = dash.state("/api/v0/logs", [("node_id", node_id), ("glob", pattern)])
+    result = await dash.state("/api/v0/logs", [("node_id", node_id), ("glob", pattern)])
     names: list[str] = []
     if isinstance(result, dict):
         for files in result.values():
@@ -697,10 +741,10 @@ class RaySource:
         self.polls += 1
         try:
             # Only ask for the (larger) detail view when actors we have not seen appear.
-            view = await in_daemon_thread(fetch_view, self.dash, False)
+            view = await fetch_view(self.dash, False)
             new = {r.get("actor_id") for r in view.actors} - set(self._detail)
             if new:
-                view = await in_daemon_thread(fetch_view, self.dash, True)
+                view = await fetch_view(self.dash, True)
                 for row in view.actors:
                     res = row.get("required_resources")
                     gpus = res.get("GPU") if isinstance(res, dict) else None
@@ -775,6 +819,8 @@ class RaySource:
         for r in list(self.running.values()):
             await _cancel(r.task)
         self.running.clear()
+        with contextlib.suppress(Exception):
+            await self.dash.close()
         if self.on_stop is not None:
             with contextlib.suppress(Exception):
                 await self.on_stop()
@@ -787,7 +833,7 @@ class RaySource:
         if self._driver is not None and (key is None or key == self._driver_for):
             return  # following it already (or the job ended: keep the last log)
         try:
-            found = await in_daemon_thread(self._locate_driver_log, view, by_id, runner)
+            found = await self._locate_driver_log(view, by_id, runner)
         except RayError as exc:
             self._note = f"Ray: driver log not found: {exc}"
             return
@@ -801,7 +847,7 @@ class RaySource:
         if running is not None:
             running.source.follow("verl", path, from_start=True)
 
-    def _locate_driver_log(
+    async def _locate_driver_log(
         self, view: ClusterView, by_id: dict[str, RayNode], runner: RayActor | None
     ) -> tuple[RayNode, str] | str:
         """(node, path) of the driver's stdout, or a sentence saying where it looked."""
@@ -812,7 +858,7 @@ class RaySource:
             logs = self._logs_dir(view, node)
             names = [
                 n
-                for n in list_logs(self.dash, node.node_id, f"worker-*-{runner.pid}.out")
+                for n in await list_logs(self.dash, node.node_id, f"worker-*-{runner.pid}.out")
                 if n.endswith(f"-{runner.pid}.out")
             ]
             if names:
@@ -822,7 +868,7 @@ class RaySource:
                 f"its logs folder {logs} has no worker-*-{runner.pid}.out; give --verl-log "
                 f"{node.name}:PATH"
             )
-        jobs = _rows(self.dash.state("/api/v0/jobs", [("limit", str(LIST_LIMIT))]))
+        jobs = _rows(await self.dash.state("/api/v0/jobs", [("limit", str(LIST_LIMIT))], JOB_ROW))
         for job in jobs:
             sid = job.get("submission_id")
             if job.get("status") != "RUNNING" or not isinstance(sid, str) or not sid:
@@ -840,7 +886,7 @@ class RaySource:
             if node is None:
                 continue
             name = f"job-driver-{sid}.log"
-            if name in list_logs(self.dash, node.node_id, name):
+            if name in await list_logs(self.dash, node.node_id, name):
                 return node, f"{self._logs_dir(view, node)}/{name}"
         heads = [n for n in self._nodes if n.alive and n.is_head]
         where = (
@@ -857,32 +903,6 @@ class RaySource:
     def _logs_dir(view: ClusterView, node: RayNode) -> str:
         extra = view.extras.get(node.node_id)
         return extra.logs_dir if extra and extra.logs_dir else DEFAULT_LOGS_DIR
-
-
-async def in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` in a daemon thread, awaited: unlike ``asyncio.to_thread``, a cancelled or
-    abandoned call never holds up shutdown (asyncio.run waits for its executor's threads, and
-    a dashboard dripping its reply would keep one busy for the whole request deadline)."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
-
-    def settle(result: Any, error: BaseException | None) -> None:
-        if not future.done():
-            if error is None:
-                future.set_result(result)
-            else:
-                future.set_exception(error)
-
-    def run() -> None:
-        try:
-            result, error = fn(*args), None
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
-            result, error = None, exc
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-            loop.call_soon_threadsafe(settle, result, error)
-
-    threading.Thread(target=run, name="verl-top-ray-http", daemon=True).start()
-    return await future
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:
@@ -947,7 +967,7 @@ def build_ray_source(settings: RaySettings) -> RaySource:
 
     url, note = dashboard_url(settings.address)
     dash = Dashboard(url, find_token(settings.token))
-    first = fetch_view(dash)  # fail now, with the reason, rather than inside the UI
+    first = first_look(dash)  # fail now, with the reason, rather than inside the UI
     ssh = settings.ssh
     agent_args = ["--interval", str(settings.interval)]
     if settings.backend != "auto":  # the same GPU backend on every node, as with --hosts

@@ -7,12 +7,14 @@ down while it runs; the UI drives it through ``ReplayControl``.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from verl_top.model import Record
-from verl_top.protocol import MAX_RECORD_BYTES, Decoder, Rejected, open_recording
+from verl_top.protocol import MAX_RECORD_BYTES, Decoder, Rejected, open_recording_bytes
 from verl_top.sources.base import Emit
 
 MAX_GAP_S = 5.0  # long silences in a recording are shortened to this (scaled) wait
@@ -66,20 +68,63 @@ def _check(path: Path) -> None:
         raise ValueError(f"{path}: not a regular file (a recording is an .ndjson[.gz] file)")
 
 
+READ_BLOCK = 1 << 20  # bytes read from the (decompressed) recording at a time
+# A line worth decoding starts at a byte that is not white space and runs to its newline.
+# finditer skips blank lines in C: a gzip bomb of 1 GiB of newlines (1 MB on disk) kept the
+# old line-by-line loop busy for minutes; now it costs the decompression and one scan.
+_CONTENT = re.compile(rb"\S[^\n]*")
+
+
+def _lines(fh: IO[bytes], limit: int = MAX_RECORD_BYTES) -> Iterator[bytes | None]:
+    """The non-blank lines of a binary stream, without their newline; None for each line over
+    ``limit`` bytes, skipped without being held."""
+    carry = b""  # the start of a line the last block did not finish
+    skipping = False  # inside a line already known to be too long
+    while block := fh.read(READ_BLOCK):
+        start = 0
+        if carry or skipping:
+            nl = block.find(b"\n")
+            if nl < 0:
+                if not skipping and len(carry) + len(block) > limit:
+                    skipping, carry = True, b""
+                if not skipping:
+                    carry += block
+                continue
+            if skipping or len(carry) + nl > limit:
+                yield None
+            elif (line := carry + block[:nl]).strip():
+                yield line
+            carry, skipping, start = b"", False, nl + 1
+        for m in _CONTENT.finditer(block, start):
+            if m.end() == len(block) and not block.endswith(b"\n"):
+                carry = m.group()  # goes on in the next block
+                if len(carry) > limit:
+                    skipping, carry = True, b""
+            elif m.end() - m.start() > limit:
+                yield None
+            else:
+                yield m.group()
+    if skipping:
+        yield None
+    elif carry:
+        yield carry
+
+
 def _stream(path: Path, decoder: Decoder) -> Iterator[Record]:
     """The records of ``path``, one line at a time (a recording is never held whole).
 
-    A line longer than ``MAX_RECORD_BYTES`` is skipped in pieces and counted as ``size``.
+    A line longer than ``MAX_RECORD_BYTES`` is skipped and counted as ``size``; a line that is
+    not UTF-8 (one bad byte) is skipped and counted as ``encoding``: the rest plays.
     """
-    with open_recording(path) as fh:
-        while True:
-            line = fh.readline(MAX_RECORD_BYTES + 1)
-            if not line:
-                return
-            if len(line) > MAX_RECORD_BYTES and not line.endswith("\n"):
-                while line and not line.endswith("\n"):  # skip the rest of the over-long line
-                    line = fh.readline(MAX_RECORD_BYTES + 1)
-                decoder.refuse(Rejected("size", f"line over {MAX_RECORD_BYTES} characters"))
+    with open_recording_bytes(path) as fh:
+        for raw in _lines(fh, MAX_RECORD_BYTES):
+            if raw is None:
+                decoder.refuse(Rejected("size", f"line over {MAX_RECORD_BYTES} bytes"))
+                continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                decoder.refuse(Rejected("encoding", f"not UTF-8 at byte {exc.start} of a line"))
                 continue
             record = decoder.decode(line)
             if record is not None:

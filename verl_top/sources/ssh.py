@@ -1,7 +1,7 @@
 """Remote nodes over SSH: one asyncio task per host runs the node agent and streams its records.
 
 Each :class:`SshSource` connects with asyncssh (honouring ``~/.ssh/config``, ssh-agent and the
-default keys), starts ``python3 -u -c BOOTSTRAP ARGS`` on the node, sends the agent source on
+default keys), starts ``python3 -u -c BOOTSTRAP ARGS`` on the node, sends the zipped agent on
 stdin and keeps stdin open as the agent's control channel. Failures never escape a host's
 task: they become :class:`~verl_top.model.HostState` records, and the task reconnects with
 exponential backoff and jitter. Everything shared between hosts (loaded keys, the handshake
@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 import asyncssh
 
 from verl_top.model import Hello, HostState
+from verl_top.node_exec import OUTPUT_MAX, ExecResult, Runner
 from verl_top.protocol import Decoder
 from verl_top.sources.base import Emit
 from verl_top.sources.hosts import HostSpec
@@ -754,6 +755,7 @@ class SshSource:
         self.route: Route | None = None  # effective config and jump chain of the last attempt
         self.warning = ""  # host-key warning of the live connection (StrictHostKeyChecking=no)
         self._stdin: asyncssh.SSHWriter | None = None
+        self._conn: asyncssh.SSHClientConnection | None = None  # while the agent runs
 
     # control channel
 
@@ -828,7 +830,7 @@ class SshSource:
 
     async def _session(self, emit: Emit) -> None:
         """One connection's life; always ends by raising (_HostFailure or CancelledError)."""
-        from verl_top.agent import agent_payload, bootstrap_for
+        from verl_top.agent.ship import agent_payload, bootstrap_for
 
         conn, client = await self._connect()
         stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
@@ -844,8 +846,9 @@ class SshSource:
             # ps on the node shows verl_top_agent='<this host>' (docs/agent.md)
             cmd = agent_command(self.settings.python, bootstrap_for(socket.gethostname()), args)
             proc = await conn.create_process(cmd, encoding="utf-8", errors="replace")
-            proc.stdin.write(agent_payload())
+            proc.stdin.write(agent_payload(args))  # the replay backend only when asked
             self._stdin = proc.stdin
+            self._conn = conn
             stderr_task = asyncio.create_task(_collect(proc.stderr, stderr_tail))
             intake = Intake(self.name, self.decoder)
             self.intake = intake
@@ -892,10 +895,19 @@ class SshSource:
             raise fail
         finally:
             self._stdin = None
+            self._conn = None
             for task in (stderr_task, watchdog):
                 if task is not None:
                     task.cancel()
             await _close(conn, proc)
+
+    async def exec(self, argv: Sequence[str], timeout: float, stdin: str = "") -> ExecResult:
+        """Run ``argv`` on the node as a separate exec on the agent's connection (stacks,
+        signals). Raises RemoteCommandError while the host is not connected."""
+        conn = self._conn
+        if conn is None:
+            raise RemoteCommandError(self.name, "down", "not connected (no agent running)")
+        return await exec_argv(conn, argv, timeout, stdin)
 
     def _hello(self, live: Liveness, hello: Hello) -> None:
         interval = hello.interval if hello.interval and hello.interval > 0 else 1.0
@@ -985,7 +997,61 @@ async def _close(conn: asyncssh.SSHClientConnection, proc: Any) -> None:
         await asyncio.wait_for(asyncio.shield(conn.wait_closed()), 2.0)
 
 
-# --- one-off commands (probes) ---------------------------------------------------------------
+# --- one-off commands (probes, stacks, signals) ----------------------------------------------
+
+
+async def _read_to_eof(stream: asyncssh.SSHReader[str]) -> str:
+    """A stream's text up to its end, at most OUTPUT_MAX characters (the rest is drained)."""
+    parts: list[str] = []
+    size = 0
+    while chunk := await stream.read(65536):
+        if size < OUTPUT_MAX:
+            parts.append(chunk[: OUTPUT_MAX - size])
+            size += len(parts[-1])
+    return "".join(parts)
+
+
+async def exec_argv(
+    conn: asyncssh.SSHClientConnection, argv: Sequence[str], timeout: float, stdin: str = ""
+) -> ExecResult:
+    """Run ``argv`` as one exec on ``conn``: every argument shell-quoted (the node's sshd
+    hands the command line to the login shell), ``stdin`` written then closed, output bounded,
+    killed (TERM through the channel) after ``timeout`` seconds."""
+    proc = await conn.create_process(shlex.join(argv), encoding="utf-8", errors="replace")
+    if stdin:
+        proc.stdin.write(stdin)
+    proc.stdin.write_eof()
+    try:
+        out, err = await asyncio.wait_for(
+            asyncio.gather(_read_to_eof(proc.stdout), _read_to_eof(proc.stderr)), timeout
+        )
+        done = await asyncio.wait_for(proc.wait(check=False), timeout)
+        return ExecResult(done.exit_status, out, err)
+    except TimeoutError:
+        with contextlib.suppress(Exception):
+            proc.send_signal("TERM")
+        return ExecResult(None, "", f"no answer within {timeout:g} s")
+    finally:
+        proc.close()
+
+
+@contextlib.asynccontextmanager
+async def ssh_exec(settings: SshSettings, spec: HostSpec) -> AsyncIterator[Runner]:
+    """One connection to ``spec`` (made as :class:`SshSource` makes it) for several commands:
+    yields ``run(argv, timeout)``. Raises :class:`RemoteCommandError` when it cannot connect."""
+    source = SshSource(spec, settings)
+    try:
+        conn, _ = await source._connect()
+    except _HostFailure as exc:
+        raise RemoteCommandError(spec.name, exc.state, exc.reason) from None
+    try:
+
+        async def run(argv: Sequence[str], timeout: float, stdin: str = "") -> ExecResult:
+            return await exec_argv(conn, argv, timeout, stdin)
+
+        yield run
+    finally:
+        await _close(conn, None)
 
 
 class RemoteCommandError(Exception):

@@ -30,6 +30,7 @@ from verl_top.ui.findings_screen import FindingsScreen
 from verl_top.ui.header import VerlTopHeader
 from verl_top.ui.node_screen import NodeScreen, row_target
 from verl_top.ui.panes import PANE_CLASSES, Pane, ThroughputPane
+from verl_top.ui.process_screen import ProcessScreen
 from verl_top.ui.snapshot_action import SnapshotExporter
 from verl_top.ui.widgets import severity_class
 
@@ -107,9 +108,11 @@ class VerlTopApp(App):
         engine: Engine | None = None,
         live: bool = True,
         assessment: Assessment | None = None,
+        readonly: bool = False,
     ) -> None:
         super().__init__()
         self.inputs = inputs
+        self.readonly = readonly  # --readonly: no signal is ever sent (process screen's F9)
         self.store = inputs.store
         self.refresh_s = max(0.05, float(refresh))
         self.live = live
@@ -271,7 +274,7 @@ class VerlTopApp(App):
                 store, assessment, self.inputs.mode, self.inputs.title, replay, self._replay_t0
             )
             self._mark_bottleneck()
-            if isinstance(self.screen, NodeScreen):  # the node screen replaces the panes
+            if isinstance(self.screen, NodeScreen | ProcessScreen):  # these replace the panes
                 self.screen.refresh_screen(store, assessment)
             else:
                 self.pane(self.visible_step()).refresh_pane(store, assessment)
@@ -434,6 +437,12 @@ class VerlTopApp(App):
         """The node screen of ``host`` (plots start on ``gpu``, or all GPUs)."""
         if host in self.store.hosts:
             self.push_screen(NodeScreen(self.store, host, gpu))
+
+    def open_process(self, host: str, pid: int) -> None:
+        """The process screen of ``pid`` on ``host`` (Enter on a process row)."""
+        if host in self.store.hosts:
+            sources = list(self.inputs.sources)
+            self.push_screen(ProcessScreen(self.store, sources, host, pid, self.readonly))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         """Enter on a host or GPU row of pane 1 opens that node."""

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from rich.cells import cell_len
 
 from verl_top.diagnosis.findings import STEP_NAMES, Finding
+from verl_top.diagnosis.readable import seconds as readable_seconds
 
 ELLIPSIS = "…"
 LEAD_MARK = "● "
@@ -31,15 +32,10 @@ _VERL_ROOT = re.compile(r"\bactor_rollout_ref\.")
 _CLAUSE_SEPS = ("; ", " — ", ": ", ", ")
 
 
-def fmt_seconds(seconds: float) -> str:
-    """Seconds people read at a glance: 1.9 s, 18 s, 9.9 min, 2.5 h (never 1.2e+03)."""
-    if seconds < 10:
-        return f"{seconds:.1f} s"
-    if seconds < 100:
-        return f"{seconds:.0f} s"
-    if seconds < 6000:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
+def fmt_seconds(value: float) -> str:
+    """Seconds people read at a glance, in the one format of every surface
+    (``verl_top.diagnosis.readable.seconds``: 1.94 s, 18.1 s, 593 s, 17.6 min, 2.5 h)."""
+    return readable_seconds(value)
 
 
 def saving_text(finding: Finding) -> str:

@@ -30,6 +30,7 @@ from textual.widgets import DataTable, Footer, Static
 from textual_plotext import PlotextPlot
 
 from verl_top.assessment import Assessment
+from verl_top.export.redact import redact_lines
 from verl_top.roles import classify, process_map, verl_name
 from verl_top.store import GpuEntry, HostEntry, Store, mean
 from verl_top.ui.widgets import (
@@ -423,6 +424,9 @@ def process_rows(
         )
     plist = {h.name: h.procs} if h.procs is not None else {}
     for m in process_map(plist, [a for a in actors if a.host == h.name]):
+        if m.source == "job":  # a process of the job holding no GPU (driver, engine, ...)
+            rows.append((f"job/{m.pid}", job_row(m)))
+            continue
         if m.source != "ray":
             continue
         rows.append(
@@ -442,6 +446,29 @@ def process_rows(
             )
         )
     return rows, hidden
+
+
+def process_row_pid(key: str) -> int | None:
+    """The pid of a process-table row key (``PID/GPU``, ``job/PID``, ``ray/PID``)."""
+    first, _, rest = key.partition("/")
+    text = first if first.isdigit() else rest
+    return int(text) if text.isdigit() else None
+
+
+def job_row(m: Any) -> tuple[Any, ...]:
+    """The cells of a job process that holds no GPU: no GPU columns, its state with its role."""
+    state = f" [{m.state}]" if m.state else ""
+    return (
+        Text(str(m.pid), justify="right"),
+        ellipsis_cell(m.user or DASH),
+        Text(DASH, justify="right"),
+        Text(DASH, justify="right"),
+        Text(fmt_num(m.cpu_pct), justify="right"),
+        Text(_size(m.rss_bytes), justify="right"),
+        ellipsis_cell(m.label + state),
+        Text(DASH if m.rank is None else str(m.rank), justify="right"),
+        ellipsis_cell(m.cmd or DASH),
+    )
 
 
 def render_hidden(h: HostEntry, hidden: list[Any], palette: dict[str, str]) -> RenderableType:
@@ -509,7 +536,7 @@ def render_log(h: HostEntry, width: int) -> RenderableType:
             title,
             Text("no followed log on this node (--verl-log HOST:PATH, --nccl-log)", style="dim"),
         )
-    tail = list(h.log_tail)[-LOG_LINES:]
+    tail = redact_lines(list(h.log_tail)[-LOG_LINES:])  # a screen may be shared: no secrets
     cut = max(20, width - 4)
     # clean_text: escapes and controls out (also when a line did not pass the trust boundary),
     # one screen line each, cut with "…".
@@ -593,6 +620,7 @@ class NodeScreen(Screen):
         Binding("escape", "app.pop_screen", "Back"),
         Binding("left", "select_gpu(-1)", "Prev GPU", key_display="←", priority=True),
         Binding("right", "select_gpu(1)", "Next GPU", key_display="→", priority=True),
+        Binding("t", "stacks", "Stacks (py-spy)"),
     ]
 
     def __init__(self, store: Store, host: str, gpu: int | None = None) -> None:
@@ -658,6 +686,25 @@ class NodeScreen(Screen):
         i = choices.index(self.selected) if self.selected in choices else 0
         self.selected = choices[(i + delta) % len(choices)]
         self.refresh_screen(self.store, None, force=True)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a process row opens that process's screen."""
+        if event.data_table.id != "node-procs":
+            return
+        event.stop()
+        pid = process_row_pid(str(event.row_key.value or ""))
+        opener = getattr(self.app, "open_process", None)
+        if pid is not None and callable(opener):
+            opener(self.host, pid)
+
+    def action_stacks(self) -> None:
+        """t: the Python stacks of the job's processes on this node (py-spy, read-only; each
+        process is paused for the moment it is read)."""
+        from verl_top.ui.stacks_screen import StacksScreen
+
+        inputs = getattr(self.app, "inputs", None)
+        sources = list(getattr(inputs, "sources", ()) or ())
+        self.app.push_screen(StacksScreen(self.store, sources, self.host))
 
     # -- refresh ---------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from textual.widgets import Static
 
 from verl_top.assessment import Assessment
 from verl_top.compare import Comparison
+from verl_top.diagnosis.phases import Phase
 from verl_top.model import VerlStep
 from verl_top.origin import missing_steps_text
 from verl_top.status import waited_s, waiting_for_first_step
@@ -541,7 +542,12 @@ class DataflowPane(Pane):
     def update_content(self, store: Store, assessment: Assessment) -> None:
         width = self.scrollable_content_region.width
         self.query_one("#flow-body", Static).update(
-            self.body(store, width=width, comparison=assessment.comparison)
+            self.body(
+                store,
+                width=width,
+                comparison=assessment.comparison,
+                phases=assessment.verdict.phases if assessment.verdict is not None else (),
+            )
         )
 
     def body(
@@ -551,9 +557,11 @@ class DataflowPane(Pane):
         note_width: int = 80,
         width: int = 0,
         comparison: Comparison | None = None,
+        phases: Sequence[Phase] = (),
     ) -> RenderableType:
         """Everything below the findings (``width``: the bars take what it leaves, else
-        ``bar_width`` and ``note_width``)."""
+        ``bar_width`` and ``note_width``; ``phases``: a finished run's, listed when it changed
+        shape)."""
         servers = rollout_table(store)
         if not store.steps:
             counts = parse_line(store)
@@ -595,6 +603,12 @@ class DataflowPane(Pane):
             Text(""),
             rate_text(views),
         ]
+        if len(phases) > 1:
+            parts += [
+                Text(""),
+                Text("Phases of the run (the verdict judges the last)", style="bold underline"),
+                *(Text(p.text()) for p in phases),  # numbers and step ids only
+            ]
         tail = long_tail_text(views)
         if tail is not None:
             parts.append(tail)

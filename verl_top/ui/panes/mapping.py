@@ -308,44 +308,46 @@ def roles_block(store: Store, stats: list[GpuStat]) -> RenderableType:
     return table
 
 
-PROCESS_ROWS = 16  # processes listed on pane 4; the node screen lists all of a node's
+PROCESS_ROWS = 64  # processes listed on pane 4 (the node screen lists all of a node's)
+PROCESS_COLUMNS: tuple[Column, ...] = (
+    Column("role", "verl role · method", 12, REQUIRED, "text", 48),
+    Column("state", "state", 5, 4),
+    Column("rank", "rank", 4, 5),
+    Column("gpus", "GPUs", 4, 6, "text", 24),
+    Column("gmem", "GPU mem", 7, 7),
+    Column("node", "node", 6, REQUIRED, "text", 32),
+    Column("pid", "pid", 5, REQUIRED),
+)
 
 
-def processes_block(store: Store) -> RenderableType:
-    """The job's processes as verl names them: role · current method, rank, GPUs, GPU memory,
-    node and pid; GPU processes first, then Ray actors holding no GPU (TaskRunner, ...)."""
+def process_rows(store: Store) -> list[tuple[str, tuple[Any, ...]]]:
+    """Rows of pane 4's process table: the job's processes as verl names them (GPU processes,
+    job processes without a GPU, Ray actors), keyed ``host<TAB>pid`` (Enter opens one)."""
     procs = {h.name: h.procs for h in store.hosts.values()}
-    mapped = process_map(procs, store.ray_actors)
-    if not mapped:
-        return Text(
-            "no process of the job seen yet (GPU process lists come from the node agents, "
-            "Ray actors from --ray)",
-            style="italic",
+    rows: list[tuple[str, tuple[Any, ...]]] = []
+    for k, m in enumerate(process_map(procs, store.ray_actors)[:PROCESS_ROWS]):
+        key = f"{m.host}\t{m.pid}" if m.pid is not None else f"{m.host}\t-{k}"
+        rows.append(
+            (
+                key,
+                (
+                    Text(m.label),
+                    m.state or "-",
+                    "-" if m.rank is None else str(m.rank),
+                    ",".join(str(g) for g in m.gpus) or "-",
+                    "-" if m.gpu_mem_mib is None else f"{m.gpu_mem_mib / 1024:.1f} GiB",
+                    Text(m.host),
+                    "-" if m.pid is None else str(m.pid),
+                ),
+            )
         )
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for col, justify in (
-        ("verl role · method", "left"),
-        ("rank", "right"),
-        ("GPUs", "left"),
-        ("GPU mem", "right"),
-        ("node", "left"),
-        ("pid", "right"),
-    ):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
-    for m in mapped[:PROCESS_ROWS]:
-        table.add_row(
-            Text(m.label),
-            "-" if m.rank is None else str(m.rank),
-            ",".join(str(g) for g in m.gpus) or "-",
-            "-" if m.gpu_mem_mib is None else f"{m.gpu_mem_mib / 1024:.1f} GiB",
-            Text(m.host),
-            "-" if m.pid is None else str(m.pid),
-        )
-    if len(mapped) > PROCESS_ROWS:
-        table.add_row(
-            Text(f"… {len(mapped) - PROCESS_ROWS} more (node screen: Enter)"), "", "", "", "", ""
-        )
-    return table
+    return rows
+
+
+def process_row_target(key: str) -> tuple[str, int] | None:
+    """(host, pid) of a process-table row (None for a Ray actor without a pid)."""
+    host, _, pid = key.rpartition("\t")
+    return (host, int(pid)) if host and pid.isdigit() else None
 
 
 def straggler_block(stats: list[GpuStat], palette: dict[str, str]) -> RenderableType:
@@ -528,12 +530,19 @@ class MappingPane(Pane):
         self._map_width = -1
         self._map_states: tuple[str, ...] = ()
         self.stats: list[GpuStat] = []
+        self.procs_sync: TableSync | None = None
+        self._procs_stamp: tuple[Any, ...] = ()
 
     def compose(self) -> ComposeResult:
         yield self.findings
         yield Static("", id="map-legend", classes="status")
         yield DataTable(id="map-grid", cursor_type="cell", zebra_stripes=False, classes="hosts")
+        yield Static("", id="map-procs-title", classes="body")
+        yield DataTable(id="map-procs", cursor_type="row", zebra_stripes=True, classes="hosts")
         yield Static("", id="map-body", classes="body")
+
+    def on_mount(self) -> None:
+        self.procs_sync = TableSync(self.query_one("#map-procs", DataTable), PROCESS_COLUMNS)
 
     def _reset_grid(self, width: int) -> None:
         """New GPU columns (a node with more GPUs appeared) or a host changed state."""
@@ -582,9 +591,6 @@ class MappingPane(Pane):
                 ),
                 roles_block(store, stats),
                 Text(""),
-                Text("Processes of the job", style="bold underline"),
-                processes_block(store),
-                Text(""),
                 Text("Stragglers", style="bold underline"),
                 straggler_block(stats, palette),
                 Text(""),
@@ -592,6 +598,44 @@ class MappingPane(Pane):
                 topology_block(store, palette),
             )
             self.query_one("#map-body", Static).update(body)
+            self._sync_processes(store)
+
+    def _sync_processes(self, store: Store) -> None:
+        """The process table (Enter opens a process), or why it is empty; rebuilt only when a
+        process list or the Ray actors changed (lists come every 5th tick)."""
+        stamp = (tuple(id(h.procs) for h in store.hosts.values()), id(store.ray_actors))
+        if stamp == self._procs_stamp:
+            return
+        self._procs_stamp = stamp
+        rows = process_rows(store)
+        title = Text("Processes of the job", style="bold underline")
+        if rows:
+            title.append(
+                "  Enter: open a process (command, environment, stack, signals)", style="dim"
+            )
+        else:
+            title.append(
+                "\nno process of the job seen yet (GPU process lists come from the node agents, "
+                "Ray actors from --ray)",
+                style="italic",
+            )
+        self.query_one("#map-procs-title", Static).update(title)
+        table = self.query_one("#map-procs", DataTable)
+        table.display = bool(rows)
+        if self.procs_sync is not None and rows:
+            avail = self.scrollable_content_region.width - 2
+            self.procs_sync.fit(avail if avail > 10 else 78, rows)
+            self.procs_sync.sync(rows)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a process row opens that process's screen."""
+        if event.data_table.id != "map-procs":
+            return
+        event.stop()
+        target = process_row_target(str(event.row_key.value or ""))
+        opener = getattr(self.app, "open_process", None)
+        if target is not None and callable(opener):
+            opener(*target)
 
     def on_data_table_cell_selected(self, event: DataTable.CellSelected) -> None:
         """Enter on a map cell opens that node (on that GPU when the cell is a GPU)."""

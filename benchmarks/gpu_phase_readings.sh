@@ -16,7 +16,7 @@ export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 python3 -m verl_top diagnose --backend pynvml --interval 0.5 --duration ${DUR:-125} \
   --record "$R/h200_pynvml.ndjson.gz" --json > "$R/diagnose_live.json" 2> "$R/diagnose_live.err" &
 D=$!
-python3 verl_top/agent/node_agent.py --backend nvidia-smi --interval 0.5 --count $(( ${DUR:-125} * 2 )) \
+python3 -m verl_top.agent --backend nvidia-smi --interval 0.5 --count $(( ${DUR:-125} * 2 )) \
   --ignore-stdin --host smi-backend > "$R/agent_smi.ndjson" 2> "$R/agent_smi.err" &
 A=$!
 nvidia-smi --query-gpu=timestamp,utilization.gpu,utilization.memory,memory.used,power.draw,temperature.gpu,clocks.sm \
@@ -39,6 +39,6 @@ fi
 timeout 300 python3 -m verl_top probe nccl --gpus 1 --max-bytes 1G --json > "$R/probe_torch.json" 2>&1; echo "rc=$?" >> "$R/probe_torch.json"
 [ -x .nccltests/build/all_reduce_perf ] && { timeout 300 python3 -m verl_top probe nccl --gpus 1 --nccl-tests .nccltests/build --json > "$R/probe_nccltests.json" 2>&1; echo "rc=$?" >> "$R/probe_nccltests.json"; }
 sleep 1
-ps -eo pid,args | grep -E "torch_probe|verl[-_]top|node_agent|all_reduce_perf" | grep -v grep > "$R/leftover.txt"
+ps -eo pid,args | grep -E "torch_probe|verl[-_]top|all_reduce_perf" | grep -v grep > "$R/leftover.txt"
 tar -czf "$OUT/results.tar.gz" -C "$OUT" r
 cat "$R/readings.md"; tail -5 "$R/probe_torch.json"; echo "leftover:"; cat "$R/leftover.txt"

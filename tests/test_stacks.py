@@ -1,0 +1,285 @@
+"""Python stacks of the job's processes (issue 29 item 3) with the real py-spy, against real
+Python processes started here: on this machine, and through the tests' real sshd (py-spy found
+next to the job's python, as on a node where Ray brought it). Refusals are real too: the
+commands run as ``nobody`` (setpriv) against processes of root."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sshd import SshdFactory
+
+from verl_top import stacks
+from verl_top.node_exec import local_run
+
+PYSPY_DIR = Path(sys.executable).parent
+# A verl-like worker: its title names the method, its main thread sleeps inside it.
+WORKER = "import time\ndef {fn}():\n    time.sleep(120)\ndef execute():\n    {fn}()\nexecute()\n"
+
+
+def worker(title: str, fn: str) -> subprocess.Popen[bytes]:
+    """A Python process titled ``title`` (argv[0], as Ray's title shows in /proc) in ``fn``."""
+    code = WORKER.format(fn=fn)
+    return subprocess.Popen(["bash", "-c", 'exec -a "$0" "$@"', title, sys.executable, "-c", code])
+
+
+@pytest.fixture
+def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
+    out: list[subprocess.Popen[bytes]] = []
+    yield out
+    for p in out:
+        p.kill()
+        p.wait()
+
+
+def wait_started(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Until each process is inside its function (py-spy sees a frame there)."""
+    deadline = time.monotonic() + 10
+    for p in procs:
+        while True:
+            with open(f"/proc/{p.pid}/cmdline", "rb") as fh:
+                if fh.read().startswith(b"ray::"):
+                    break
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    time.sleep(0.3)  # the interpreter reaches the sleep
+
+
+def test_pyspy_is_here() -> None:
+    assert (PYSPY_DIR / "py-spy").exists(), "pip install py-spy (the stacks tests need it)"
+
+
+def test_stacks_of_real_processes_grouped_by_role(workers) -> None:  # type: ignore[no-untyped-def]
+    workers += [worker("ray::WorkerDict.critic_update_critic", "update_critic") for _ in range(3)]
+    workers.append(worker("ray::WorkerDict.actor_rollout_generate_sequences", "generate"))
+    wait_started(workers)
+    targets = [stacks.Target("local", p.pid, "critic") for p in workers[:3]]
+    targets.append(stacks.Target("local", workers[3].pid, "actor/rollout"))
+    got = asyncio.run(stacks.collect_host(local_run, "local", targets))
+    assert [s.source for s in got] == ["py-spy"] * 4 and not any(s.error for s in got)
+    main = {s.pid: next(t for t in s.threads if t.name == "MainThread") for s in got}
+    assert [f.function for f in main[workers[0].pid].frames] == [
+        "update_critic",
+        "execute",
+        "<module>",
+    ]
+    assert main[workers[0].pid].frames[0].line == 3  # the sleep's line in update_critic
+    groups = [g for g in stacks.group(got) if g.thread == "MainThread"]
+    critic = next(g for g in groups if g.role == "critic")
+    assert sorted(p for _, p in critic.members) == sorted(p.pid for p in workers[:3])
+    text = stacks.render_text(got)
+    assert "3 processes share this stack [MainThread" in text
+    assert "== critic: 3 process(es) ==" in text and "== actor/rollout: 1 process(es) ==" in text
+    assert "update_critic (<string>:3)" in text and "pauses each process" in text
+    doc = stacks.to_json(got)
+    assert json.loads(json.dumps(doc))[0]["threads"][0]["frames"][0][0]  # plain JSON
+
+
+def test_refused_for_a_process_the_user_does_not_own(workers) -> None:  # type: ignore[no-untyped-def]
+    """Run as nobody against root's process: refused, with the owner and what would work."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.fail("this test runs as root with setpriv (util-linux), as CI does")
+    workers.append(worker("ray::WorkerDict.critic_update_critic", "update_critic"))
+    wait_started(workers)
+
+    async def as_nobody(argv, timeout, stdin=""):  # type: ignore[no-untyped-def]
+        prefix = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+        return await local_run([*prefix, *argv], timeout, stdin)
+
+    t = stacks.Target("gpu07", workers[0].pid, "critic", user="root")
+    (got,) = asyncio.run(stacks.collect_host(as_nobody, "gpu07", [t]))
+    assert not got.threads and got.source == ""
+    assert got.error == (
+        f"pid {t.pid} runs as uid 0 (root); the SSH user (uid 65534) may only read its own "
+        "processes (root may read all): connect as root (root@gpu07)"
+    )
+
+
+def test_missing_pyspy_says_what_and_how(workers) -> None:  # type: ignore[no-untyped-def]
+    """No py-spy on the PATH nor next to the process's python: the message names both."""
+    code = WORKER.format(fn="update_critic")
+    system = "/usr/bin/python3"
+    if not os.path.exists(system) or os.path.exists("/usr/bin/py-spy"):
+        pytest.fail("needs a python3 in /usr/bin without a py-spy next to it (Debian image)")
+    p = subprocess.Popen(["bash", "-c", 'exec -a "$0" "$@"', "ray::WorkerDict", system, "-c", code])
+    workers.append(p)
+    wait_started(workers)
+
+    async def bare_path(argv, timeout, stdin=""):  # type: ignore[no-untyped-def]
+        env = ["env", "PATH=/usr/bin:/bin", "HOME=/nonexistent"]
+        return await local_run([*env, *argv], timeout, stdin)
+
+    (got,) = asyncio.run(stacks.collect_host(bare_path, "n1", [stacks.Target("n1", p.pid)]))
+    assert got.error == (
+        "py-spy is not installed on n1 (not on the login PATH, not in ~/.local/bin, not next to "
+        "the job's python (/usr/bin)): pip install py-spy in the job's environment (ray[default] "
+        "brings it), or give --ray http://HEAD:8265 to ask the Ray dashboard"
+    )
+
+
+def test_pyspy_found_next_to_the_jobs_python(workers) -> None:  # type: ignore[no-untyped-def]
+    """Not on the PATH: found in the bin directory of the python the process runs (where Ray's
+    pip install put it), and used."""
+    workers.append(worker("ray::WorkerDict.critic_update_critic", "update_critic"))
+    wait_started(workers)
+
+    async def bare_path(argv, timeout, stdin=""):  # type: ignore[no-untyped-def]
+        return await local_run(["env", "PATH=/usr/bin:/bin", "HOME=/nonexistent", *argv], timeout)
+
+    pid = str(workers[0].pid)
+    res = asyncio.run(bare_path(["sh", "-c", stacks.LOCATE_SCRIPT, "sh", pid], 10))
+    loc = stacks.parse_located(res.stdout)
+    assert loc.pyspy == [str(Path(os.path.realpath(sys.executable)).parent / "py-spy")]
+    assert loc.uid == os.getuid() and loc.owners == {workers[0].pid: os.getuid()}
+    (got,) = asyncio.run(stacks.collect_host(bare_path, "h", [stacks.Target("h", int(pid))]))
+    assert got.source == "py-spy" and got.threads
+
+
+def test_not_python_and_gone_are_said_plainly() -> None:
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        targets = [stacks.Target("h", sleeper.pid), stacks.Target("h", 2**22 + 7)]
+        got = asyncio.run(stacks.collect_host(local_run, "h", targets))
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert got[0].error.startswith(f"pid {sleeper.pid} is not a Python process (py-spy: ")
+    assert got[1].error == f"pid {2**22 + 7} is not running on h"
+
+
+def test_dump_parser_bounds_and_sanitizes() -> None:
+    """py-spy's text (also the Ray dashboard's): thread headers of every version, frames with
+    and without a line, hostile text cleaned."""
+    text = (
+        "Process 42: ray::WorkerDict.critic_update_critic\n"
+        "Python v3.10.12 (/usr/bin/python3.10)\n\n"
+        'Thread 42 (active+gil): "MainThread"\n'
+        "    update_critic (verl/workers/fsdp_workers.py:1210)\n"
+        "        arguments:\n"
+        "            self: <WorkerDict at 0x7f>\n"
+        "    _bound (libfoo.so)\n"
+        'Thread 0x7F12AB (idle): "\x1b[31mevil\x1b[0m"\n'
+        "    wait (threading.py:320)\n"
+    )
+    threads = stacks.parse_dump(text)
+    assert [t.name for t in threads] == ["MainThread", "evil"]
+    assert threads[0].status == "active+gil"
+    assert threads[0].frames == (
+        stacks.Frame("update_critic", "verl/workers/fsdp_workers.py", 1210),
+        stacks.Frame("_bound", "libfoo.so", None),
+    )
+    many = 'Thread 1 (idle): "t"\n' + "    f (x.py:1)\n" * 10_000
+    assert len(stacks.parse_dump(many)[0].frames) == stacks.MAX_FRAMES
+
+
+@pytest.mark.sshd
+@pytest.mark.timeout(90)
+def test_stacks_command_through_real_sshd(  # type: ignore[no-untyped-def]
+    tmp_path: Path, ssh_keys, sshd_factory: SshdFactory, remote_python: str, workers
+) -> None:
+    """``verl-top stacks HOST:PID`` over SSH: the agent lists the job's processes (the role),
+    py-spy reads them through the same connection, one group per role."""
+    workers += [worker("ray::WorkerDict.critic_update_critic", "update_critic") for _ in range(2)]
+    wait_started(workers)
+    d = sshd_factory.start()
+    known = tmp_path / "known_hosts"
+    known.write_text(d.known_hosts_line())
+    (tmp_path / "ssh_config").touch()
+    ssh = ["--known-hosts", str(known), "-i", str(ssh_keys["client"])]
+    ssh += ["--ssh-config", str(tmp_path / "ssh_config"), "--python", remote_python]
+    run = subprocess.run(
+        [sys.executable, "-m", "verl_top", "stacks", f"root@{d.addr}:{d.port}:{workers[0].pid}",
+         *ssh, "--json"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(Path.cwd())},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr + run.stdout
+    (one,) = json.loads(run.stdout)
+    assert (
+        one["source"] == "py-spy"
+        and one["role"] == "critic"
+        and one["host"] == f"{d.addr}:{d.port}"
+    )
+    main = next(t for t in one["threads"] if t["name"] == "MainThread")
+    assert [f[0] for f in main["frames"]] == ["update_critic", "execute", "<module>"]
+    run = subprocess.run(
+        [sys.executable, "-m", "verl_top", "stacks", f"root@{d.addr}:{d.port}:{workers[1].pid}",
+         f"root@{d.addr}:{d.port}:{workers[0].pid}", *ssh],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(Path.cwd())},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr + run.stdout
+    assert "== critic: 2 process(es) ==" in run.stdout
+    assert "2 processes share this stack [MainThread" in run.stdout
+
+
+def test_split_target() -> None:
+    from verl_top.stacks_cli import split_target
+
+    assert split_target("gpu07") == ("gpu07", None)
+    assert split_target("gpu07:81234") == ("gpu07", 81234)
+    assert split_target("alice@gpu07:2222:81234") == ("alice@gpu07:2222", 81234)
+    assert split_target("gpu[01-04]") == ("gpu[01-04]", None)
+
+
+async def test_node_screen_key_reads_stacks_and_the_snapshot_keeps_them(  # type: ignore[no-untyped-def]
+    tmp_path: Path, workers
+) -> None:
+    """The live app on this machine (the real in-process agent lists the job's processes): t on
+    the node screen reads their stacks, says py-spy pauses them, and a snapshot writes them."""
+    from verl_top.diagnosis.engine import Engine
+    from verl_top.export.schema import SNAPSHOT_SCHEMA, validate
+    from verl_top.export.snapshot import write_snapshot
+    from verl_top.inputs import Inputs
+    from verl_top.sources.local import LocalSource
+    from verl_top.sources.pipeline import Pipeline
+    from verl_top.store import Store
+    from verl_top.ui.app import VerlTopApp
+    from verl_top.ui.node_screen import NodeScreen
+    from verl_top.ui.stacks_screen import StacksScreen
+
+    workers += [worker("ray::WorkerDict.critic_update_critic", "update_critic") for _ in range(2)]
+    wait_started(workers)
+    mine = {p.pid for p in workers}
+    store = Store()
+    source = LocalSource(interval=0.2, backend="none", host="thisbox")
+    inputs = Inputs(store=store, pipeline=Pipeline(store, parsers={}), sources=[source])
+    app = VerlTopApp(inputs, refresh=0.2, engine=Engine(), live=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        for _ in range(100):
+            await asyncio.sleep(0.1)
+            h = store.hosts.get("thisbox")
+            if h is not None and h.procs is not None and mine <= {j.pid for j in h.procs.job_procs}:
+                break
+        assert {j.role for j in store.hosts["thisbox"].procs.job_procs if j.pid in mine} == {
+            "critic"
+        }
+        app.push_screen(NodeScreen(store, "thisbox"))
+        await pilot.pause()
+        await pilot.press("t")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, StacksScreen)
+        for _ in range(100):
+            if screen.result is not None:
+                break
+            await asyncio.sleep(0.1)
+        assert screen.result is not None
+        body = str(screen.query_one("#stacks-body").render())
+        assert "2 processes share this stack [MainThread" in body and "update_critic" in body
+        assert "pauses each process" in body
+        assert {s.pid for s in store.stacks if s.threads} >= mine
+    out = write_snapshot(store, None, tmp_path / "snap")
+    text = (out / "stacks.txt").read_text()
+    assert "== critic: 2 process(es) ==" in text and "update_critic (<string>:3)" in text
+    doc = json.loads((out / "snapshot.json").read_text())
+    assert doc["files"]["stacks"] == "stacks.txt" and not validate(doc, SNAPSHOT_SCHEMA)
+    read = [s for s in doc["stacks"] if s["pid"] in mine]
+    assert len(read) == 2 and all(s["source"] == "py-spy" for s in read)
