@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_top.agent import node_agent as na
+from verl_top.agent import follow as na
 from verl_top.diagnosis.engine import Engine
 from verl_top.diagnosis.view import View
 from verl_top.model import VerlStep
