@@ -132,7 +132,7 @@ def test_the_real_hf_session_at_80_columns_reads_as_planned(real_leads) -> None:
     assert lead.rule == "flow.rollout_bound" and lead.step_s == pytest.approx(19.9, abs=0.1)
     first, second = fit_banner(lead.title, saving_text(lead), lead.advice, status_label(lead), 78)
     assert first.startswith("● step 3: Rollout takes 91 % of the step")
-    assert first.endswith("— saves up to 18 s/step")
+    assert first.endswith(f"— saves up to {fmt_seconds(lead.save_s)}/step")
     assert second == "→ Switch actor_rollout_ref.rollout.name to vllm or sglang"
 
 
@@ -171,6 +171,11 @@ def test_fmt_seconds_is_readable() -> None:
         "17.6 min",
         "2.5 h",
     ]
+def test_banner_seconds_are_the_shared_readable_ones() -> None:
+    from verl_top.diagnosis import readable
+
+    assert fmt_seconds is readable.seconds  # one way to write seconds on every surface
+    assert "e+" not in fmt_seconds(1053.8) and fmt_seconds(1053.8).endswith(" min")
 
 
 def _warm_up_monitor() -> tuple[Monitor, float]:
@@ -241,3 +246,26 @@ def test_each_origin_has_its_own_way_to_get_verl_steps() -> None:
     store = Store()
     store.ingest(VerlStep(host="h", t=1.0, step=1, metrics={}))
     assert verl_log_ask(store) == ""  # steps read: never ask for a log
+
+
+def test_prometheus_and_replays_say_what_they_cannot_know() -> None:
+    """dcgm-exporter has no process list and no host sample: say so, not 'yet' (issue 32
+    item 6); a recording without them says the recording has none."""
+    from verl_top.model import GpuSample
+    from verl_top.ui.node_screen import render_hidden, render_host
+
+    words = {}
+    for origin in ("prometheus", "replay", "ssh"):
+        store = Store()
+        store.origin = origin
+        store.ingest(GpuSample(host="gpu01", t=1.0, index=0, util_gpu=50.0))
+        h = store.hosts["gpu01"]
+        words[origin] = (
+            str(render_hidden(h, [], {}, store)),
+            str(render_host(store, h, {}, 40)),
+        )
+    procs, host = words["prometheus"]
+    assert procs.startswith("process lists are not exported by dcgm-exporter")
+    assert "not in dcgm-exporter's series" in host and "yet" not in procs + host
+    assert words["replay"][0] == "the recording has no GPU process list for this node"
+    assert "from this node yet" in words["ssh"][0] and "no host sample yet" in words["ssh"][1]

@@ -223,3 +223,20 @@ def test_compare_says_na_when_base_cannot_run_a_benchmark(tmp_path: Path) -> Non
     (row, *_) = data["rows"]
     assert row["base_error"] and not row["head_error"] and row["head"] > 0
     assert "n/a" in stdout and "parsers on BASE: could not run" in stdout
+
+
+def test_faults_quick(tmp_path: Path) -> None:
+    """Seeded and in data time, so the quick run's outcome is a behaviour, not a timing: every
+    fault is named by the right host/GPU/process and the healthy fleet raises nothing."""
+    stdout, data = run_bench("faults.py", ["--quick"], tmp_path, timeout=300)
+    assert "fault" in stdout and "false alarms" in stdout
+    rows = {r["fault"]: r for r in data["rows"]}
+    assert set(rows) == {"hang", "throttle", "slow_node", "nic", "flap", "healthy"}
+    for kind, row in rows.items():
+        assert row["trials"] == 2 and row["evaluations"] > 0
+        if kind == "healthy":
+            assert row["false_alarms"] == 0
+        else:
+            assert row["recall"] == 1.0 and row["precision"] == 1.0, row
+            assert row["p95_detect_s"] is not None
+    assert rows["hang"]["hang_leads"] == 1.0

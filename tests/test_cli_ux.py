@@ -28,7 +28,7 @@ def test_top_level_help_lists_every_subcommand_with_one_line() -> None:
         ("diagnos", "did you mean 'diagnose'?"),
         ("snapshto", "did you mean 'snapshot'?"),
         ("prob", "did you mean 'probe'?"),
-        ("xyzzy", "(commands: diagnose, snapshot, probe, doctor, export-metrics)"),
+        ("xyzzy", f"(commands: {', '.join(cli.SUBCOMMANDS)})"),
         ("docter", "did you mean 'doctor'?"),
     ],
 )
@@ -59,13 +59,7 @@ def test_a_directory_given_to_hosts_is_refused(tmp_path: Path, capsys) -> None:
 
 
 def _parsers() -> dict[str, argparse.ArgumentParser]:
-    from verl_top.nccl.probe import add_probe_arguments
-
-    probe = cli._base_parser("verl-top probe nccl", "probe")
-    add_probe_arguments(probe)
-    for action in probe._actions:  # the same filling as cli._run_probe
-        if not action.help and action.dest in cli.PROBE_OPTION_HELP:
-            action.help = cli.PROBE_OPTION_HELP[action.dest]
+    probe = cli.probe_nccl_parser()
     return {
         "app": cli.app_parser(),
         "diagnose": cli.diagnose_parser(),

@@ -5,6 +5,7 @@ keys only, reading the screen with capture-pane. Textual draws on stderr: it is 
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import sys
@@ -102,4 +103,35 @@ def test_keyboard_walk_through_every_pane_a_node_and_back(tmux: Tmux, size) -> N
     tmux.wait(lambda s: "Close help" not in s and "Bandwidth probes" in s, 15, "help closed")
     tmux.keys("q")
     screen = tmux.wait(lambda s: f"{EXIT_MARK}:" in s, 15, "the app to exit")
+    assert f"{EXIT_MARK}:0" in screen
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 60)], ids=["80x24", "200x60"])
+def test_issue32_keys_and_states_in_a_real_terminal(tmux: Tmux, size) -> None:
+    """The banner's two lines, F1/F6/F10, j/k, type-ahead into / and a kept filter in the header,
+    read back from the terminal (issue 32)."""
+    cols, rows = size
+    start(tmux, cols, rows)
+    screen = tmux.wait(lambda s: "sort: host" in s and "→ " in s, 40, "pane 1 and the banner")
+    lines = screen.splitlines()
+    assert lines[1].lstrip().startswith("● step 3") and "saves up to" in lines[1]
+    assert lines[2].lstrip().startswith("→ ") and "rollout" in lines[2]  # the advice
+    assert all(len(line) <= cols for line in lines)
+    tmux.keys("F1")
+    tmux.wait(lambda s: "Close help" in s and "F10" in s, 15, "F1 opens the help")
+    tmux.keys("F1")
+    tmux.wait(lambda s: "Close help" not in s and "sort: host" in s, 15, "F1 closes it")
+    tmux.keys("F6")
+    tmux.wait(lambda s: "sort: activity" in s, 15, "F6 sorts like o")
+    tmux.keys("j", "j", "k", "Enter")  # j/k move the GPU cursor; Enter opens that GPU's node
+    tmux.wait(lambda s: "Node node0" in s and "Esc back" in s, 15, "the node after j j k")
+    tmux.keys("Escape")
+    tmux.wait(lambda s: "sort: activity" in s and "Node node0" not in s, 15, "back")
+    tmux.keys("/", "n", "o", "d", "e", "0", "2", "Enter")  # typed at once: all into the bar
+    screen = tmux.wait(lambda s: "filter node02" in s.splitlines()[0], 15, "the kept filter")
+    assert not any(re.match(r"\s*node01\s+\d", line) for line in screen.splitlines())
+    tmux.keys("Escape")
+    tmux.wait(lambda s: "filter node02" not in s.splitlines()[0], 15, "Esc clears the filter")
+    tmux.keys("F10")
+    screen = tmux.wait(lambda s: f"{EXIT_MARK}:" in s, 15, "F10 quits")
     assert f"{EXIT_MARK}:0" in screen

@@ -26,7 +26,7 @@ from tests.hang_data import (
 )
 from verl_top.diagnosis.engine import Engine
 from verl_top.diagnosis.findings import Finding
-from verl_top.diagnosis.hang import duration_text, job_hang
+from verl_top.diagnosis.hang import job_hang
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View
 from verl_top.model import LogLines, ProcessList
@@ -134,7 +134,11 @@ def test_the_rank_whose_gpu_idles_while_its_peers_spin_is_the_one_named() -> Non
     assert "GPU idle while 7 peers spin in NCCL" in hang.title
     assert "7 other process(es) wait" in hang.title
     lines = [e for e in hang.evidence if "update_actor" in e and "8 process(es)" in e]
-    assert lines and re.search(r"state not reported; CPU 100 %; .*NVML util \d-100 %", lines[0])
+    # the lists are 25 s old (the agent re-sends unchanged ones every 30 s): no CPU claimed
+    assert lines and re.search(
+        r"state not reported; CPU n/a \(its process lists are 25 s old\); .*NVML util \d-100 %",
+        lines[0],
+    )
 
 
 def test_job_process_records_name_the_stopped_rank_and_its_state() -> None:
@@ -202,16 +206,6 @@ def test_tracker_keeps_each_occurrence_as_its_slowest_rank() -> None:
     assert tr.since("a", 101, "") is None
 
 
-def test_durations_read_like_people_write_them() -> None:
-    assert [duration_text(x) for x in (2.14, 45, 192, 5400, 9000)] == [
-        "2.1 s",
-        "45 s",
-        "3.2 min",
-        "90.0 min",
-        "2.5 h",
-    ]
-
-
 def test_watchdog_lines_in_a_followed_verl_log_become_events_with_rank_and_pid() -> None:
     store, pipe = new_pipeline()
     # A worker's stderr in the driver's console: Ray's prefix (format of the real verl 0.5.0
@@ -227,10 +221,19 @@ def test_watchdog_lines_in_a_followed_verl_log_become_events_with_rank_and_pid()
     events = [e for e in store.events if e.kind == "watchdog"]
     assert len(events) == 1 and events[0].t == S  # the abort message repeats it: counted once
     (rep,) = watchdog_ties(store.events).timed_out()
-    assert (rep.rank, rep.pg, rep.seq, rep.op_type, rep.pid) == (
-        3,
-        "0",
-        9141,
-        "_ALLGATHER_BASE",
-        55154,
-    )
+    # The verl parser hands NCCL lines over without Ray's prefix: the rank ties, not the pid.
+    assert (rep.rank, rep.pg, rep.seq, rep.op_type) == (3, "0", 9141, "_ALLGATHER_BASE")
+
+
+def test_a_first_checkpoint_save_is_not_judged_by_the_step_time() -> None:
+    # No save_checkpoint history (the real log has no timing_s/save_checkpoint): 90 s of a
+    # first save with the GPU idle is no hang, while the step-based limit (3 x ~2 s) would say so.
+    store, pipe = new_pipeline()
+    pipe.emit(hello("h200", 1, S - 100))
+    history(pipe, S - 100)
+    save = "actor_rollout_save_checkpoint"
+    pipe.emit(ProcessList(host="h200", t=S, procs=[worker(2481, 0, save, 20.0, 0)]))
+    for k in range(-30, 91):
+        pipe.emit(gpu("h200", 0, S + k, "busy" if k < 0 else "idle", k))
+    check = job_hang(View(store, TH), TH)
+    assert not isinstance(check, Finding) and "overruns after 600 s" in check.detail

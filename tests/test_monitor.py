@@ -180,3 +180,15 @@ def test_hysteresis_is_configured_in_data_seconds() -> None:
     assert monitor._keeper.hold_s == 5.0
     # Retired count-based settings of older config files still load (and are ignored).
     assert Thresholds.from_mapping({"hysteresis_evals": 3, "hysteresis_margin": 0.1})
+
+
+def test_a_given_verl_log_is_waited_for_before_its_first_line() -> None:
+    """A job just started prints nothing for a while: with --verl-log given, GPU and host
+    symptoms before the first step are warm-up (seen live on the H200: 'one CPU core pinned'
+    led for 47 s before the log's first line)."""
+    store = Store()
+    store.verl_log_given = True
+    for i in range(60):
+        store.ingest(GpuSample(host="n1", t=1000.0 + i, index=0, util_gpu=0.0))
+    a = Monitor(Inputs(store=store, pipeline=Pipeline(store, parsers={}))).assess()
+    assert a.status.state == "waiting" and a.lead is None

@@ -81,8 +81,19 @@ def _texts(doc: Any) -> Iterator[str]:
                 yield from _texts(value)
 
 
+# Corpus logs added after this test was written that the current tool fails: strict xfails
+# naming the defect (docs/diagnosis-accuracy.md), so the fix turns them into failures.
+KNOWN_FAILURES: dict[str, str] = {}
+
+
+def _log_param(path: Path) -> Any:
+    reason = KNOWN_FAILURES.get(path.stem)
+    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+    return pytest.param(["--verl-log", str(path)], id=path.stem, marks=marks)
+
+
 CASES = [pytest.param(["--replay", str(d / "recording.ndjson")], id=d.name) for d in SCENARIOS]
-CASES += [pytest.param(["--verl-log", str(p)], id=p.stem) for p in LOGS]
+CASES += [_log_param(p) for p in LOGS]
 
 
 @pytest.mark.parametrize("argv", CASES)

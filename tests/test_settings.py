@@ -203,3 +203,101 @@ def test_prometheus_table_becomes_flag_defaults(tmp_path: Path) -> None:
     )
     flag = parse_args_with(app_parser(), ["--prom-interval", "2"], s)
     assert flag.prom_interval == 2.0  # the command line wins
+
+
+# -- the app's choices saved back (issue 32 item 4) -----------------------------------------
+
+USER_FILE = """# my cluster, my rules
+hosts = "gpu[01-04]"   # the four nodes
+theme = 'classic'      # easy on the eyes
+window=300
+
+[ssh]
+user = "ops"           # shared account
+theme = "not the top-level theme"
+
+[thresholds]
+idle_pct = 40
+"""
+
+
+def test_saving_changes_only_the_keys_lines_and_keeps_comments(tmp_path: Path) -> None:
+    from verl_top.settings import save_ui_settings
+
+    path = write(tmp_path, USER_FILE)
+    assert save_ui_settings(
+        path, {"theme": "nord", "window": 600.0, "sort": "power", "sort_reverse": True}
+    )
+    text = path.read_text()
+    # every line but the two changed ones is as it was; the new keys join the top level
+    assert text.splitlines()[:4] == [
+        "# my cluster, my rules",
+        'hosts = "gpu[01-04]"   # the four nodes',
+        'theme = "nord"      # easy on the eyes',
+        "window=600",
+    ]
+    assert text.splitlines()[4:6] == ['sort = "power"', "sort_reverse = true"]
+    assert text.endswith(USER_FILE.split("\n\n", 1)[1])  # the tables, untouched
+    s = load_settings(str(path))
+    assert [w.rsplit(": ", 1)[1] for w in s.warnings] == ["unknown key 'ssh.theme' (ignored)"]
+    assert (s.defaults["theme"], s.defaults["window"]) == ("nord", 600.0)
+    assert (s.defaults["sort"], s.defaults["sort_reverse"]) == ("power", True)
+    assert s.thresholds.idle_pct == 40 and s.defaults["ssh_user"] == "ops"
+
+
+def test_saving_what_the_file_already_says_does_not_write(tmp_path: Path) -> None:
+    from verl_top.settings import save_ui_settings
+
+    path = write(tmp_path, USER_FILE)
+    before = path.stat().st_mtime_ns
+    assert not save_ui_settings(path, {"theme": "classic", "window": 300})
+    assert path.stat().st_mtime_ns == before and path.read_text() == USER_FILE
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'theme = """classic"""\n',  # a multi-line string: its line is not `key = value`
+        "theme = [\n  'classic',\n]\n",  # a value over several lines
+        "theme = \n",  # does not parse
+    ],
+)
+def test_a_file_that_cannot_be_edited_line_by_line_is_left_alone(tmp_path: Path, text) -> None:
+    from verl_top.settings import save_ui_settings
+
+    path = write(tmp_path, text)
+    with pytest.raises(SettingsError, match="settings not saved") as err:
+        save_ui_settings(path, {"theme": "nord"})
+    assert str(path) in str(err.value)
+    assert path.read_text() == text  # untouched
+
+
+def test_a_new_key_goes_before_the_first_table_and_the_mode_is_kept(tmp_path: Path) -> None:
+    from verl_top.settings import save_ui_settings
+
+    path = write(tmp_path, 'ui = {theme = "classic"}\nrefresh = 1\n\n[ssh]\nuser = "a"\n')
+    path.chmod(0o640)
+    assert save_ui_settings(path, {"theme": "nord"})
+    assert path.read_text() == (
+        'ui = {theme = "classic"}\nrefresh = 1\ntheme = "nord"\n\n[ssh]\nuser = "a"\n'
+    )
+    assert path.stat().st_mode & 0o777 == 0o640
+
+
+def test_a_new_file_is_private_and_its_directory_made(tmp_path: Path) -> None:
+    from verl_top.settings import save_ui_settings
+
+    path = tmp_path / "xdg" / "verl-top" / "config.toml"
+    assert save_ui_settings(path, {"sort": "temp", "sort_reverse": False})
+    assert path.read_text() == 'sort = "temp"\nsort_reverse = false\n'
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in path.parent.iterdir()] == ["config.toml"]  # no temporary left
+
+
+def test_sort_keys_are_pane1s_and_a_bad_one_is_an_error(tmp_path: Path) -> None:
+    from verl_top.settings import SORT_KEYS
+    from verl_top.ui.panes.throughput import SORT_BY_COLUMN, SORT_CYCLE
+
+    assert set(SORT_KEYS) == set(SORT_BY_COLUMN.values()) | set(SORT_CYCLE)
+    with pytest.raises(SettingsError, match="'sort' must be one of host, activity"):
+        load_settings(str(write(tmp_path, 'sort = "speed"\n')))

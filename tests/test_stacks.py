@@ -84,6 +84,30 @@ def test_stacks_of_real_processes_grouped_by_role(workers) -> None:  # type: ign
     assert json.loads(json.dumps(doc))[0]["threads"][0]["frames"][0][0]  # plain JSON
 
 
+def test_a_stopped_process_is_read_without_pausing_it(workers) -> None:  # type: ignore[no-untyped-def]
+    """A worker stopped with SIGSTOP (the real H200 hang): the pausing read gets no stack, the
+    non-blocking one does, and the process stays stopped."""
+    import signal
+
+    workers.append(worker("ray::WorkerDict.critic_update_critic", "update_critic"))
+    wait_started(workers)
+    os.kill(workers[0].pid, signal.SIGSTOP)
+    try:
+        (got,) = asyncio.run(
+            stacks.collect_host(
+                local_run, "local", [stacks.Target("local", workers[0].pid, "critic")]
+            )
+        )
+        with open(f"/proc/{workers[0].pid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    finally:
+        os.kill(workers[0].pid, signal.SIGCONT)
+    assert not got.error and got.source == "py-spy --nonblocking"
+    main = next(t for t in got.threads if t.name == "MainThread")
+    assert main.frames[0].function == "update_critic"
+    assert state == "T"  # still stopped: nothing was sent to it
+
+
 def test_refused_for_a_process_the_user_does_not_own(workers) -> None:  # type: ignore[no-untyped-def]
     """Run as nobody against root's process: refused, with the owner and what would work."""
     if os.geteuid() != 0 or not shutil.which("setpriv"):

@@ -185,3 +185,25 @@ def test_store_flavour_follows_the_inputs() -> None:
     assert store_flavour(store).trainer_mode == "sync"
     store.ingest(RayActors(actors=[RayActor(name="", class_name="FullyAsyncRollouter")]))
     assert store_flavour(store).trainer_mode == "fully_async"
+
+
+def test_nccl_lines_in_a_verl_log_give_one_event_each() -> None:
+    """The pipeline's EventScanner owns WARN/watchdog events of a verl log; the verl parser
+    adds only the NCCL transport summary, so a WARN line is one event, not two."""
+    from verl_top.model import LogLines
+
+    store = Store()
+    Pipeline(store).emit(
+        LogLines(
+            host="h",
+            t=1.0,
+            path="d.log",
+            kind="verl",
+            lines=[
+                "(WorkerDict pid=3) n:1:1 [0] NCCL WARN NET/IB : Got async event : port error",
+                "(WorkerDict pid=3) n:1:1 [0] NCCL INFO Using network Socket",
+            ],
+        )
+    )
+    assert [e.kind for e in store.events] == ["nccl_warn"]
+    assert [i.transport for i in store.nccl.values()] == ["Socket"]

@@ -26,9 +26,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from verl_top import __version__
+from verl_top.cli_help import VersionAction, with_help
 from verl_top.inputs import InputError, Inputs, add_input_arguments, build_inputs
-from verl_top.settings import Settings, SettingsError, config_arg, load_settings, parse_args_with
+from verl_top.settings import (
+    Settings,
+    SettingsError,
+    config_arg,
+    default_config_path,
+    load_settings,
+    parse_args_with,
+)
 
 if TYPE_CHECKING:
     from verl_top.diagnosis.engine import Engine  # imported lazily: the engine pulls in the rules
@@ -69,7 +76,7 @@ LIVE_SOURCES = ("hosts", "slurm", "ray")
 
 def _base_parser(prog: str, description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("--version", action="version", version=f"verl-top {__version__}")
+    parser.add_argument("--version", action=VersionAction)
     parser.add_argument(
         "--config",
         metavar="FILE",
@@ -82,7 +89,6 @@ def app_parser() -> argparse.ArgumentParser:
     """Parser of the live app."""
     parser = _base_parser("verl-top", "Live monitor that tells why a verl training job is slow.")
     parser.usage = "verl-top [COMMAND] [options]"
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.description = (
         f"{parser.description}\n\ncommands:\n"
         + "\n".join(f"  {name:<{_NAME_W}} {line}" for name, line in SUBCOMMAND_HELP.items())
@@ -104,7 +110,7 @@ def app_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="never send a signal to a process (the process screen's F9 is refused)",
     )
-    return parser
+    return with_help(parser, "verl-top")
 
 
 def diagnose_parser() -> argparse.ArgumentParser:
@@ -128,7 +134,7 @@ def diagnose_parser() -> argparse.ArgumentParser:
         "(nothing read), or a --verl-log gave neither a step nor the config (the output says "
         "what was read: lines, lines matched, the first unreadable line)."
     )
-    return parser
+    return with_help(parser, "diagnose")
 
 
 def snapshot_parser() -> argparse.ArgumentParser:
@@ -136,12 +142,13 @@ def snapshot_parser() -> argparse.ArgumentParser:
     parser = diagnose_parser()
     parser.prog = "verl-top snapshot"
     parser.description = "Collect for a while, then write a snapshot bundle."
+    parser.epilog = None  # diagnose's exit statuses and examples are not snapshot's
     parser.add_argument("-o", "--output", required=True, metavar="DIR", help="bundle directory")
     parser.add_argument("--force", action="store_true", help="overwrite an existing bundle")
     for action in parser._actions:  # noqa: SLF001 - argparse has no public way to reword
         if action.dest == "json":
             action.help = "print the bundle's manifest (files, sizes, status) as JSON"
-    return parser
+    return with_help(parser, "snapshot")
 
 
 def export_metrics_parser() -> argparse.ArgumentParser:
@@ -180,7 +187,7 @@ def export_metrics_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the Grafana dashboard (JSON) for these metrics and exit",
     )
-    return parser
+    return with_help(parser, "export-metrics")
 
 
 def compare_parser() -> argparse.ArgumentParser:
@@ -202,7 +209,7 @@ def compare_parser() -> argparse.ArgumentParser:
         "Example: verl-top compare runs/0.6/driver.log runs/0.7/driver.log. Exit status: 0 "
         "compared; 2 an input cannot be read; 3 a side has no timed verl step."
     )
-    return parser
+    return with_help(parser, "compare")
 
 
 def unknown_command(word: str) -> str | None:
@@ -331,12 +338,16 @@ def _run_app(args: argparse.Namespace, settings: Settings | None = None) -> int:
     check_sources(args)
     inputs = build_inputs(args)
     _load_baseline(inputs, args)
+    sort = settings.defaults.get("sort")
     app = VerlTopApp(
         inputs,
         refresh=args.refresh,
         theme_name=theme,
         engine=_engine(settings, args),
         readonly=args.readonly,
+        # theme, sort and window chosen in the app go back to the file (docs/configuration.md)
+        settings_file=settings.path or default_config_path(),
+        sort=(sort, bool(settings.defaults.get("sort_reverse", False))) if sort else None,
     )
     app.run()
     inputs.close()
@@ -502,15 +513,63 @@ def bundle_manifest(path: Path, status: dict[str, object]) -> dict[str, object]:
     return doc
 
 
-def _run_probe(argv: list[str]) -> int:
-    if not argv or argv[0] != "nccl":
-        print("verl-top probe: usage: verl-top probe nccl [options] (see --help)", file=sys.stderr)
-        return 2
-    from verl_top.nccl.probe import add_probe_arguments, main_probe
+PROBES = {
+    "nccl": "NCCL collective bus bandwidth (all_reduce, all_gather) against what the links should reach"
+}
 
-    parser = _base_parser("verl-top probe nccl", "Measure NCCL bus bandwidth on purpose.")
+
+def probe_parser() -> argparse.ArgumentParser:
+    """Parser of ``verl-top probe`` itself: what can be probed (``probe --help``)."""
+    parser = _base_parser(
+        "verl-top probe",
+        "Measure on purpose what the monitor cannot see passively. A probe loads the GPUs and the "
+        "network: it perturbs a training job while it runs, so it refuses to start while GPUs "
+        "are busy unless --force.\n\nprobes:\n"
+        + "\n".join(f"  {name:<6} {what}" for name, what in PROBES.items())
+        + "\n\n`verl-top probe nccl --help`: its options.",
+    )
+    parser.usage = "verl-top probe nccl [options]"
+    parser.add_argument("what", choices=tuple(PROBES), help="what to probe")
+    return with_help(parser, "probe")
+
+
+def probe_nccl_parser() -> argparse.ArgumentParser:
+    """Parser of ``verl-top probe nccl``."""
+    from verl_top.nccl.probe import add_probe_arguments
+
+    parser = _base_parser(
+        "verl-top probe nccl",
+        "Measure NCCL bus bandwidth on purpose: torch.distributed ranks on this machine or on "
+        "--hosts over SSH (or nccl-tests binaries with --nccl-tests), the peak busbw at large "
+        "sizes against what the GPU links and NICs should reach (docs/nccl.md).",
+    )
     add_probe_arguments(parser)
     for action in parser._actions:  # noqa: SLF001 - fill the help nccl/probe.py leaves out
         if not action.help and action.dest in PROBE_OPTION_HELP:
             action.help = PROBE_OPTION_HELP[action.dest]
-    return asyncio.run(main_probe(parser.parse_args(argv[1:])))
+    return with_help(parser, "probe nccl")
+
+
+def _run_probe(argv: list[str]) -> int:
+    if not argv or argv[0].startswith("-"):
+        parser = probe_parser()
+        if argv and argv[0] in ("-h", "--help", "--version"):
+            parser.parse_args(argv)  # prints and exits 0
+        print(
+            "verl-top probe: say what to probe: verl-top probe nccl [options] "
+            "(verl-top probe --help lists the probes)",
+            file=sys.stderr,
+        )
+        return 2
+    if argv[0] not in PROBES:
+        near = difflib.get_close_matches(argv[0], PROBES, n=1, cutoff=0.5)
+        hint = (
+            f"; did you mean '{near[0]}'?"
+            if near
+            else " (" + ", ".join(f"verl-top probe {name}" for name in PROBES) + ")"
+        )
+        print(f"verl-top probe: unknown probe '{argv[0]}'{hint}", file=sys.stderr)
+        return 2
+    from verl_top.nccl.probe import main_probe
+
+    return asyncio.run(main_probe(probe_nccl_parser().parse_args(argv[1:])))

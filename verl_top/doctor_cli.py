@@ -7,6 +7,7 @@ import asyncio
 import sys
 from collections.abc import Callable, Sequence
 
+from verl_top.cli_help import with_help
 from verl_top.sources.doctor import doctor_hosts, format_reports
 from verl_top.sources.hosts import HostsError, HostSpec, parse_hosts_arg
 from verl_top.sources.ssh import add_ssh_arguments
@@ -17,17 +18,19 @@ def doctor_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="verl-top doctor",
         description="Check each host step by step (resolve, TCP, host key, auth, python3, "
-        "agent, NVML, first sample) and say how to fix the first failing step.",
+        "agent, NVML, first sample) and say how to fix the first failing step. Without a host: "
+        "this machine (Python, the in-process agent, NVML, first sample).",
     )
     p.add_argument(
         "hosts",
         nargs="*",
         metavar="HOST",
         help="[user@]host[:port], ssh config alias, range or hosts file (default: the "
-        "configuration file's hosts)",
+        "configuration file's hosts; with none, this machine is checked, as `verl-top` "
+        "without hosts monitors it)",
     )
     p.add_argument("--config", metavar="FILE", help="verl-top configuration file")
-    p.add_argument("--python", default="python3", help="python on the node (default python3)")
+    p.add_argument("--python", default="python3", help="python on the nodes (default python3)")
     p.add_argument(
         "--wait", type=float, default=15.0, metavar="S", help="seconds for the agent's first sample"
     )
@@ -39,7 +42,7 @@ def doctor_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--replay-trace", metavar="FILE", help=argparse.SUPPRESS)
     add_ssh_arguments(p)
-    return p
+    return with_help(p, "doctor")
 
 
 def main_doctor(
@@ -55,9 +58,14 @@ def main_doctor(
     parser = doctor_parser()
     args = parse(parser, argv) if parse else parser.parse_args(list(argv))
     entries = [args.hosts] if isinstance(args.hosts, str) else list(args.hosts or [])
+    if not entries:  # no host given or configured: this machine (the app's default too)
+        from verl_top.sources.doctor_local import doctor_local
+
+        trace = os.path.abspath(args.replay_trace) if args.replay_trace else None
+        report = asyncio.run(doctor_local(args.backend, args.wait, trace))
+        print(format_reports([report]))
+        return 0 if report.ok else 1
     try:
-        if not entries:
-            raise HostsError("give the hosts to check (or set hosts in the configuration file)")
         specs: list[HostSpec] = []
         for entry in entries:
             specs += parse_hosts_arg(entry)

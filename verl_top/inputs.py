@@ -160,6 +160,9 @@ def build_inputs(args: argparse.Namespace) -> Inputs:
     pipeline = Pipeline(store, recorder)
     inputs = Inputs(store=store, pipeline=pipeline, recorder=recorder)
     logs = [parse_log_spec("verl", p) for p in args.verl_log]
+    # Expected before its first line: a job just started prints nothing for a while, and GPU
+    # symptoms then are warm-up (the "waiting for the first verl step" state).
+    store.verl_log_given = bool(logs)
     logs += [parse_log_spec("nccl", p) for p in args.nccl_log]
     if args.verl_config:
         logs.append(parse_log_spec("verl_config", args.verl_config))

@@ -33,6 +33,7 @@ from verl_top.compare import Comparison, compare_runs, summarize
 from verl_top.diagnosis.engine import Engine
 from verl_top.diagnosis.findings import FAULT_RULES, SYMPTOM_RULES, Finding, Verdict
 from verl_top.inputs import Inputs
+from verl_top.model import Record
 from verl_top.status import job_status, waiting_for_first_step
 from verl_top.store import Store
 
@@ -45,6 +46,12 @@ MAX_SHARE = 0.25
 # Headless runs look at the data this often (wall seconds) while they collect.
 HEADLESS_TICK_S = 1.0
 RELEASE_SLICE = 500  # held writes applied per turn of the event loop after an evaluation
+# A replay read at full speed is also looked at every this many seconds of *data*, so its lead
+# history (a hang that came and went) is the one the app would have shown; an evaluation that
+# costs c seconds stretches the gap to REPLAY_COST_FACTOR x c of data, so a long recording of a
+# large cluster stays quick (its history is then coarser, its final lead the same).
+REPLAY_LOOK_S = 5.0
+REPLAY_COST_FACTOR = 50.0
 DEFAULT_LIVE_DURATION = 10.0
 
 
@@ -342,6 +349,7 @@ class Monitor:
         speed = inputs.replay.speed if inputs.replay is not None else None
         if inputs.replay is not None:
             inputs.replay.speed = 1e9  # no pacing: the data carries its own times
+            inputs.pipeline.listeners.append(self._replay_looker())
         tasks = [asyncio.create_task(src.run(inputs.pipeline.emit)) for src in inputs.sources]
         limit = (
             duration if duration is not None else (None if inputs.finite else DEFAULT_LIVE_DURATION)
@@ -369,6 +377,27 @@ class Monitor:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         return self.settle()
+
+    def _replay_looker(self) -> Callable[[Record], None]:
+        """A pipeline listener that assesses every REPLAY_LOOK_S of data time (stretched by
+        the evaluation's own cost)."""
+        next_t: list[float | None] = [None]
+
+        def look(record: Record) -> None:
+            t = record.t
+            if not t:
+                return
+            if next_t[0] is not None and t < next_t[0]:
+                return
+            if next_t[0] is not None:
+                started = self._clock()
+                self._evaluate(settle=False)
+                cost = self._clock() - started
+            else:
+                cost = 0.0
+            next_t[0] = t + max(REPLAY_LOOK_S, REPLAY_COST_FACTOR * cost)
+
+        return look
 
 
 def _has_data(store: Store) -> bool:

@@ -61,6 +61,30 @@ def verl_log_ask(store: Store) -> str:
     return "give --verl-log PATH (the driver's console log or the file logger's JSONL)"
 
 
+def no_processes_text(store: Store) -> str:
+    """Why a node has no GPU process list, in this session's terms."""
+    if store.origin == PROMETHEUS:
+        return (
+            "process lists are not exported by dcgm-exporter: roles, ranks and per-process "
+            "memory need the node agent (--hosts or --ray)"
+        )
+    if recorded(store):
+        return "the recording has no GPU process list for this node"
+    return "no GPU process list from this node yet (the agent reports it; roles come from the process titles)"
+
+
+def no_host_sample_text(store: Store) -> str:
+    """Why a node has no host sample (CPU, memory, network, disks), in this session's terms."""
+    if store.origin == PROMETHEUS:
+        return (
+            "host samples (CPU, memory, network, disks) are not in dcgm-exporter's series; "
+            "the node agent sends them (--hosts)"
+        )
+    if recorded(store):
+        return "the recording has no host sample for this node"
+    return "no host sample yet"
+
+
 def missing_steps_text(store: Store, what: str = "") -> str:
     """A pane's line where verl steps are missing: 'no verl step yet: <ask>' (``what``: what
     the steps would show there, e.g. 'weight-sync time per step')."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -75,6 +75,7 @@ class ProcNow:
     role: str  # verl's name of the role: critic, actor/rollout, TaskRunner (driver), ...
     rank: int | None
     title: str
+    seen: float = 0.0  # time of the list it comes from (its cpu_pct is as of then)
 
     def label(self) -> str:
         """``rank 3 (critic)`` or ``pid 4242 (critic)``, with the host: who it is, for people."""
@@ -95,7 +96,7 @@ def _method_of(bound: str | None) -> str:
     return trainer_method(bound) if bound else ""
 
 
-def _from_job(host: str, jp: JobProcessLike, ranks: dict[int, int]) -> ProcNow:
+def _from_job(host: str, jp: JobProcessLike, ranks: dict[int, int], seen: float) -> ProcNow:
     bound = jp.method or ""
     roles = worker_roles(bound)
     return ProcNow(
@@ -109,37 +110,58 @@ def _from_job(host: str, jp: JobProcessLike, ranks: dict[int, int]) -> ProcNow:
         role=join_roles(roles) if roles else (jp.role or ""),
         rank=ranks.get(jp.pid),
         title=jp.title,
+        seen=seen,
     )
 
 
-def _from_gpu(host: str, parts: list[GpuProcess]) -> ProcNow:
+def _from_gpu(host: str, parts: list[GpuProcess], seen: float, titles: _Titles) -> ProcNow:
     first = parts[0]
-    roles = title_roles(first.cmd)
+    method, roles = titles.read(first.cmd)
     return ProcNow(
         host=host,
         pid=first.pid,
-        method=first.method if first.method is not None else classify(first.cmd).method,
+        method=first.method if first.method is not None else method,
         since=None,
         state="",
         cpu_pct=first.cpu_pct,
         gpus=tuple(sorted({p.gpu_index for p in parts})),
-        role=join_roles(roles) if roles else (first.verl_role or first.role or ""),
+        role=roles or first.verl_role or first.role or "",
         rank=first.rank,
         title=first.cmd,
+        seen=seen,
     )
 
 
-def processes(plist: ProcessList) -> list[ProcNow]:
+class _Titles:
+    """A title's method and roles, parsed once: a job has a handful of distinct titles and a
+    list arrives at every title change (bounded: cleared when full)."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._seen: dict[str, tuple[str, str]] = {}
+        self._limit = limit
+
+    def read(self, title: str) -> tuple[str, str]:
+        """(method, verl roles joined) of a process title."""
+        hit = self._seen.get(title)
+        if hit is None:
+            if len(self._seen) >= self._limit:
+                self._seen.clear()
+            hit = self._seen[title] = (classify(title).method, join_roles(title_roles(title)))
+        return hit
+
+
+def processes(plist: ProcessList, titles: _Titles | None = None) -> list[ProcNow]:
     """The job's processes of one host list: the agent's job-process records when it sent
     them (state, method and since included), else one entry per GPU process (no state)."""
     ranks = {p.pid: p.rank for p in plist.procs if p.rank is not None}
     jobs = job_records(plist)
     if jobs:
-        return [_from_job(plist.host, jp, ranks) for jp in jobs]
+        return [_from_job(plist.host, jp, ranks, plist.t) for jp in jobs]
     by_pid: dict[int, list[GpuProcess]] = {}
     for p in plist.procs:
         by_pid.setdefault(p.pid, []).append(p)
-    return [_from_gpu(plist.host, parts) for _, parts in sorted(by_pid.items())]
+    titles = titles if titles is not None else _Titles()
+    return [_from_gpu(plist.host, parts, plist.t, titles) for _, parts in sorted(by_pid.items())]
 
 
 @dataclass
@@ -178,19 +200,33 @@ class ProgressTracker:
 
     def __init__(self, max_procs: int = 65_536, max_methods: int = 64, keep: int = 32) -> None:
         self._cur: dict[tuple[str, int], _Current] = {}
+        self._now: dict[str, list[ProcNow]] = {}  # host -> its latest list's processes
+        self._titles = _Titles()
         self._occ: dict[str, _Occurrences] = {}
         self.max_procs = max_procs
         self.max_methods = max_methods
         self.keep = keep
 
     def observe(self, plist: ProcessList) -> None:
-        """Take one host's process list: close the episodes of processes that changed method."""
-        seen: set[int] = set()
-        for p in processes(plist):
-            seen.add(p.pid)
+        """Take one host's process list: close the episodes of processes that changed method,
+        and keep the list's processes with their ``since`` for ``current``."""
+        procs = processes(plist, self._titles)
+        for p in procs:
             self._see(plist.host, p, plist.t)
+        seen = {p.pid for p in procs}
         for key in [k for k in self._cur if k[0] == plist.host and k[1] not in seen]:
             del self._cur[key]  # gone: its last method's end is unknown, so it is not counted
+        self._now[plist.host] = [self._timed(plist.host, p) for p in procs]
+
+    def _timed(self, host: str, p: ProcNow) -> ProcNow:
+        if p.since is not None or not p.method:
+            return p
+        return dataclasses.replace(p, since=self.since(host, p.pid, p.method))
+
+    def current(self) -> list[ProcNow]:
+        """Every job process of each host's latest list, with the time it entered its method
+        (read at ingest: an evaluation costs no title parsing)."""
+        return [p for procs in self._now.values() for p in procs]
 
     def _see(self, host: str, p: ProcNow, t: float) -> None:
         key = (host, p.pid)
@@ -225,19 +261,3 @@ class ProgressTracker:
         """Seconds of the method's recent occurrences, oldest first."""
         occ = self._occ.get(method)
         return occ.values() if occ is not None else []
-
-
-def current(plists: Iterable[ProcessList | None], tracker: ProgressTracker) -> list[ProcNow]:
-    """Every job process of the latest lists, with ``since`` filled from the tracker when the
-    agent did not send it."""
-    out: list[ProcNow] = []
-    for plist in plists:
-        if plist is None:
-            continue
-        for p in processes(plist):
-            if p.since is None and p.method:
-                since = tracker.since(plist.host, p.pid, p.method)
-                if since is not None:
-                    p = dataclasses.replace(p, since=since)
-            out.append(p)
-    return out

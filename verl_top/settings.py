@@ -8,6 +8,8 @@
     window = 300                    # s, history window
     refresh = 1.0                   # s, screen refresh
     theme = "verl-dark"             # a theme name or a .toml theme file
+    sort = "activity"               # pane 1's GPU table order (o / O in the app)
+    sort_reverse = true
 
     [ssh]
     identity = "~/.ssh/id_ed25519"  # or a list
@@ -29,13 +31,23 @@
 
 Values become argparse defaults, so a flag on the command line always wins. Unknown keys are
 warned about (and ignored); a bad value is an error naming its key, before anything connects.
+
+The app saves what is chosen in it (theme, window, sort: ``UI_KEYS``) back to the file with
+``save_ui_settings``: only those keys' own lines change (or are added before the first table),
+so the user's other settings, comments and layout stay as they are; the new text must parse to
+the old settings plus the changed keys, else nothing is written; the write is atomic.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import json
+import math
 import os
+import re
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +56,23 @@ from typing import Any
 from verl_top.diagnosis.thresholds import Thresholds
 
 CONFIG_FILE = "config.toml"
+# Pane 1's sort orders (the values of ui/panes/throughput.py SORT_BY_COLUMN; a test keeps the
+# two equal): listed here so that reading the config file does not import the UI.
+SORT_KEYS = (
+    "host",
+    "activity",
+    "nvml",
+    "sm",
+    "tensor",
+    "dram",
+    "memory",
+    "power",
+    "temp",
+    "clock",
+    "throttle",
+)
+# What the app saves back to the file when it is changed in the app (top-level keys).
+UI_KEYS = ("theme", "window", "sort", "sort_reverse")
 
 
 class SettingsError(Exception):
@@ -76,6 +105,12 @@ def _string(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError("must be a non-empty string")
     return value
+
+
+def _sort_key(value: Any) -> str:
+    if value not in SORT_KEYS:
+        raise ValueError(f"must be one of {', '.join(SORT_KEYS)}")
+    return str(value)
 
 
 def _path(value: Any) -> str:
@@ -116,6 +151,8 @@ KEYS: dict[str, tuple[str, Check]] = {
     "window": ("window", _number(1.0)),
     "refresh": ("refresh", _number(0.0)),
     "theme": ("theme", _string),
+    "sort": ("sort", _sort_key),
+    "sort_reverse": ("sort_reverse", _bool),
     "ssh.identity": ("identity", _string_list),
     "ssh.jump": ("jump", _string),
     "ssh.ssh_config": ("ssh_config", _path),
@@ -266,3 +303,106 @@ def parse_args_with(
         if dest in dests and getattr(args, dest, None) is None and dest in settings.defaults:
             setattr(args, dest, list(settings.defaults[dest]))
     return args
+
+
+# -- saving what the app changed -----------------------------------------------------------
+
+_TABLE_HEADER = re.compile(r"^\s*\[")
+# A one-line TOML value: a basic or literal string, a number, a boolean or a date.
+_VALUE = r"""(?:"(?:[^"\\\n]|\\.)*"|'[^'\n]*'|[^\s#"'\[{][^\s#]*)"""
+
+
+def toml_value(value: Any) -> str:
+    """``value`` (str, bool, int or finite float) as a TOML value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{value!r} cannot be written to TOML")
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string: JSON's escapes are TOML's
+    raise ValueError(f"{type(value).__name__} values are not saved")
+
+
+def set_top_level_key(text: str, key: str, value: Any) -> str:
+    """``text`` with the top-level ``key = value`` line set: the line's value replaced (its
+    indentation and trailing comment kept), or a new line after the last top-level line."""
+    lines = text.splitlines(keepends=True)
+    end = next((i for i, line in enumerate(lines) if _TABLE_HEADER.match(line)), len(lines))
+    pattern = re.compile(
+        rf"""^(\s*(?:{re.escape(key)}|"{re.escape(key)}")\s*=\s*){_VALUE}(\s*(?:#.*)?)$"""
+    )
+    new = toml_value(value)
+    for i in range(end):
+        body = lines[i].rstrip("\r\n")
+        match = pattern.match(body)
+        if match:
+            lines[i] = f"{match.group(1)}{new}{match.group(2)}{lines[i][len(body) :]}"
+            return "".join(lines)
+    at = end
+    while at > 0 and not lines[at - 1].strip():
+        at -= 1  # right after the last top-level line, before blank lines and the tables
+    if at > 0 and not lines[at - 1].endswith("\n"):
+        lines[at - 1] += "\n"
+    lines.insert(at, f"{key} = {new}\n")
+    return "".join(lines)
+
+
+def save_ui_settings(path: Path, values: Mapping[str, Any]) -> bool:
+    """Write the app's choices (keys of UI_KEYS) into the config file at ``path``.
+
+    Returns True when the file was written, False when it already said so. Raises
+    SettingsError (the file untouched) when the file cannot be read or parsed, or when the
+    change cannot be made by editing those keys' lines alone."""
+    from verl_top.ui.themes import parse_toml
+
+    unknown = set(values) - set(UI_KEYS)
+    if unknown:
+        raise SettingsError(f"not saved: {', '.join(sorted(unknown))} are not app settings")
+    try:
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+        old = parse_toml(text)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise SettingsError(f"{path}: settings not saved: {exc}") from exc
+    changed = {k: v for k, v in values.items() if old.get(k) != v}
+    if not changed:
+        return False
+    new_text = text
+    try:
+        for key, value in changed.items():
+            new_text = set_top_level_key(new_text, key, value)
+        new = parse_toml(new_text)
+    except ValueError as exc:
+        raise SettingsError(f"{path}: settings not saved: {exc}") from exc
+    if new != {**old, **changed}:
+        raise SettingsError(
+            f"{path}: settings not saved: {', '.join(changed)} could not be set without "
+            "touching other lines (edit the file by hand)"
+        )
+    _write_atomic(path, new_text)
+    return True
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` at once (a crash leaves the old or the new file), keeping
+    its permissions; a new file and its directory are private to the user."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, mode)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as exc:
+        raise SettingsError(f"{path}: settings not saved: {exc.strerror or exc}") from exc

@@ -99,7 +99,7 @@ class ProcessStack:
     pid: int
     role: str = ""
     title: str = ""
-    source: str = ""  # "py-spy" | "ray dashboard" | "" (none)
+    source: str = ""  # "py-spy" | "py-spy --nonblocking" | "ray dashboard" | "" (none)
     threads: list[ThreadStack] = field(default_factory=list)
     error: str = ""
     t: float = 0.0
@@ -252,11 +252,22 @@ async def _one(run: Runner, loc: Located, t: Target, ray: RayTrace | None) -> Pr
     if not allowed:
         why.append(refusal(t, owner if owner is not None else -1, loc.uid))
     elif loc.pyspy:
-        res = await run([loc.pyspy[0], "dump", "--pid", str(int(t.pid))], DUMP_TIMEOUT_S)
-        threads = parse_dump(res.stdout) if res.status == 0 else []
-        if threads:
-            out.source, out.threads = "py-spy", threads
-            return out
+        # A process already stopped (SIGSTOP, the hangs worth a stack) cannot be paused again:
+        # py-spy 0.4.3 then fails ("Failed to get stack traces", seen on the real H200 hang),
+        # while --nonblocking reads its memory without pausing it. Running processes get the
+        # consistent (pausing) read first.
+        res = None
+        for extra in ([], ["--nonblocking"]):
+            res = await run(
+                [loc.pyspy[0], "dump", *extra, "--pid", str(int(t.pid))], DUMP_TIMEOUT_S
+            )
+            threads = parse_dump(res.stdout) if res.status == 0 else []
+            if threads:
+                out.source, out.threads = "py-spy" + (" --nonblocking" if extra else ""), threads
+                return out
+            if "Failed to get stack traces" not in f"{res.stderr}{res.stdout}" and res.status:
+                break  # refused, gone, not Python: the other mode cannot help
+        assert res is not None
         why.append(explain_pyspy_error(t.pid, f"{res.stderr}\n{res.stdout}"))
     else:
         why.append(missing_pyspy(t.host, [loc.pythons.get(t.pid, "")]))

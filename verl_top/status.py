@@ -106,11 +106,11 @@ def has_gpu_or_steps(store: Store) -> bool:
 
 
 def follows_verl_log(store: Store) -> bool:
-    """True when a verl log (followed, or held by a recording) is being read.
+    """True when a verl log (given to follow, or held by a recording) is being read.
 
     A recording holds the log's parsed records, not its lines: the config verl printed at
     the start of its console log says a log was followed when it was made."""
-    if store.config_source.startswith("console"):
+    if store.verl_log_given or store.config_source.startswith("console"):
         return True
     return any(s.get("kind") == "verl" for s in store.log_stats.values())
 

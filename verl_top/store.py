@@ -376,6 +376,7 @@ class Store:
         self.latencies: deque[float] = deque(maxlen=self.limits.latencies)
         self.now: float = 0.0  # newest data time seen
         self.first_t: float | None = None  # data time of the first timed record
+        self.verl_log_given = False  # --verl-log was given (its first line may not be here yet)
         self.version = 0  # bumps on every ingest; lets views skip work when nothing changed
         self.replay = False  # set by replay sources: the header says REPLAY
         # Where the data comes from (verl_top/origin.py: local, ssh, ray, prometheus, replay,

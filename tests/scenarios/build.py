@@ -316,6 +316,35 @@ def rollout(
     ]
 
 
+def pool_procs(host: str, used: list[int], cmd: str, role: str) -> ProcessList:
+    """One process per GPU of a pool: the trainer's WorkerDict or a rollout engine."""
+    return ProcessList(
+        host=host,
+        t=T_END - 1,
+        procs=[
+            GpuProcess(pid=2000 + i, gpu_index=i, used_mib=60000, cmd=cmd, role=role) for i in used
+        ],
+    )
+
+
+def verl09_log(name: str) -> list[Record]:
+    """A CONSTRUCTED verl v0.9.0 log of tests/fixtures/verl09 (its config and steps), the steps
+    re-timed one step time apart so the last ends at T_END; step 0 (validation) left out."""
+    from verl_top.verl.parse import parse_file
+
+    parsed = parse_file(FIX / "verl09" / name)
+    steps_ = [r for r in parsed.steps if r.step > 0]
+    last = max(r.step for r in steps_)
+    out: list[Record] = [
+        VerlConfig(host="head", t=T_END - 3000, values=parsed.config or {}, source="console")
+    ]
+    for rec in steps_:
+        step_s = rec.metrics.get("timing_s/step") or rec.metrics.get("timing_s/gen") or 1.0
+        t = T_END - (last - rec.step) * step_s - (0.5 if "timing_s/step" not in rec.metrics else 0)
+        out.append(VerlStep(host="head", t=round(t, 3), step=rec.step, metrics=rec.metrics))
+    return out
+
+
 def scenarios() -> dict[str, tuple[list[Record], dict[str, Any], str]]:
     train = [("train_matmul_bf16", 150)]
     s: dict[str, tuple[list[Record], dict[str, Any], str]] = {}
@@ -464,6 +493,29 @@ def scenarios() -> dict[str, tuple[list[Record], dict[str, Any], str]]:
         2,
         "sync.weight_update",
         "healthy steps with timing_s/update_weights 80 s (verl issues report ~200 s for large models)",
+    )
+    add(
+        "sync_weight_push",
+        verl09_log("one_step_off_weight_sync_51pct.log"),
+        2,
+        "sync.weight_push",
+        "the CONSTRUCTED one-step-off v0.9.0 log: sync_rollout_weights (containing update_weights) "
+        "51 % of each step, a 7B model at 0.5 GB/s",
+    )
+    add(
+        "flow_async_balance",
+        gpus("n1", 8, [("train_matmul_bf16", 150)])
+        + gpus("n2", 8, [("gen_decode_memory_bound", 150)])
+        + [
+            pool_procs("n1", list(range(8)), "ray::DetachActorWorker.update_actor", "trainer"),
+            pool_procs("n2", list(range(8)), "VLLM::EngineCore", "rollout"),
+        ]
+        + verl09_log("fully_async_trainer_starved.log"),
+        3,
+        "flow.async_balance",
+        "the CONSTRUCTED fully-async v0.9.0 log (trainer waits 48 % of each weight version, the "
+        "rollouter never pauses) with 8 trainer GPUs replaying the real bf16 GEMM rows and 8 "
+        "rollout GPUs the real decode rows",
     )
     waits = [("train_matmul_bf16", 20), ("idle", 20)] * 4
     add(

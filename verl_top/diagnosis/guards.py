@@ -4,8 +4,8 @@ Some readings hold for one kind of verl job only (``verl_top.verl.flavour``):
 
 - ``mode_guard``: in every async trainer mode ``timing_s/gen`` is the trainer's wait for finished
   samples, not generation time, so the rollout stage rules must not judge it (no vLLM tuning for
-  a wait; ``async.balance`` says who waits for whom); where trainer and rollout have separate
-  pools the weight sync crosses a link and ``async.weight_sync`` judges it, once.
+  a wait; ``flow.async_balance`` says who waits for whom); where trainer and rollout have separate
+  pools the weight sync crosses a link and ``sync.weight_push`` judges it, once.
 - ``device_guard``: on Ascend NPUs there is no NVML, GPM or ``nvidia-smi``: a rule that needs
   them says it does not apply instead of asking for them.
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 from verl_top.diagnosis.findings import Check, no_data, passed
 from verl_top.diagnosis.view import View
 
-BALANCE = "async.balance"
-WEIGHT_SYNC = "async.weight_sync"
+BALANCE = "flow.async_balance"
+WEIGHT_SYNC = "sync.weight_push"
 # Rules that read NVIDIA-only counters or tools, and what they would need.
 GPU_ONLY_RULES: dict[str, str] = {
     "gpu.util_misleading": "NVIDIA's SM and tensor activity counters",

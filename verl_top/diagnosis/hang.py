@@ -17,13 +17,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from verl_top.diagnosis.findings import Finding, RuleResult, no_data, passed
+from verl_top.diagnosis.readable import seconds
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, median
 from verl_top.nccl.parse import WatchdogTies, watchdog_ties
-from verl_top.progress import METHOD_TIMERS, STATE_WORDS, ProcNow, current
+from verl_top.progress import METHOD_TIMERS, STATE_WORDS, ProcNow
 
 STEP = 1
 RULE = "job.hang"
@@ -35,19 +36,18 @@ FLIGHT_RECORDER_ENV = (
     "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 "
     "(dumps /tmp/nccl_trace_rank_<N>; TORCH_NCCL_DEBUG_INFO_TEMP_FILE sets the prefix)"
 )
-BAD_STATES = ("T", "t", "Z", "D")  # stopped, traced, zombie, blocked: never normal for long
+BAD_STATES = ("T", "t", "Z", "D")
+# Methods that read or write checkpoints: without a history of their own, minutes are normal
+# for them, so the step-based limit would call a slow disk a hang.
+IO_METHODS = frozenset(
+    {"save_checkpoint", "load_checkpoint", "init_model"}
+)  # stopped, traced, zombie, blocked: never normal for long
+# A driver's or trainer actor's own loop (verl's `TaskRunner.run`, a trainer's `fit`) lasts as
+# long as the job: it is no stage and never a hang candidate (seen on the real H200 job: the
+# driver in `run` for minutes was named while the stopped worker was not).
+LIFETIME_METHODS = frozenset({"run", "fit", "main", "train", "loop", "__init__"})
 MAX_GROUP_LINES = 6
-
-
-def duration_text(seconds: float) -> str:
-    """Seconds for people: ``2.1 s``, ``45 s``, ``3.2 min``, ``1.5 h``."""
-    if seconds < 10:
-        return f"{seconds:.1f} s"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
+CPU_FRESH_S = 5.0  # a process list older than this says nothing about CPU now
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -111,21 +111,25 @@ def _timings(view: View, name: str) -> list[float]:
     return out
 
 
-def overrun_limit(view: View, th: Thresholds, hist: MethodHistory | None) -> tuple[float, str]:
+def overrun_limit(
+    view: View, th: Thresholds, hist: MethodHistory | None, method: str = ""
+) -> tuple[float, str]:
     """Seconds after which the method overruns, and why that many."""
     if hist is not None and hist.n >= th.hang_min_history:
         limit = max(th.hang_factor * hist.p95, th.hang_min_s)
         return limit, (
-            f"{th.hang_factor:g}x its p95 {duration_text(hist.p95)} ({hist.basis}), "
-            f"at least {duration_text(th.hang_min_s)}"
+            f"{th.hang_factor:g}x its p95 {seconds(hist.p95)} ({hist.basis}), "
+            f"at least {seconds(th.hang_min_s)}"
         )
+    if method in IO_METHODS:
+        return th.stall_max_s, f"no history of {method} (I/O-bound, minutes are normal)"
     steps = [s.step_time for s in view.steps() if s.step_time]
     med = median(steps)
     if med:
         limit = max(min(th.stall_factor * med, th.stall_max_s), th.hang_min_s)
         return limit, (
             f"too little history of this method: {th.stall_factor:g}x the median step "
-            f"{duration_text(med)}"
+            f"{seconds(med)}"
         )
     return th.stall_max_s, "no history of this method or of verl steps yet"
 
@@ -171,36 +175,52 @@ def gpu_now(view: View, p: ProcNow, since: float) -> GpuNow:
     return GpuNow(max(acts) if acts else None, max(utils) if utils else None)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Running:
-    """A process in a method, how long, and against which limit."""
+    """A process in a method, how long, and against which limit; its GPUs are read only when
+    asked (most evaluations find nothing overrunning and read none)."""
 
     proc: ProcNow
     elapsed: float
     limit: float
     basis: str
     hist: MethodHistory | None
-    gpu: GpuNow
+    view: View = field(repr=False, compare=False)
+    quiet_since: float = 0.0
+    _gpu: GpuNow | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def cpu(self) -> float | None:
+        """Its CPU % when the list it comes from is recent (the agent re-sends an unchanged
+        list only every 30 s: an older figure may predate a stop)."""
+        fresh = self.view.now - self.proc.seen <= CPU_FRESH_S
+        return self.proc.cpu_pct if fresh else None
+
+    @property
+    def gpu(self) -> GpuNow:
+        """Its GPUs over the quiet window."""
+        if self._gpu is None:
+            self._gpu = gpu_now(self.view, self.proc, self.quiet_since)
+        return self._gpu
 
 
 def running(view: View, th: Thresholds) -> list[Running] | None:
     """Every job process in a method (not idle) with its time in it; None without process
     lists."""
-    plists = [h.procs for h in view.hosts()]
-    if not any(p is not None for p in plists):
+    if not any(h.procs is not None for h in view.hosts()):
         return None
-    procs = current(plists, view.store.progress)
+    procs = view.store.progress.current()
     quiet = view.now - th.hang_quiet_s
     out: list[Running] = []
     limits: dict[str, tuple[float, str, MethodHistory | None]] = {}
     for p in procs:
-        if not p.method or p.since is None:
+        if not p.method or p.since is None or p.method in LIFETIME_METHODS:
             continue
         if p.method not in limits:
             hist = method_history(view, p.method)
-            limits[p.method] = (*overrun_limit(view, th, hist), hist)
+            limits[p.method] = (*overrun_limit(view, th, hist, p.method), hist)
         limit, basis, hist = limits[p.method]
-        out.append(Running(p, view.now - p.since, limit, basis, hist, gpu_now(view, p, quiet)))
+        out.append(Running(p, view.now - p.since, limit, basis, hist, view, quiet))
     return out
 
 
@@ -245,12 +265,12 @@ def odd_ones(group: list[Running], th: Thresholds) -> OddOnes | None:
     if idle_gpu:
         n = len(group) - len(idle_gpu)
         return OddOnes([r.proc for r in idle_gpu], f"GPU idle while {n} peers spin in NCCL")
-    cpus = [r.proc.cpu_pct for r in group if r.proc.cpu_pct is not None]
+    cpus = [r.cpu for r in group if r.cpu is not None]
     if cpus and (median(cpus) or 0) >= 50:
         no_cpu = _minority(
             group,
-            lambda r: r.proc.cpu_pct is not None and r.proc.cpu_pct < 5,
-            lambda r: r.proc.cpu_pct is None or r.proc.cpu_pct >= 20,
+            lambda r: r.cpu is not None and r.cpu < 5,
+            lambda r: r.cpu is None or r.cpu >= 20,
         )
         if no_cpu:
             return OddOnes([r.proc for r in no_cpu], "no CPU while its peers spin")
@@ -266,8 +286,8 @@ def _describe_state(r: Running, th: Thresholds) -> str:
         parts.append("GPU idle")
     elif word == "spin":
         parts.append("GPU spinning (NCCL wait)")
-    if r.proc.cpu_pct is not None:
-        parts.append(f"CPU {r.proc.cpu_pct:.0f} %")
+    if r.cpu is not None:
+        parts.append(f"CPU {r.cpu:.0f} %")
     return ", ".join(parts) or "no sign of work"
 
 
@@ -282,13 +302,16 @@ def group_line(role: str, method: str, group: list[Running]) -> str:
     """One role's processes in one method: state counts, CPU, GPU, time in it."""
     states = Counter(r.proc.state for r in group if r.proc.state)
     state = ", ".join(f"{n} {s}" for s, n in states.most_common()) or "not reported"
-    cpu = _range([r.proc.cpu_pct for r in group if r.proc.cpu_pct is not None])
+    cpu = _range([r.cpu for r in group if r.cpu is not None])
+    if cpu == "n/a" and group:
+        age = min(r.view.now - r.proc.seen for r in group)
+        cpu = f"n/a (its process lists are {seconds(age)} old)"
     act = _range([r.gpu.activity for r in group if r.gpu.activity is not None])
     util = _range([r.gpu.util for r in group if r.gpu.util is not None])
     longest = max(r.elapsed for r in group)
     return (
         f"{role or 'process'} · {method}: {len(group)} process(es), state {state}; CPU {cpu}; "
-        f"GPU SM activity {act}, NVML util {util}; in it for up to {duration_text(longest)}"
+        f"GPU SM activity {act}, NVML util {util}; in it for up to {seconds(longest)}"
     )
 
 
@@ -385,7 +408,7 @@ def analyse(view: View, th: Thresholds) -> RuleResult:
             STEP,
             RULE,
             f"{len(runs)} process(es) in a method; longest ratio: {top.proc.method} for "
-            f"{duration_text(top.elapsed)} (overruns after {duration_text(top.limit)})",
+            f"{seconds(top.elapsed)} (overruns after {seconds(top.limit)})",
         )
     worst = max(over, key=lambda r: r.elapsed - r.limit)
     method = worst.proc.method
@@ -395,8 +418,8 @@ def analyse(view: View, th: Thresholds) -> RuleResult:
         return passed(
             STEP,
             RULE,
-            f"{method} has run {duration_text(worst.elapsed)} (limit "
-            f"{duration_text(worst.limit)}) but {busy} of its {len(group)} processes' GPUs "
+            f"{method} has run {seconds(worst.elapsed)} (limit "
+            f"{seconds(worst.limit)}) but {busy} of its {len(group)} processes' GPUs "
             "compute: a long stage, not a hang",
         )
     return _finding(view, th, worst, group, runs)
@@ -412,7 +435,7 @@ def _finding(
     usual = worst.hist.p50 if worst.hist is not None else worst.limit / th.hang_factor
     cost = max(0.0, elapsed - usual)
     waiting = [r for r in group if odd is None or r.proc not in odd.procs]
-    span = f"in {method} for {duration_text(elapsed)} (usually {duration_text(usual)})"
+    span = f"in {method} for {seconds(elapsed)} (usually {seconds(usual)})"
     if odd is not None:
         title = f"Hang: {_names(odd.procs)} {span}: {odd.why}"
         if waiting:
@@ -423,7 +446,7 @@ def _finding(
             "nobody returns from, or the driver"
         )
     evidence = [
-        f"{method} running {duration_text(elapsed)}; overruns after {duration_text(worst.limit)}: "
+        f"{method} running {seconds(elapsed)}; overruns after {seconds(worst.limit)}: "
         f"{worst.basis}",
     ]
     evidence += _group_lines(runs)
@@ -451,7 +474,7 @@ def _finding(
         save_s=round(cost, 1),
         step_s=med,
         save_basis=(
-            f"seconds {method} has run past its usual {duration_text(usual)} so far; it grows "
+            f"seconds {method} has run past its usual {seconds(usual)} so far; it grows "
             "until the process resumes, and no other stage runs meanwhile"
         ),
     )

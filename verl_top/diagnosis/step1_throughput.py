@@ -231,6 +231,16 @@ def job_stalled(view: View, th: Thresholds) -> RuleResult:
     limit = min(th.stall_factor * med, th.stall_max_s)
     if gap <= limit:
         return passed(STEP, "job.stalled", f"last step {seconds(gap)} ago (limit {seconds(limit)})")
+    total = view.num(hit[1]) if (hit := view.config("trainer.total_training_steps")) else None
+    if total and steps[-1].step >= total:
+        # The run reached its last step (seen on the real H200 job: watched after it ended,
+        # "no step for 38 s" was a finished job, not a stalled one).
+        return passed(
+            STEP,
+            "job.stalled",
+            f"the run finished: step {steps[-1].step} of trainer.total_training_steps={total:g}, "
+            f"{seconds(gap)} ago",
+        )
     if hang_found(view, th):
         # The process lists name the stuck process: job.hang says it, with its cost.
         return passed(

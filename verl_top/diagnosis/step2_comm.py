@@ -318,7 +318,7 @@ def nccl_busbw_low(view: View, th: Thresholds) -> RuleResult:
 def sync_weight_update(view: View, th: Thresholds) -> RuleResult:
     """Trainer->rollout weight sync (update_weights, older reshard) above weight_update_frac."""
     if (guard := mode_guard(view, STEP, "sync.weight_update")) is not None:
-        return guard  # across separate pools: async.weight_sync
+        return guard  # across separate pools: sync.weight_push
     if not view.recent_steps():
         return no_data(STEP, "sync.weight_update", view.need_steps())
     rec = view.recent_steps()

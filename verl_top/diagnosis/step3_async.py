@@ -7,12 +7,12 @@ here read the mode's own keys (``verl_top.verl.async_stats``), GPU activity per 
 nodes are monitored, and verl's own idle ratios, and say when verl's ratio and the timers or
 the GPUs disagree.
 
-- ``async.balance`` (step 3): the trainer starved for samples, or the rollout side idle (at the
+- ``flow.async_balance`` (step 3): the trainer starved for samples, or the rollout side idle (at the
   staleness or queue cap in fully async), and how many GPUs moved from one side to the other
   balance them, from the measured GPU-seconds each side spends per step; in colocate_async the
   GPUs take turns, so the wait is the rollout's time on them; in one-step-off, how much of the
   generation hides behind training.
-- ``async.weight_sync`` (step 2): the weight push between separate pools
+- ``sync.weight_push`` (step 2): the weight push between separate pools
   (``update_weights``, ``sync_rollout_weights``, the doubled ``timing_s/timing_s/param_sync``),
   its rate against the link pane 2 knows.
 
@@ -34,6 +34,7 @@ from verl_top.diagnosis.findings import (
     passed,
     scale,
 )
+from verl_top.diagnosis.readable import seconds, seconds_pair
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, fmt_pct, mean, median
 from verl_top.verl.async_stats import AsyncStats
@@ -173,10 +174,11 @@ def _split_text(view: View, fl: VerlFlavour, split: Split, now: float) -> str:
     dev = _dev(view)
     t, r = fl.pools.trainer or 0, fl.pools.rollout or 0
     moved = split.rollout - r
+    new, old = seconds_pair(split.step_s, now)
     where = "to the rollout" if moved > 0 else "to the trainer"
     return (
         f"move {abs(moved)} {dev}s {where}: {split.trainer} trainer + {split.rollout} rollout "
-        f"{dev}s (now {t} + {r}) would take ~{split.step_s:.1f} s per step instead of {now:.1f} s"
+        f"{dev}s (now {t} + {r}) would take ~{new} per step instead of {old}"
     )
 
 
@@ -212,9 +214,10 @@ def _colocated(view: View, th: Thresholds, fl: VerlFlavour, m: Medians) -> RuleR
     """colocate_async: the replicas sleep while the trainer trains, so the wait is the
     rollout's turn on the same GPUs."""
     share = m.wait_s / m.step_s if m.step_s else 0.0
+    wait, step = seconds_pair(m.wait_s, m.step_s)
     ev = [
-        f"timing_s/gen (the trainer's wait for samples) {m.wait_s:.1f} s = {fmt_pct(share)} of "
-        f"the {m.step_s:.1f} s step, {view.steps_text()}",
+        f"timing_s/gen (the trainer's wait for samples) {wait} = {fmt_pct(share)} of "
+        f"the {step} step, {view.steps_text()}",
         "colocate_async: the rollout replicas sleep while the trainer trains and resume after "
         "update_weights, so the two take turns on the same GPUs; partial rollouts carry the "
         "unfinished samples over (no wait for the slowest one), nothing overlaps",
@@ -295,8 +298,9 @@ def _separate(view: View, th: Thresholds, fl: VerlFlavour, m: Medians) -> RuleRe
     act = _pool_activity(view)
     dev = _dev(view)
     r_idle, r_how = _rollout_idle(fl, m, act)
+    wait, step = seconds_pair(m.wait_s, m.step_s)
     ev = [
-        f"trainer waited {m.wait_s:.1f} s of each {m.step_s:.1f} s step for samples "
+        f"trainer waited {wait} of each {step} step for samples "
         f"(timing_s/gen) = {fmt_pct(m.trainer_idle)}, {view.steps_text()}"
     ]
     if fl.trainer_mode == "fully_async":
@@ -306,7 +310,7 @@ def _separate(view: View, th: Thresholds, fl: VerlFlavour, m: Medians) -> RuleRe
     if fl.trainer_mode == "one_step_off" and m.generate_s:
         overlap = max(0.0, 1 - m.wait_s / m.generate_s)
         ev.append(
-            f"one-step-off overlap: {fmt_pct(overlap)} of the {m.generate_s:.1f} s generation "
+            f"one-step-off overlap: {fmt_pct(overlap)} of the {seconds(m.generate_s)} generation "
             "(timing_s/generate_async, outside the step) ran behind the previous step's training"
         )
     if act:
@@ -326,9 +330,12 @@ def _separate(view: View, th: Thresholds, fl: VerlFlavour, m: Medians) -> RuleRe
             + ": balanced",
         )
     split, split_text, cost, basis = _what_if(view, th, fl, m, starved, act)
+    save = cost
     if split is None and cost is None:
-        cost = m.wait_s if starved else None
+        save = m.wait_s if starved else None
         basis = "the trainer's wait itself (pool sizes unknown: no split computed)"
+    if starved:
+        cost = m.wait_s  # what the problem costs: the trainer's wait; the split recovers `save`
     if split_text:
         ev.append(split_text)
     share = m.trainer_idle if starved else (r_idle or 0.0)
@@ -359,7 +366,7 @@ def _separate(view: View, th: Thresholds, fl: VerlFlavour, m: Medians) -> RuleRe
             else {"trainer": split.trainer, "rollout": split.rollout},
         },
         cost_s=cost,
-        save_s=cost,
+        save_s=save,
         step_s=m.step_s,
         save_basis=basis,
     )
@@ -385,7 +392,7 @@ def _what_if(
         return None, "", None, ""
     dev = _dev(view)
     measured = (
-        f"measured per step: trainer {m.train_s:.1f} s x {t} {dev}s = {train_gpu_s:.0f} "
+        f"measured per step: trainer {seconds(m.train_s)} x {t} {dev}s = {train_gpu_s:.0f} "
         f"{dev}-s, rollout {rollout_gpu_s:.0f} {dev}-s ({how})"
     )
     basis = (
@@ -468,12 +475,11 @@ def async_weight_sync(view: View, th: Thresholds) -> RuleResult:
             "sync_rollout_weights, timing_s/timing_s/param_sync) in the recent steps",
         )
     share = m.sync_s / m.step_s if m.step_s else 0.0
+    sync, step = seconds_pair(m.sync_s, m.step_s)
     key = m.sync_key
     size = model_params_b(view)
     link, link_what, assumed = sync_link(view, th)
-    ev = [
-        f"{key} {m.sync_s:.1f} s = {fmt_pct(share)} of the {m.step_s:.1f} s step, {view.steps_text()}"
-    ]
+    ev = [f"{key} {sync} = {fmt_pct(share)} of the {step} step, {view.steps_text()}"]
     if key == "timing_s/sync_rollout_weights":
         ev.append("it contains timing_s/update_weights (counted once)")
     if key == "timing_s/timing_s/param_sync":
@@ -484,7 +490,7 @@ def async_weight_sync(view: View, th: Thresholds) -> RuleResult:
         rate = gb / m.sync_s
         floor_s = gb / link
         ev.append(
-            f"{size[1]}: ~{gb:.0f} GB of bf16 weights in {m.sync_s:.1f} s = {rate:.2f} GB/s, "
+            f"{size[1]}: ~{gb:.0f} GB of bf16 weights in {sync} = {rate:.2f} GB/s, "
             f"{fmt_pct(rate / link)} of {link:.0f} GB/s ({link_what})"
         )
     else:

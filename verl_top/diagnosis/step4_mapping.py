@@ -5,6 +5,7 @@ from __future__ import annotations
 from verl_top.diagnosis.advice import replicas_advice, seqlen_advice, unused_gpu_advice
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
 from verl_top.diagnosis.guards import device_guard
+from verl_top.diagnosis.straggler import straggler_finding, stragglers
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, fmt_pct, mean, median
 from verl_top.diagnosis.worth import NO_STAGE_TIME, Worth, setting_worth
@@ -32,7 +33,11 @@ def _roles(view: View) -> dict[tuple[str, int], str] | None:
 
 
 def map_imbalance(view: View, th: Thresholds) -> RuleResult:
-    """Activity spread across GPUs of one role in the same phase, or a slow node."""
+    """A straggler of the last seconds with its cause (straggler.py), else activity spread
+    across GPUs of one role in the same phase, or a slow node, over the window."""
+    found = stragglers(view, th)
+    if found:
+        return straggler_finding(view, th, found)
     gpus = view.gpus()
     if len(gpus) < 2:
         return no_data(STEP, "map.imbalance", "needs GPU samples from >= 2 GPUs")

@@ -166,7 +166,10 @@ class Thresholds:
         0.9, "x peers' median", "a throttled GPU's SM clock below 90 % of its busy peers'"
     )
     straggler_activity_ratio: float = _t(
-        0.6, "x peers' median", "a node's GPU activity below 0.6x the other nodes' while busy"
+        0.75,
+        "x peers' median",
+        "a node whose host stands out (iowait, CPU) lags when its GPUs work below 0.75x the "
+        "other nodes' while they compute",
     )
     nic_rate_ratio: float = _t(
         0.5, "x peers' median", "a node's network rate below half the other nodes' median"

@@ -258,6 +258,7 @@ class View:
         self._facts: JobFacts | None = None
         self._run_phases: list[Phase] | None = None
         self._flavour: VerlFlavour | None = None
+        self._rollout_keys: frozenset[tuple[str, int]] | None = None
 
     # -- window text ----------------------------------------------------------------------
     @property
@@ -557,6 +558,11 @@ class View:
             return hit
         since = self.phase_since()
         ts = self._ring_series(ring, "activity", since)[0]
+        if entry.key in self._standalone_rollout():
+            # A standalone rollout pool generates all the time; the step's stage bands are the
+            # trainer's timeline, not its.
+            hit = self._phase_of[id(ring)] = _Phases(["gen"] * len(ts))
+            return hit
         labels = ring.recent_labels(since) or [""] * len(ts)
         key = (tuple(ts), tuple(labels))
         hit = self._phase_by_points.get(key)
@@ -564,6 +570,16 @@ class View:
             hit = self._phase_by_points[key] = _Phases(self._phase_list(ts, labels))
         self._phase_of[id(ring)] = hit
         return hit
+
+    def _standalone_rollout(self) -> frozenset[tuple[str, int]]:
+        """(host, index) of the GPUs of a standalone rollout pool (separate_async, one-step-off,
+        fully async), from their processes; empty in the colocated modes."""
+        if self._rollout_keys is None:
+            if not self.flavour().separate_pools:
+                self._rollout_keys = frozenset()
+            else:
+                self._rollout_keys = frozenset(g.key for g in self.pool_gpus()["rollout"])
+        return self._rollout_keys
 
     def _phase_list(self, ts: list[float], labels: list[str]) -> list[str | None]:
         """``phase_at`` of every point, oldest first."""

@@ -21,6 +21,7 @@ from verl_top.export.redact import redact_text
 from verl_top.status import job_status
 from verl_top.store import Store
 from verl_top.untrusted import clean_text
+from verl_top.verl.flavour import store_flavour
 from verl_top.verl.stages import DISPLAY_STAGES, timing_name
 
 MAX_GPU_ROWS = 64  # beyond this, one row per host
@@ -154,6 +155,10 @@ def _summary(doc: dict[str, Any], assessment: Assessment | None, store: Store) -
     verdict = assessment.verdict if assessment is not None else None
     status = assessment.status if assessment is not None else job_status(store, None)
     lines += [f"**Status:** {status.text}", ""]
+    flavour = store_flavour(store)
+    if flavour.trainer_mode is not None or flavour.version_range != "unknown":
+        # What the job is read as: the trainer mode decides what timing_s/gen means.
+        lines += [f"**verl:** {flavour.text()}", ""]
     if verdict is None:
         lines += ["Verdict: no diagnosis was run for this snapshot.", ""]
         return lines
@@ -452,6 +457,52 @@ def _events(doc: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def _environment(doc: dict[str, Any]) -> list[str]:
+    """Software versions (or 'unknown', with where each was read), the launch command and
+    the last error lines of the followed logs."""
+    env = doc.get("environment") or {}
+    rows = [[s["name"], s["version"], s["source"]] for s in env.get("software", [])]
+    lines = ["## Software", "", *_table(["what", "version", "read from"], rows), ""]
+    launch = env.get("launch") or {}
+    lines += ["## Launch command", ""]
+    if launch.get("command"):
+        lines += [
+            f"From {launch.get('source')} (secrets redacted):",
+            "",
+            "```",
+            launch["command"],
+            "```",
+        ]
+    else:
+        lines.append(f"Not seen: {launch.get('source', '')}.")
+    lines += ["", "## Last error lines", ""]
+    errors = env.get("errors") or []
+    if errors:
+        lines += [
+            "The last lines of the followed logs that report an error, oldest first:",
+            "",
+            "```",
+        ]
+        lines += list(errors)
+        lines.append("```")
+    else:
+        lines.append("No traceback, OOM, NCCL WARN or watchdog line in the logs read.")
+    return [*lines, ""]
+
+
+def _history(assessment: Assessment | None) -> list[str]:
+    """The leads shown over time (the monitor's hysteresis kept each for a while)."""
+    lines = ["## Verdict history", ""]
+    changes = list(assessment.history) if assessment is not None else []
+    if not changes:
+        return [*lines, "No verdict was given.", ""]
+    rows = [
+        [_iso(c.t), f"step {c.step}" if c.step else "-", c.rule or "no bottleneck", c.title or ""]
+        for c in changes
+    ]
+    return [*lines, *_table(["data time", "step", "lead", "title"], rows), ""]
+
+
 def _files(doc: dict[str, Any], store: Store) -> list[str]:
     files = doc["files"]
     screen = (
@@ -491,6 +542,8 @@ def build_report(
     lines += _comm(doc)
     lines += _config(doc)
     lines += _events(doc)
+    lines += _environment(doc)
+    lines += _history(assessment)
     lines += _files(doc, store)
     # Foreign text was cleaned where it entered; clean again so no record path can bypass it.
     return "\n".join(clean_text(redact_text(line), 8192) for line in lines).rstrip() + "\n"

@@ -38,6 +38,7 @@ from typing import Any
 
 from verl_top import __version__
 from verl_top.assessment import Assessment
+from verl_top.export.environment import collect_environment
 from verl_top.export.redact import REDACTED, redact_mapping, redact_text, redact_tree
 from verl_top.export.redact import rules as redaction_rules
 from verl_top.export.schema import SNAPSHOT_VERSION
@@ -411,6 +412,8 @@ def build_snapshot(
         "nccl": [_fields(n) for n in store.nccl.values()],
         "topology": _topology_json(store),
         "events": [_fields(e) for e in store.events],
+        # versions, launch command, last error lines: what a verl maintainer asks for first
+        "environment": collect_environment(store).as_dict(),
         "diagnosis": diagnosis_json(assessment),
         # Python stacks collected in this session (stacks.txt groups them by role).
         "stacks": stacks_json(store.stacks),

@@ -872,8 +872,7 @@ class EventScanner:
     """Watchdog, watchdog-state and NCCL WARN lines of one followed file as ``LogEvent``s,
     each timeout once: it is printed again in the abort message ("what(): ...")."""
 
-    # Substrings every line it keeps has: most lines are skipped without a regex.
-    _MARKS = ("atchdog", "NCCL WARN")
+    # Every line it keeps has "atchdog" or "NCCL WARN": most lines are skipped without a regex.
     _MAX_SEEN = 65536
 
     def __init__(self, host: str, path: str) -> None:
@@ -883,7 +882,7 @@ class EventScanner:
 
     def scan(self, line: str) -> LogEvent | None:
         """The event of one line, or None."""
-        if not any(m in line for m in self._MARKS):
+        if "atchdog" not in line and "NCCL WARN" not in line:
             return None
         ev = classify_event(line)
         if ev is None:
@@ -933,6 +932,7 @@ class NcclStreamParser:
             self.state.feed_line(line)
             ev = self._event(line)
             if ev is not None:
+                ev.t = t  # when the line arrived: the straggler rules look at recent ones
                 out.append(ev)
             probe = self._tests_line(line, t)
             if probe is not None:

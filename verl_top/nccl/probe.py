@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -738,11 +739,36 @@ def _probe_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _print_results(results: Sequence[ProbeResult], as_json: bool) -> None:
+def missing_torch(result: ProbeResult, python: str = "", remote: bool = False) -> str:
+    """One sentence when the torch probe failed because its interpreter has no PyTorch
+    (every rank's error says so), else ''."""
+    errors = [e for e in re.split(r";\s*(?=rank \d+:)", result.error or "") if e.strip()]
+    if not errors or not all(_NO_TORCH.search(e) for e in errors):
+        return ""
+    if remote:
+        where = ",".join(result.hosts) or result.host
+        return (
+            f"the NCCL probe needs PyTorch and {python or 'python3'} on {where} cannot import "
+            "torch: install it there, or point --python at an interpreter that has it"
+        )
+    return (
+        f"the NCCL probe needs PyTorch and this Python ({python or sys.executable}) cannot "
+        "import torch: install it (pip install torch), or give --nccl-tests DIR with "
+        "nccl-tests binaries"
+    )
+
+
+_NO_TORCH = re.compile(r"No module named '?torch\b")
+
+
+def _print_results(results: Sequence[ProbeResult], as_json: bool, remote_python: str = "") -> None:
     for i, result in enumerate(results):
+        plain = missing_torch(result, remote_python, remote=bool(remote_python))
+        if plain:  # a sentence, not per-rank ModuleNotFoundError lines
+            print(f"verl-top probe: {plain}", file=sys.stderr, flush=True)
         if as_json:
             print(json.dumps(protocol.to_dict(result)), flush=True)
-        else:
+        elif not plain:
             print(("\n" if i else "") + format_probe(result), flush=True)
 
 
@@ -792,7 +818,7 @@ async def _main_remote(args: argparse.Namespace, specs: list[HostSpec]) -> int:
         return 1
     finally:
         await settings.shared().close()
-    _print_results(results, args.json)
+    _print_results(results, args.json, args.python)
     return 0 if all(r.ok for r in results) else 1
 
 

@@ -13,7 +13,6 @@ from typing import Protocol
 
 from verl_top.export.redact import Redactor
 from verl_top.model import LogHistory, LogLines, ProcessList, Record, VerlConfig, VerlStep
-from verl_top.nccl.parse import EventScanner
 from verl_top.roles import RoleMemory, annotate_verl, config_roles
 from verl_top.sources.recorder import Recorder
 from verl_top.store import Store
@@ -57,9 +56,6 @@ class Pipeline:
         # before the first step parsed after the jump to the recent tail (the anchor).
         self._history: dict[tuple[str, str, str], StreamParser] = {}
         self._anchor: dict[tuple[str, str, str], VerlStep | None] = {}
-        # Watchdog / NCCL WARN lines of followed verl logs (workers' stderr reaches the driver's
-        # console): one scanner per file, as the NCCL log parser has its own.
-        self._scanners: dict[tuple[str, ...], EventScanner] = {}
         self.wall_clock = wall_clock
         self.listeners: list[Callable[[Record], None]] = []
         self.roles = RoleMemory()  # the verl roles each WorkerDict served so far
@@ -117,11 +113,6 @@ class Pipeline:
         if key in self._anchor and self._anchor[key] is None:
             self._anchor[key] = next((r for r in out if isinstance(r, VerlStep)), None)
         self._note_counts(rec.host, rec.path, rec.kind, parser)
-        if rec.kind == "verl":
-            scanner = self._scanners.get(key[:2])
-            if scanner is None or rec.reset:
-                scanner = self._scanners[key[:2]] = EventScanner(rec.host, rec.path)
-            out += scanner.feed(rec.lines, rec.t)
         return out
 
     def _fill_history(self, rec: LogHistory, received: float) -> None:
@@ -134,12 +125,7 @@ class Pipeline:
         parser = self._history.get(key)
         if parser is None:
             parser = self._history[key] = factory(rec.host, rec.path)
-        out = parser.feed(rec.lines, rec.t)
-        if rec.kind == "verl":  # the history's watchdog lines too, with a scanner of its own
-            scanner = self._scanners.get(("history", *key[:2]))
-            if scanner is None:
-                scanner = self._scanners[("history", *key[:2])] = EventScanner(rec.host, rec.path)
-            out += scanner.feed(rec.lines, rec.t)
+        out = parser.feed(rec.lines, rec.t)  # its NCCL/watchdog events too (the verl parser's)
         steps: list[VerlStep] = []
         for parsed in out:
             if isinstance(parsed, VerlStep):

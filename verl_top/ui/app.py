@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from textual.app import App, ComposeResult, SystemCommand
@@ -32,6 +33,7 @@ from verl_top.ui.node_screen import NodeScreen, row_target
 from verl_top.ui.panes import PANE_CLASSES, Pane, ThroughputPane
 from verl_top.ui.process_screen import ProcessScreen
 from verl_top.ui.snapshot_action import SnapshotExporter
+from verl_top.ui.ui_state import UiSettingsSaver
 from verl_top.ui.widgets import severity_class
 
 MIN_STALE_S = 5.0
@@ -46,9 +48,14 @@ WINDOW_KEYS = Binding.Group("Window", compact=True)
 TAB_NAMES = {1: "Throughput", 2: "Communication", 3: "Dataflow", 4: "Mapping", 5: "Config"}
 
 
-def tab_label(step: int, bottleneck: bool) -> str:
-    """Label of a step's tab; the bottleneck's tab carries a ● mark."""
-    return f"{'● ' if bottleneck else ''}{step} {TAB_NAMES[step]}"
+# Tab marks: the lead's step, and every other step that holds findings.
+LEAD_MARK, FINDINGS_MARK = "● ", "• "
+
+
+def tab_label(step: int, bottleneck: bool, findings: bool = False) -> str:
+    """Label of a step's tab: the bottleneck's tab carries a ●, a tab with findings a •."""
+    mark = LEAD_MARK if bottleneck else FINDINGS_MARK if findings else ""
+    return f"{mark}{step} {TAB_NAMES[step]}"
 
 
 class VerlTopApp(App):
@@ -109,8 +116,13 @@ class VerlTopApp(App):
         live: bool = True,
         assessment: Assessment | None = None,
         readonly: bool = False,
+        settings_file: Path | None = None,
+        sort: tuple[str, bool] | None = None,
     ) -> None:
         super().__init__()
+        # Theme, sort and window chosen here are saved to ``settings_file`` (None: not saved).
+        self.ui_settings = UiSettingsSaver(self, settings_file)
+        self._initial_sort = sort
         self.inputs = inputs
         self.readonly = readonly  # --readonly: no signal is ever sent (process screen's F9)
         self.store = inputs.store
@@ -124,7 +136,7 @@ class VerlTopApp(App):
         self.assessment: Assessment = assessment or self.monitor.assessment
         self._sources_left = len(inputs.sources) if live else 0
         self.summaries = SummaryCache()  # one per-tick summary of the store, shared by the panes
-        self._marked_step: int | None = -1
+        self._marked_step: tuple[int | None, tuple[float | None, ...]] | None = None
         self._replay_t0: float | None = None
         self._notes_seen = 0
         self._engine_failed = False
@@ -163,7 +175,10 @@ class VerlTopApp(App):
         self._tabs = self.query_one(TabbedContent)
         self._panes = {step: self.query_one(f"#step{step}", Pane) for step in range(1, 6)}
         self.theme_changed_signal.subscribe(self, self._on_theme_changed)
-        self.throughput.on_sort_change = self.refresh_now
+        self.ui_settings.start(self.theme)
+        if self._initial_sort is not None:  # the order saved last time
+            self.throughput.set_sort(*self._initial_sort)
+        self.throughput.on_sort_change = self._on_sort_change
         if self.live:
             for src in self.inputs.sources:
                 self.run_worker(
@@ -239,7 +254,13 @@ class VerlTopApp(App):
             }
         return self._palette
 
-    def _on_theme_changed(self, _theme: Any) -> None:
+    def _on_sort_change(self) -> None:
+        pane = self.throughput
+        self.ui_settings.save(sort=pane.sort_key, sort_reverse=pane.sort_reverse)
+        self.refresh_now()
+
+    def _on_theme_changed(self, theme: Any) -> None:
+        self.ui_settings.theme_changed(getattr(theme, "name", str(theme)))
         self._palette = None
         for step in range(1, 6):
             pane = self.pane(step)
@@ -271,7 +292,13 @@ class VerlTopApp(App):
             self._replay_t0 = replay.position
         with self.batch_update():
             self._header.update_header(
-                store, assessment, self.inputs.mode, self.inputs.title, replay, self._replay_t0
+                store,
+                assessment,
+                self.inputs.mode,
+                self.inputs.title,
+                replay,
+                self._replay_t0,
+                self.host_filter,
             )
             self._mark_bottleneck()
             if isinstance(self.screen, NodeScreen | ProcessScreen):  # these replace the panes
@@ -282,23 +309,29 @@ class VerlTopApp(App):
         self.refresh_count += 1
 
     def _mark_bottleneck(self) -> None:
-        step = self.assessment.bottleneck_step
-        if step == self._marked_step:
+        """Mark the lead's tab (●) and every tab holding findings (•), each in the colour of
+        its worst finding, so findings outside the lead's step are not hidden."""
+        assessment = self.assessment
+        step = assessment.bottleneck_step
+        worst = {
+            s: max((float(f.severity) for f in assessment.step_findings(s)), default=None)
+            for s in range(1, 6)
+        }
+        marks = (step, tuple(worst.values()))
+        if marks == self._marked_step:
             return
-        self._marked_step = step
+        self._marked_step = marks
         tabs = self._tabs
         assert tabs is not None
         for s in range(1, 6):
             tab = tabs.get_tab(f"pane-{s}")
-            tab.label = tab_label(s, s == step)
+            tab.label = tab_label(s, s == step, worst[s] is not None)
             level = None
-            if s == step:
-                worst = max(
-                    (float(f.severity) for f in self.assessment.step_findings(s)), default=0.5
-                )
-                level = severity_class(worst)
+            if s == step or worst[s] is not None:
+                level = severity_class(worst[s] if worst[s] is not None else 0.5)
             for lv in ("error", "warning", "info"):
-                tab.set_class(level == lv, f"-bottleneck-{lv}")
+                tab.set_class(level == lv and s == step, f"-bottleneck-{lv}")
+                tab.set_class(level == lv and s != step, f"-findings-{lv}")
             tab.set_class(s == step, "-bottleneck")
 
     def _show_notes(self) -> None:
@@ -535,6 +568,7 @@ class VerlTopApp(App):
             self.notify(f"history window stays {now:g} s (30 s to 1 h)", markup=False)
             return
         limits.window_s = new
+        self.ui_settings.save(window=new)
         self.notify(f"history window {new:g} s", markup=False)
         for step in range(1, 6):
             self.pane(step).force_next()

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from rich.cells import cell_len
 
 from verl_top.diagnosis.findings import STEP_NAMES, Finding
-from verl_top.diagnosis.readable import seconds as readable_seconds
+from verl_top.diagnosis.readable import seconds as fmt_seconds  # one way to write seconds
 
 ELLIPSIS = "…"
 LEAD_MARK = "● "
@@ -30,12 +30,6 @@ _SETTING = re.compile(r"[a-z_]+\.[a-z_][a-z_.]*|\w+=\w+|\b[A-Z][A-Z0-9]*_[A-Z0-9
 _VERL_ROOT = re.compile(r"\bactor_rollout_ref\.")
 # Clause breaks: a title shortened by meaning keeps its leading clauses.
 _CLAUSE_SEPS = ("; ", " — ", ": ", ", ")
-
-
-def fmt_seconds(value: float) -> str:
-    """Seconds people read at a glance, in the one format of every surface
-    (``verl_top.diagnosis.readable.seconds``: 1.94 s, 18.1 s, 593 s, 17.6 min, 2.5 h)."""
-    return readable_seconds(value)
 
 
 def saving_text(finding: Finding) -> str:

@@ -2,7 +2,9 @@
 
 The filter is a case-insensitive substring of ``host``, ``host/N`` or ``host:gpuN``, so
 ``node02`` keeps one node, ``gpu7`` keeps GPU 7 of every node and ``node02/7`` keeps one GPU.
-Enter keeps the filter and gives the keys back to the panes; Esc clears it.
+Enter keeps the filter, hides the bar and gives the keys back to the panes; while a filter is
+kept the header shows it (``filter node02``), so rows missing from a table are never a mystery.
+``/`` edits it again; Esc clears it.
 """
 
 from __future__ import annotations
@@ -66,10 +68,11 @@ class FilterBar(Input):
         self.can_focus = False
 
     def open(self) -> None:
-        """Show the bar and type into it."""
+        """Show the bar and type into it (focused now, not after a refresh: keys typed right
+        after ``/`` must land in the bar, not act as pane keys)."""
         self.add_class("-shown")
         self.can_focus = True
-        self.focus()
+        self.screen.set_focus(self)
 
     def action_clear_filter(self) -> None:
         """Esc: clear the filter, hide the bar and give the keys back to the panes."""
@@ -83,17 +86,17 @@ class FilterBar(Input):
         self._apply(event.value)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        """Enter: keep the filter (the bar stays visible while one is set), keys to the panes."""
+        """Enter: keep the filter (the header shows it) and give the keys back to the panes."""
         event.stop()
-        if not event.value.strip():
-            self._hide()
-        else:
-            self.screen.set_focus(None)
+        self._hide()
 
     def _hide(self) -> None:
         self.remove_class("-shown")
         self.can_focus = False
+        focus_main = getattr(self.app, "focus_main", None)
         self.screen.set_focus(None)
+        if callable(focus_main):
+            focus_main()  # the table again, so arrows, j/k and Enter act at once
 
     def _apply(self, text: str) -> None:
         setter = getattr(self.app, "set_host_filter", None)

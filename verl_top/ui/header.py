@@ -12,9 +12,10 @@ from textual.widgets import Static
 from verl_top.assessment import Assessment
 from verl_top.status import BOTTLENECK, HEALTHY, NO_DATA
 from verl_top.store import Store
-from verl_top.ui.banner import fit_banner, saving_text, status_label
+from verl_top.ui.banner import fit_banner, fmt_seconds, saving_text, status_label
 from verl_top.ui.widgets import DEAD_STATES, severity_class
 from verl_top.untrusted import clean_text
+from verl_top.verl.flavour import store_flavour
 
 RATE_STEPS = 20  # steps used for the step rate
 
@@ -53,6 +54,20 @@ def host_summary(store: Store) -> str:
         parts.append(f"connecting {total - connecting}/{total}")
     if other - connecting:
         parts.append(f"{other - connecting} other")
+    return " · ".join(parts)
+
+
+def flavour_part(store: Store) -> str:
+    """``verl 0.9 · fully async · vllm``: what verl-top reads the job as (verl/flavour.py), or
+    "" before any config, step or line prefix told it."""
+    fl = store_flavour(store)
+    if fl.trainer_mode is None and fl.version_range == "unknown":
+        return ""
+    parts = [f"verl {fl.version_range}", fl.mode_name]
+    if fl.engine:
+        parts.append(fl.engine)
+    if fl.device == "npu":
+        parts.append("NPU")
     return " · ".join(parts)
 
 
@@ -120,13 +135,17 @@ class VerlTopHeader(Vertical):
         title: str,
         replay: Any,
         replay_t0: float | None,
+        host_filter: str = "",
     ) -> None:
-        """Redraw from the store, the latest verdict and the replay control."""
+        """Redraw from the store, the latest verdict, the replay control and the kept filter."""
         statics = self.query(Static)
         if len(statics) < 2:
             return  # children not composed yet (a timer can fire before the first layout)
         # (priority, text): on a narrow terminal the lowest-priority parts are left out.
         parts: list[tuple[int, Text]] = [(9, Text(f" {mode} ", style="reverse bold"))]
+        if host_filter.strip():  # rows are hidden: say so on every screen (Esc clears it)
+            parts.append((9, Text(f" filter {clean_text(host_filter.strip(), 40)} ", "reverse")))
+            parts.append((3, Text(" Esc: clear", style="dim")))
         parts.append((2, Text(f" {clean_text(title)}", style="bold")))
         parts.append((8, Text(f" hosts {host_summary(store)}")))
         parts.append((7, Text(f" GPUs {store.gpu_count()}")))
@@ -137,17 +156,19 @@ class VerlTopHeader(Vertical):
         rate = step_rate(store)
         steps = "—" if rate is None else f"{rate:.2f}"
         parts.append((6, Text.assemble(" steps/min ", (steps, "bold"))))
+        if verl := flavour_part(store):  # the trainer mode decides what timing_s/gen means
+            parts.append((1, Text(f" {clean_text(verl)}", style="dim")))
         if replay is not None:
             pos = getattr(replay, "position", 0.0) or 0.0
             rel = pos - replay_t0 if replay_t0 is not None and pos else 0.0
-            state = (
-                "finished"
-                if getattr(replay, "finished", False)
-                else "⏸ paused"
-                if replay.paused
-                else "▶ playing"
-            )
-            parts.append((5, Text(f" {state} x{replay.speed:g} at +{rel:.0f}s")))
+            if getattr(replay, "finished", False):
+                # The whole recording was played (a headless snapshot plays it at full speed):
+                # say how much data it held, not the replay clock's position.
+                span = store.now - store.first_t if store.first_t is not None else 0.0
+                parts.append((5, Text(f" finished · {fmt_seconds(max(0.0, span))} of data")))
+            else:
+                state = "⏸ paused" if replay.paused else "▶ playing"
+                parts.append((5, Text(f" {state} x{replay.speed:g} at +{rel:.0f}s")))
         line = fit_parts(parts, self.size.width or 200)
         self.query_one("#status-line", Static).update(line)
         self.set_class(mode != "LIVE", "-replay")

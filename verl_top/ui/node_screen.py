@@ -31,6 +31,7 @@ from textual_plotext import PlotextPlot
 
 from verl_top.assessment import Assessment
 from verl_top.export.redact import redact_lines
+from verl_top.origin import no_host_sample_text, no_processes_text
 from verl_top.roles import classify, process_map, verl_name
 from verl_top.store import GpuEntry, HostEntry, Store, mean
 from verl_top.ui.widgets import (
@@ -291,7 +292,7 @@ def render_host(store: Store, h: HostEntry, palette: dict[str, str], width: int 
     text = Text()
     text.append("Host\n", style="bold underline")
     if s is None:
-        text.append("no host sample yet", style="italic")
+        text.append(no_host_sample_text(store), style="italic")
         return text
     span = (store.window_start(), store.now)
 
@@ -471,14 +472,13 @@ def job_row(m: Any) -> tuple[Any, ...]:
     )
 
 
-def render_hidden(h: HostEntry, hidden: list[Any], palette: dict[str, str]) -> RenderableType:
-    """A plain line per invisible process, or the reason there is no process list."""
+def render_hidden(
+    h: HostEntry, hidden: list[Any], palette: dict[str, str], store: Store | None = None
+) -> RenderableType:
+    """A plain line per invisible process, or the reason there is no process list (in the
+    session's terms: dcgm-exporter exports none, a recording has none, the agent's is due)."""
     if h.procs is None:
-        return Text(
-            "no GPU process list from this node yet (the agent reports it; roles come from the "
-            "process titles)",
-            style="italic",
-        )
+        return Text(no_processes_text(store if store is not None else Store()), style="italic")
     lines: list[RenderableType] = []
     if not h.procs.procs:
         lines.append(Text("no process holds GPU memory on this node", style="italic"))
@@ -744,7 +744,7 @@ class NodeScreen(Screen):
                 avail = self.query_one("#node-scroll").scrollable_content_region.width - 4
                 self.proc_sync.fit(avail if avail > 10 else 76, rows)
                 self.proc_sync.sync(rows)
-            self.query_one("#node-hidden", Static).update(render_hidden(h, hidden, palette))
+            self.query_one("#node-hidden", Static).update(render_hidden(h, hidden, palette, store))
             self.query_one("#node-probes", Static).update(render_probes(store, h.name, palette))
             width = self.size.width or 160
             self.query_one("#node-log", Static).update(render_log(h, width))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from verl_top.assessment import Assessment
 from verl_top.inputs import Inputs
 
@@ -26,4 +28,16 @@ async def render_screen_svg(
             await pilot.press(str(step))
             app.refresh_now()
         await pilot.pause()
-        return app.export_screenshot(title="verl-top snapshot")
+        return portable_fonts(app.export_screenshot(title="verl-top snapshot"))
+
+
+def portable_fonts(svg: str) -> str:
+    """``svg`` made readable outside a browser with Fira Code (librsvg, offline viewers).
+
+    Cells are separate ``<text>`` runs whose leading spaces are no-break spaces: without
+    ``xml:space="preserve"`` librsvg collapses them and neighbouring columns run together
+    ("0%steps/min", "18.191%"). Textual also names "Fira Code" (fetched from a CDN) first:
+    offline, fontconfig substitutes a proportional font for it, so the generic ``monospace``
+    is named instead; every cell keeps its x position and textLength."""
+    svg = re.sub(r"font-family:\s*Fira Code,\s*monospace", "font-family: monospace", svg)
+    return re.sub(r"<svg(?![^>]*xml:space)", '<svg xml:space="preserve"', svg, count=1)

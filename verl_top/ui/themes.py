@@ -52,8 +52,8 @@ class ThemeError(Exception):
     """A theme file or theme name cannot be used; the message names the file and field."""
 
 
-def load_toml(path: Path) -> dict[str, Any]:
-    """Parse a TOML file with tomllib (3.11+) or tomli (3.10); ThemeError-free, raises ValueError."""
+def _toml() -> Any:
+    """tomllib (3.11+) or tomli (3.10); ValueError when neither is there."""
     try:
         import tomllib as toml  # type: ignore[import-not-found,unused-ignore]
     except ModuleNotFoundError:  # Python 3.10
@@ -63,11 +63,27 @@ def load_toml(path: Path) -> dict[str, Any]:
             raise ValueError(
                 "reading TOML on Python 3.10 needs the 'tomli' package (pip install tomli)"
             ) from exc
+    return toml
+
+
+def parse_toml(text: str) -> dict[str, Any]:
+    """Parse TOML text; raises ValueError ("not valid TOML: ...")."""
+    toml = _toml()
+    try:
+        return toml.loads(text)
+    except toml.TOMLDecodeError as exc:
+        raise ValueError(f"not valid TOML: {exc}") from exc
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file with tomllib (3.11+) or tomli (3.10); ThemeError-free, raises ValueError."""
     with open(path, "rb") as fh:
-        try:
-            return toml.load(fh)
-        except toml.TOMLDecodeError as exc:
-            raise ValueError(f"not valid TOML: {exc}") from exc
+        data = fh.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not valid TOML: not UTF-8 ({exc.reason} at byte {exc.start})") from exc
+    return parse_toml(text)
 
 
 def _check_colour(source: str, key: str, value: Any) -> str:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verl_top.model import Record, VerlConfig, VerlStep
+from verl_top.model import NcclInfo, Record, VerlConfig, VerlStep
 from verl_top.untrusted import clean_text, finite, is_clean
 from verl_top.verl.config import (
     CollectedConfig,
@@ -486,14 +486,14 @@ class VerlStreamParser:
             self.actors.append(match.group(1))
 
     def _nccl_line(self, body: str, t: float, out: list[Record]) -> None:
-        """NCCL's own lines printed into the verl log (transport, version, WARN, watchdog):
-        read like an NCCL log of the same path, so a log that says "Using network Socket"
-        is not asked for an NCCL log."""
+        """NCCL's own INFO lines printed into the verl log: its transport summary (NcclInfo,
+        read like an NCCL log of the same path), so a log that says "Using network Socket" is
+        not asked for an NCCL log. WARN and watchdog events are the pipeline's EventScanner's."""
         if self._nccl is None:
             from verl_top.nccl.parse import NcclStreamParser
 
             self._nccl = NcclStreamParser(self.host, self.path)
-        out.extend(self._nccl.feed([body], t))
+        out.extend(r for r in self._nccl.feed([body], t) if isinstance(r, NcclInfo))
 
     def _continues(self, prefix: str, body: str) -> bool:
         """True when ``body`` is the next piece of the pending, terminal-wrapped step line."""

@@ -20,6 +20,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.widgets import Static
 
 from verl_top.assessment import Assessment
@@ -31,6 +32,7 @@ from verl_top.status import waited_s, waiting_for_first_step
 from verl_top.store import Store
 from verl_top.ui.panes.base import Pane
 from verl_top.ui.widgets import add_plain_row
+from verl_top.verl.flavour import store_flavour
 from verl_top.verl.stages import STAGE_BY_NAME, StepView, is_rollout_name, stage_bands
 
 # Stages of the per-step table, in the order of an RL step (``reshard`` is older verl's sync).
@@ -60,6 +62,11 @@ STAGE_STYLE: dict[str, tuple[str, str]] = {
     "update_critic": ("c", "dark_orange"),
     "update_actor": ("u", "green3"),
     "update_weights": ("w", "red3"),
+    "wait": ("W", "grey66"),  # async trainers: timing_s/gen is the trainer's wait
+    "wait_for_enough_samples": ("H", "grey66"),
+    "switch_to_rollout": ("S", "red3"),
+    "switch_to_trainer": ("S", "red3"),
+    "switch_wait": ("W", "grey66"),
     "dump_rollout_generations": ("d", "grey50"),
     "testing": ("t", "grey62"),
     "save_checkpoint": ("s", "grey42"),
@@ -481,8 +488,10 @@ class StepViews:
         self._config_key: int = -1
 
     def views(self, store: Store) -> list[StepView]:
-        """A view per step in the store, oldest first."""
-        config_key = id(store.config) ^ len(store.config)
+        """A view per step in the store, oldest first, read in the job's trainer mode (async
+        modes show timing_s/gen as the trainer's wait)."""
+        mode = store_flavour(store).trainer_mode
+        config_key = hash((id(store.config), len(store.config), mode))
         if config_key != self._config_key:  # samples/s and tokens/s depend on the config
             self._cache.clear()
             self._config_key = config_key
@@ -491,7 +500,7 @@ class StepViews:
         for rec in store.steps:
             hit = self._cache.get(id(rec))
             if hit is None or hit[0] is not rec:
-                hit = (rec, StepView.from_step(rec, store.config))
+                hit = (rec, StepView.from_step(rec, store.config, mode=mode))
             fresh[id(rec)] = hit
             out.append(hit[1])
         self._cache = fresh
@@ -499,9 +508,14 @@ class StepViews:
 
 
 def stage_strip(
-    steps: Iterable[VerlStep], since: float, until: float, width: int = STRIP_WIDTH
+    steps: Iterable[VerlStep],
+    since: float,
+    until: float,
+    width: int = STRIP_WIDTH,
+    mode: str | None = None,
 ) -> Text | None:
-    """The stage running in each of ``width`` cells of [since, until], from ``stage_bands``.
+    """The stage running in each of ``width`` cells of [since, until], from ``stage_bands``
+    (read in trainer mode ``mode``: an async trainer's timing_s/gen is a wait).
 
     None when no step falls in the window. Cells no band covers show a space.
     """
@@ -510,7 +524,7 @@ def stage_strip(
     recent = [s for s in steps if s.t >= since]
     if not recent:
         return None
-    bands = [b for b in stage_bands(recent) if b[1] > since and b[0] < until]
+    bands = [b for b in stage_bands(recent, mode) if b[1] > since and b[0] < until]
     cell_s = (until - since) / width
     text = Text()
     j = 0
@@ -530,6 +544,7 @@ class DataflowPane(Pane):
     """Pane 3: stacked stage bars, stage medians and trends, long tail, rates, per-step table."""
 
     STEP = 3
+    BINDINGS = [Binding("e", "explain_keys", "Explain keys")]
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -538,6 +553,15 @@ class DataflowPane(Pane):
     def compose(self) -> ComposeResult:
         yield self.findings
         yield Static("", id="flow-body", classes="body")
+
+    def action_explain_keys(self) -> None:
+        """Key e: what each timing and perf key of the latest step means in this verl version
+        and trainer mode (timing_s/gen is a wait in the async trainers)."""
+        from verl_top.ui.key_explain import KeyExplainScreen
+
+        store = getattr(self.app, "store", None)
+        if store is not None:
+            self.app.push_screen(KeyExplainScreen(store))
 
     def update_content(self, store: Store, assessment: Assessment) -> None:
         width = self.scrollable_content_region.width

@@ -260,13 +260,21 @@ def _spread(values: list[float]) -> str:
     return f"{min(values):.0f} / {sum(values) / len(values):.0f} / {max(values):.0f}"
 
 
+def _no_roles(store: Store) -> str:
+    """Why roles are unknown: no process list, for this session's reason."""
+    from verl_top.origin import PROMETHEUS, no_processes_text
+
+    if store.origin == PROMETHEUS:
+        return f"roles unknown: {no_processes_text(store)}"
+    return "no GPU process lists yet: roles unknown (the node agents report them)"
+
+
 def roles_block(store: Store, stats: list[GpuStat]) -> RenderableType:
     """Per role: GPUs, nodes, ranks, and activity / memory min / mean / max over its GPUs."""
     if not any(h.procs is not None for h in store.hosts.values()):
         acts = [s.activity for s in stats if s.activity is not None]
         text = Text(
-            "no GPU process lists yet: roles unknown (the node agents report them). "
-            f"All GPUs: activity min/mean/max {_spread(acts)} %",
+            f"{_no_roles(store)}. All GPUs: activity min/mean/max {_spread(acts)} %",
             style="italic",
         )
         return text

@@ -317,6 +317,7 @@ def verl_summary(store: Store, width: int = 0) -> Text:
     from verl_top.origin import missing_steps_text
     from verl_top.status import waited_s, waiting_for_first_step
     from verl_top.ui.panes.dataflow import STAGE_STYLE, STRIP_WIDTH, stage_strip
+    from verl_top.verl.flavour import store_flavour
     from verl_top.verl.stages import StepView, fmt_mfu
 
     if not store.steps:
@@ -324,7 +325,8 @@ def verl_summary(store: Store, width: int = 0) -> Text:
             return Text(f"verl: waiting for the first step ({waited_s(store):.0f} s)", style="dim")
         return Text(missing_steps_text(store), style="dim")
     last = store.steps[-1]
-    view = StepView.from_step(last, store.config)
+    mode = store_flavour(store).trainer_mode  # async trainers: timing_s/gen is a wait
+    view = StepView.from_step(last, store.config, mode=mode)
     step_s = view.step_time_core if view.step_time_core is not None else view.step_time
     text = Text("verl ", style="bold", no_wrap=True, overflow="ellipsis")
     text.append(f"step {last.step}")
@@ -346,7 +348,7 @@ def verl_summary(store: Store, width: int = 0) -> Text:
         text.append(" (validation/checkpoint step)", style="dim")
     text.append(f" · {len(store.steps)} steps seen", style="dim")
     since = store.window_start()
-    strip = stage_strip(store.steps, since, store.now)
+    strip = stage_strip(store.steps, since, store.now, mode=mode)
     if strip is None:
         return text
     head = Text(f"stages, last {store.now - since:.0f} s ", style="dim")
@@ -362,7 +364,7 @@ def verl_summary(store: Store, width: int = 0) -> Text:
     cells = width - head.cell_len - 3 - legend.cell_len if width > 0 else STRIP_WIDTH
     cells = max(20, cells)
     if cells != STRIP_WIDTH:
-        strip = stage_strip(store.steps, since, store.now, cells) or strip
+        strip = stage_strip(store.steps, since, store.now, cells, mode) or strip
     text.append("\n")
     text.append_text(head)
     text.append("│", style="dim")
