@@ -140,6 +140,23 @@ CASES: tuple[Case, ...] = (
         ),
     ),
     Case(
+        name="node",
+        script="client_on_node.py",
+        args=("--backend", "replay", "--warmup", "15", "--duration", "45"),
+        quick=("--backend", "replay", "--warmup", "3", "--duration", "3"),
+        metrics=(
+            Metric("TUI under tmux: CPU % of a core", _row("cpu_pct")),
+            Metric("event-loop thread %", _row("loop_thread_pct")),
+            Metric("instrumented run: CPU %", _row("parts_cpu_pct")),
+            Metric("  tables' lines %", _row("part:lines: tables")),
+            Metric("  other widgets' lines %", _row("part:lines: other widgets")),
+            Metric("  refresh (content) %", _row("part:refresh (header, pane content)")),
+            Metric("  layout %", _row("part:layout")),
+            Metric("  GC ms/s", _row("gc_ms_per_s")),
+        ),
+        timeout_s=600.0,
+    ),
+    Case(
         name="agent",
         script="agent_cost.py",
         args=("--backend", "replay", "--gpus", "8", "--rates", "10", "--samples", "300"),

@@ -52,33 +52,40 @@ BARE_LOOP = (
 )
 
 
-def build_log(source: Path, size_mb: float, folder: Path) -> Path:
-    """The repeated log of about ``size_mb`` MB (made once; reused while it matches)."""
-    data = source.read_bytes()
-    tag = hashlib.sha256(data).hexdigest()[:10]
-    path = folder / f"verl-top-postmortem-{tag}-{size_mb:g}MB.log"
-    target = int(size_mb * 2**20)
-    if path.exists() and path.stat().st_size >= target:
-        return path
-    lines = data.split(b"\n")
+def split_log(source: Path) -> tuple[list[bytes], list[bytes], int]:
+    """A real log's head (up to its first worker line), its body, and the steps the body has."""
+    lines = source.read_bytes().split(b"\n")
     if lines and not lines[-1]:
         lines.pop()
     cut = next(i for i, line in enumerate(lines) if BODY_MARK in line)
     head, body = lines[:cut], lines[cut:]
     steps = max(int(m.group(1)) for line in body for m in [STEP_RE.search(line)] if m)
+    return head, body, steps
+
+
+def renumbered(body: list[bytes], shift: int) -> list[bytes]:
+    """The body with every ``step:N`` line's number moved on by ``shift``."""
+
+    def renumber(m: re.Match[bytes]) -> bytes:
+        return b"step:%d - " % (int(m.group(1)) + shift)
+
+    return [STEP_RE.sub(renumber, x) if b"step:" in x else x for x in body]
+
+
+def build_log(source: Path, size_mb: float, folder: Path) -> Path:
+    """The repeated log of about ``size_mb`` MB (made once; reused while it matches)."""
+    tag = hashlib.sha256(source.read_bytes()).hexdigest()[:10]
+    path = folder / f"verl-top-postmortem-{tag}-{size_mb:g}MB.log"
+    target = int(size_mb * 2**20)
+    if path.exists() and path.stat().st_size >= target:
+        return path
+    head, body, steps = split_log(source)
     tmp = path.with_suffix(".part")
     with open(tmp, "wb") as out:
         out.write(b"\n".join(head) + b"\n")
         copy = 0
         while out.tell() < target:
-            shift = steps * copy
-
-            def renumber(m: re.Match[bytes], shift: int = shift) -> bytes:
-                return b"step:%d - " % (int(m.group(1)) + shift)
-
-            out.write(
-                b"\n".join(STEP_RE.sub(renumber, x) if b"step:" in x else x for x in body) + b"\n"
-            )
+            out.write(b"\n".join(renumbered(body, steps * copy)) + b"\n")
             copy += 1
     os.replace(tmp, path)
     old = time.time() - 86400  # finished a day ago: diagnose judges it post-mortem

@@ -133,6 +133,20 @@ def test_client_scale_wire(tmp_path: Path) -> None:
     assert row["gpus"] == 8 and row["refreshes"] >= 1 and row["samples_on_screen"] > 0
 
 
+def test_client_on_node_measures_the_tui_under_tmux_and_its_parts(tmp_path: Path) -> None:
+    """Both tmux runs happen, the window is read from /proc, and every instrument found its
+    method in this code (a renamed method would leave its part out of the table)."""
+    args = ["--backend", "replay", "--warmup", "3", "--duration", "3", "--out", str(tmp_path)]
+    stdout, data = run_bench("client_on_node.py", args, tmp_path, timeout=180)
+    assert "where it goes" in stdout
+    tui, parts = data["tui"], data["parts"]
+    assert "error" not in tui and 2.5 < tui["window_s"] < 10 and tui["cpu_pct"] > 0
+    assert "--follow" in data["verl_top_argv"] and tui["startup_cpu_s"] > 0
+    assert parts["not_wrapped"] == [] and parts["parts_pct"]["refresh (header, pane content)"] > 0
+    (row,) = data["rows"]
+    assert row["cpu_pct"] == tui["cpu_pct"] and row["part:agent tick"] >= 0
+
+
 def test_startup_demo(tmp_path: Path) -> None:
     stdout, data = run_bench("startup.py", ["--runs", "1", "--scenarios", "demo"], tmp_path)
     assert "first frame p50 s" in stdout
