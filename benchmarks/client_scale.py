@@ -369,6 +369,7 @@ async def run_one(
     transport: str,
     prefill: bool,
     prefill_points: int = 0,
+    profile: str = "",
 ) -> dict:
     """Run the app against ``gpus`` GPUs for ``duration`` s; returns the figures."""
     from verl_top.inputs import Inputs  # noqa: PLC0415
@@ -465,12 +466,16 @@ async def run_one(
             timings.measuring = gc_clock.on = lag.on = True
             if transport == "wire":
                 cluster.measuring = True
+            prof = _profiler(profile)
             w0, c0 = time.perf_counter(), time.process_time()
             rss_series = [(0.0, result["rss_start_mb"])]
             while time.perf_counter() - w0 < duration:  # RSS every 5 s: flat, or growing?
                 await asyncio.sleep(min(5.0, max(0.0, duration - (time.perf_counter() - w0))))
                 rss_series.append((time.perf_counter() - w0, rss_mb()))
             w1, c1 = time.perf_counter(), time.process_time()
+            if prof is not None:
+                prof.disable()
+                prof.dump_stats(profile)
             result["rss_series"] = rss_series
             timings.measuring = gc_clock.on = lag.on = False
             lag_task.cancel()
@@ -512,6 +517,17 @@ async def run_one(
     result["refreshes"] = len(timings.refresh_ms)
     result["samples_on_screen"] = sum(n for _, n in timings.latency)
     return result
+
+
+def _profiler(path: str) -> Any:
+    """A running cProfile profiler of the event loop's thread when ``path`` is set."""
+    if not path:
+        return None
+    import cProfile  # noqa: PLC0415
+
+    prof = cProfile.Profile()
+    prof.enable()
+    return prof
 
 
 def _plain_status(app: Any) -> dict[str, Any]:
@@ -635,6 +651,8 @@ def run_child(gpus: int, args: argparse.Namespace) -> dict:
         cmd.append("--no-prefill")
     if args.prefill_points:
         cmd += ["--prefill-points", str(args.prefill_points)]
+    if args.profile:
+        cmd += ["--profile", f"{args.profile}.{gpus}"]
     timeout = args.duration + args.warmup + 900  # 4096 GPUs: prefill takes minutes
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     try:
@@ -663,6 +681,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="samples pushed per GPU before measuring (default: the ring capacity; 3600 = an hour)",
     )
+    p.add_argument(
+        "--profile",
+        default="",
+        metavar="FILE",
+        help="cProfile the measured window into FILE.<gpus> (pstats; inflates the timings)",
+    )
     p.add_argument("--one", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--json-out", default=None, metavar="FILE")
     args = p.parse_args(argv)
@@ -676,6 +700,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.transport,
                 not args.no_prefill,
                 args.prefill_points,
+                args.profile,
             )
         )
         Path(args.json_out).write_text(json.dumps(res))

@@ -102,6 +102,15 @@ def test_parsers(tmp_path: Path) -> None:
     assert by[("parse_smi_csv + smi_gpu_fields", "smi_query.csv x8 GPUs")]["records_per_pass"] == 8
 
 
+def test_postmortem_log(tmp_path: Path) -> None:
+    stdout, data = run_bench(
+        "postmortem_log.py", ["--size-mb", "1", "--rounds", "1", "--dir", str(tmp_path)], tmp_path
+    )
+    assert "bare loop CPU s" in stdout and "verl-top CPU s" in stdout
+    (row,) = data["rows"]
+    assert row["lead"] == "flow.rollout_bound" and row["lines"] > 5000 and row["ratio"] > 0
+
+
 def test_flood(tmp_path: Path) -> None:
     stdout, data = run_bench("flood.py", ["--lines", "600"], tmp_path)
     assert "peak MiB" in stdout
@@ -124,6 +133,20 @@ def test_client_scale_wire(tmp_path: Path) -> None:
     (row,) = data["rows"]
     assert "error" not in row, row.get("error")
     assert row["gpus"] == 8 and row["refreshes"] >= 1 and row["samples_on_screen"] > 0
+
+
+def test_client_on_node_measures_the_tui_under_tmux_and_its_parts(tmp_path: Path) -> None:
+    """Both tmux runs happen, the window is read from /proc, and every instrument found its
+    method in this code (a renamed method would leave its part out of the table)."""
+    args = ["--backend", "replay", "--warmup", "3", "--duration", "3", "--out", str(tmp_path)]
+    stdout, data = run_bench("client_on_node.py", args, tmp_path, timeout=180)
+    assert "where it goes" in stdout
+    tui, parts = data["tui"], data["parts"]
+    assert "error" not in tui and 2.5 < tui["window_s"] < 10 and tui["cpu_pct"] > 0
+    assert "--follow" in data["verl_top_argv"] and tui["startup_cpu_s"] > 0
+    assert parts["not_wrapped"] == [] and parts["parts_pct"]["refresh (header, pane content)"] > 0
+    (row,) = data["rows"]
+    assert row["cpu_pct"] == tui["cpu_pct"] and row["part:agent tick"] >= 0
 
 
 def test_startup_demo(tmp_path: Path) -> None:
@@ -195,11 +218,11 @@ def _compare(args: list[str], tmp_path: Path) -> tuple[str, dict]:
 
 def test_compare_runs_base_and_head_side_by_side(tmp_path: Path) -> None:
     """The regression guard checks out BASE in a worktree, runs both and prints the ratio table."""
-    stdout, data = _compare(["HEAD", "--only", "pane,parsers,agent"], tmp_path)
+    stdout, data = _compare(["HEAD", "--only", "pane,parsers,postmortem,agent"], tmp_path)
     assert "HEAD/BASE" in stdout and "spread (min-max)" in stdout
     assert data["base"].startswith("HEAD (") and data["head"].startswith("working tree at")
     rows = {(r["benchmark"], r["metric"]): r for r in data["rows"]}
-    assert {b for b, _ in rows} == {"pane", "parsers", "agent"}
+    assert {b for b, _ in rows} == {"pane", "parsers", "postmortem", "agent"}
     for row in rows.values():
         assert not row["base_error"] and not row["head_error"], row
         assert row["rounds"] == 1 and row["ratio"] is not None
@@ -207,7 +230,8 @@ def test_compare_runs_base_and_head_side_by_side(tmp_path: Path) -> None:
     listing = subprocess.run(
         ["git", "-C", str(REPO), "worktree", "list"], capture_output=True, text=True
     ).stdout
-    assert "verl-top-base-" not in listing
+    (worktree,) = data["worktrees"]
+    assert worktree not in listing and not Path(worktree).exists()
 
 
 def test_compare_says_na_when_base_cannot_run_a_benchmark(tmp_path: Path) -> None:

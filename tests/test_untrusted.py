@@ -10,9 +10,11 @@ from hypothesis import strategies as st
 from scaling import assert_linear
 
 from verl_top.untrusted import (
+    COMMON_SGR,
     UntrustedJSONError,
     bounded_int,
     clean_line,
+    clean_lines,
     clean_text,
     finite,
     is_clean,
@@ -61,6 +63,55 @@ def test_clean_line_keeps_line_structure_for_parsers() -> None:
 @given(st.text(alphabet=st.sampled_from(list("\x1b[]P^_X\\\x07\x9b\x9c\x9d;0a")), max_size=40))
 def test_no_escape_survives_any_arrangement(raw: str) -> None:
     assert is_clean(clean_text(raw)) and is_clean(clean_line(raw).replace("\r", ""))
+
+
+# Escapes, controls, separators and plain text, so lines open and close sequences anywhere.
+LINE_CHARS = list("\x1b[]P^_X\\\x07\x9b\x9c\x9d\x90;0a \t\r\n\x00\x7f\u202e\u2028é\u200b\ufe0f")
+LINE_CHARS += ["\U000e0041", "\ud800", "m", "3", "6"]  # a tag, a lone surrogate, SGR pieces
+
+
+@settings(max_examples=400, derandomize=True)
+@given(st.lists(st.text(alphabet=st.sampled_from(LINE_CHARS), max_size=30), max_size=12))
+def test_a_chunk_of_lines_is_cleaned_as_each_line_alone(lines: list[str]) -> None:
+    """The bulk boundary of followed logs gives, line for line, what clean_line gives: an
+    escape left open at the end of one line must not swallow the next."""
+    assert clean_lines(lines) == [clean_line(x) for x in lines]
+    assert clean_lines(lines, limit=7) == [clean_line(x, 7) for x in lines]
+
+
+@settings(max_examples=400, derandomize=True)
+@given(
+    st.lists(st.text(alphabet=st.sampled_from([c for c in LINE_CHARS if c != "\n"]), max_size=30))
+)
+def test_a_chunk_of_lines_without_newlines_takes_the_one_pass_path(lines: list[str]) -> None:
+    assert clean_lines(lines) == [clean_line(x) for x in lines]
+    assert clean_lines(lines, limit=7) == [clean_line(x, 7) for x in lines]
+
+
+TOKENS = [
+    *COMMON_SGR,
+    "\x1b[1;31m",
+    "\x1b]0;t",
+    "\x07",
+    "\x1b\\",
+    "\x9b2K",
+    "(pid=1) ",
+    "step:1",
+    "\t",
+]
+TOKENS += ["\r", "中", "\u200b", "\x1b", "[", "m", " - "]
+
+
+@settings(max_examples=400, derandomize=True)
+@given(st.lists(st.lists(st.sampled_from(TOKENS), max_size=8).map("".join), max_size=10))
+def test_a_chunk_of_coloured_lines_is_cleaned_as_each_line_alone(lines: list[str]) -> None:
+    """Lines made of real colour codes, Ray prefixes and what could splice with them."""
+    assert clean_lines(lines) == [clean_line(x) for x in lines]
+
+
+def test_a_chunk_keeps_its_lines_when_one_escape_is_left_open() -> None:
+    lines = ["(TaskRunner pid=1) \x1b[36mstep:1 - a:1\x1b[0m", "title \x1b]0;pwned", "next line"]
+    assert clean_lines(lines) == ["(TaskRunner pid=1) step:1 - a:1", "title ", "next line"]
 
 
 @pytest.mark.parametrize(

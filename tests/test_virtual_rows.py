@@ -84,6 +84,18 @@ def test_summary_is_computed_once_per_store_change_and_agrees_with_the_store() -
     assert cache.get(store) is not first and cache.computed == 2
 
 
+def test_a_gpu_that_appears_on_a_known_host_joins_the_summary() -> None:
+    """The summary keeps each host's GPU keys between ticks; a new GPU must still be counted."""
+    store = build_store()
+    cache = SummaryCache()
+    before = cache.get(store)
+    assert "node01/9" not in before.gpus and before.hosts["node01"].gpus == 8
+    store.ingest(GpuSample(host="node01", t=T0 + 61, index=9, util_gpu=0.0))
+    after = cache.get(store)
+    assert after.gpus["node01/9"].act == 0.0 and after.hosts["node01"].gpus == 9
+    assert after.idle == before.idle + 1  # 0 % over its window: idle
+
+
 async def test_the_app_and_pane_1_share_one_summary_per_tick() -> None:
     app = make_app(build_store())
     async with app.run_test(size=SIZE) as pilot:

@@ -243,6 +243,15 @@ class LogLines(Record):
 
 
 @dataclass
+class LogHistory(LogLines):
+    """Lines from earlier in a followed file than those already sent: a big log's history,
+    read after its recent tail so that the first verdict comes in seconds. Parsed in file order
+    by a parser of its own; the steps go before the tail's."""
+
+    TYPE: ClassVar[str] = "log_history"
+
+
+@dataclass
 class VerlStep(Record):
     """One verl training step's metrics (``t`` = arrival time of its log line)."""
 
@@ -505,6 +514,7 @@ RECORD_TYPES: dict[str, type[Record]] = {
         HostState,
         Heartbeat,
         LogLines,
+        LogHistory,
         VerlStep,
         VerlConfig,
         ProbeResult,

@@ -24,6 +24,7 @@ from verl_top.untrusted import (
     UntrustedJSONError,
     bounded_int,
     clean_line,
+    clean_lines,
     clean_text,
     finite,
     loads,
@@ -289,6 +290,11 @@ def _clean_list(spec: _Spec, raw: Any, where: str, issues: list[str]) -> Any:
     if len(raw) > cap:
         issues.append(f"cap:{where}.{spec.name}>{cap}")
         raw = raw[:cap]
+    if spec.name == "lines":
+        try:  # a followed log's chunk: cleaned in one pass, as clean_line would each line
+            return clean_lines(raw)
+        except TypeError:
+            pass  # an item is no string: judged one by one below
     out = []
     bad = False
     # A list of records (dataclasses) or of scalars (``item`` is then a kind string).
@@ -370,14 +376,22 @@ def _clean_fields(cls: type, data: dict[str, Any], where: str, issues: list[str]
         raw = data[spec.name]
         if raw is None and spec.optional:
             continue
-        if spec.kind == "list":
+        kind = spec.kind
+        if (
+            kind == "float"
+            and (type(raw) is float or type(raw) is int)
+            and spec.lo <= raw <= spec.hi
+        ):
+            out[spec.name] = raw  # the common case, as _scalar decides it (NaN fails the range)
+            continue
+        if kind == "list":
             value = _clean_list(spec, raw, where, issues)
-        elif spec.kind == "dict":
+        elif kind == "dict":
             value = _clean_dict(spec, raw, where, issues)
-        elif spec.kind == "any":
+        elif kind == "any":
             value = raw
         else:
-            value = _scalar(spec.kind, spec.name, raw, spec.lo, spec.hi, spec.enum)
+            value = _scalar(kind, spec.name, raw, spec.lo, spec.hi, spec.enum)
         if value is _BAD:
             if spec.key:
                 raise Rejected(f"drop:{where}.{spec.name}", f"bad value {_show(raw)}")

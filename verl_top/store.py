@@ -408,6 +408,8 @@ class Store:
         self.verl_flavour: tuple[object, Any] | None = None
         # The method each job process runs, since when, and each method's recent durations.
         self.progress = ProgressTracker()
+        # Writes queued while a worker thread reads the store (``hold``), oldest first.
+        self._held: deque[tuple[Callable[..., None], tuple[Any, ...]]] | None = None
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -476,6 +478,12 @@ class Store:
 
     def ingest(self, record: Record, received: float | None = None) -> None:
         """Apply one record. Never raises for records built by ``protocol.validate``."""
+        if self._held is not None:
+            self._held.append((self._ingest, (record, received)))
+            return
+        self._ingest(record, received)
+
+    def _ingest(self, record: Record, received: float | None) -> None:
         self.version += 1
         if not self._admit(record):
             return
@@ -573,6 +581,23 @@ class Store:
         else:
             self.steps.append(rec)
 
+    def insert_steps(self, records: Sequence[VerlStep], before: VerlStep | None) -> None:
+        """Steps read from earlier in a log than ``before`` (a big log's history, filled in
+        after its recent steps were shown): placed just before it, or after every step when
+        ``before`` is None or gone; the newest ``limits.steps`` are kept."""
+        if not records:
+            return
+        if self._held is not None:
+            self._held.append((self.insert_steps, (records, before)))
+            return
+        steps = list(self.steps)
+        at = next((i for i, s in enumerate(steps) if s is before), None)
+        if at is None:
+            at = len(steps) if before is None else 0
+        self.steps.clear()
+        self.steps.extend([*steps[:at], *records, *steps[at:]])
+        self.version += 1
+
     def _on_config(self, rec: VerlConfig, received: float | None) -> None:
         self.config = dict(rec.values)
         self.config_source = rec.source
@@ -668,6 +693,8 @@ class Store:
 
     def mark_stale(self, stale_after: float, now_wall: float | None = None) -> list[str]:
         """Mark hosts silent for ``stale_after`` seconds (wall clock) as stale; return them."""
+        if self._held is not None:
+            return []  # their records wait in the queue: silence now says nothing
         now_wall = self.wall_clock() if now_wall is None else now_wall
         changed = []
         for h in self.hosts.values():
@@ -681,6 +708,36 @@ class Store:
         if changed:
             self.version += 1
         return changed
+
+    # -- a reader in another thread (monitor.py's background diagnosis) --------------------
+
+    def hold(self) -> None:
+        """Queue every write from now on (``ingest``, ``insert_steps``; ``mark_stale`` waits)
+        instead of applying it: another thread is reading the store, which must not change
+        under it. Readers on this thread see the store as it was."""
+        if self._held is None:
+            self._held = deque()
+
+    @property
+    def held(self) -> int:
+        """Writes waiting in the queue (0 when writes apply at once)."""
+        return 0 if self._held is None else len(self._held)
+
+    def release(self, budget: int | None = None) -> bool:
+        """Apply up to ``budget`` queued writes (all when None), in order; True when the queue
+        is empty and writes apply at once again. Writes arriving meanwhile queue behind."""
+        held = self._held
+        if held is None:
+            return True
+        n = len(held) if budget is None else min(budget, len(held))
+        self._held = None  # what is applied now goes through, not back into the queue
+        try:
+            for _ in range(n):
+                fn, args = held.popleft()
+                fn(*args)
+        finally:
+            self._held = held if held else None
+        return self._held is None
 
     # -- reading ---------------------------------------------------------------------------
 

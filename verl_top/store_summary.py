@@ -52,29 +52,28 @@ class WindowMean:
             or not ring.ascending()
         ):
             return self._resum(ring, column, since, held_from, pushes)
+        # The ring's arrays are read in place (an ordinal's slot is ordinal % capacity while
+        # it is held): this runs for every GPU at every tick.
+        cap, times, col = ring.capacity, ring.times, ring.cols[column]
+        total, count = self.total, self.count
         for o in range(self.hi, pushes):
-            _, v = ring.at(column, o)
+            v = col[o % cap]
             if v == v:
-                self.total += v
-                self.count += 1
-        self.hi = pushes
-        self._drop_before(ring, column, since)
-        return self.total / self.count if self.count else None
-
-    def _drop_before(self, ring: Ring, column: str, since: float) -> None:
-        lo = self.lo
-        while lo < self.hi:
-            t, v = ring.at(column, lo)
-            if t >= since:
+                total += v
+                count += 1
+        lo, hi = self.lo, pushes
+        while lo < hi:
+            i = lo % cap
+            if times[i] >= since:
                 break
+            v = col[i]
             if v == v:
-                self.total -= v
-                self.count -= 1
+                total -= v
+                count -= 1
             lo += 1
-        self.lo = lo
-        self.since = since
-        if not self.count:
-            self.total = 0.0
+        self.lo, self.hi, self.since = lo, hi, since
+        self.total, self.count = (total, count) if count else (0.0, 0)
+        return total / count if count else None
 
     def _resum(
         self, ring: Ring, column: str, since: float, held_from: int, pushes: int
@@ -113,7 +112,7 @@ class GpuSummary(NamedTuple):
 
     key: str  # "host/index", the row key
     host_pos: int  # position of its host in the store (host order)
-    index: int
+    gpu_index: int  # the GPU's index on its host ("index" is tuple.index)
     act: float | None  # mean activity over the window
     live: bool
     idle: bool  # live and below IDLE_THRESHOLD over the window
@@ -187,6 +186,7 @@ class SummaryCache:
         self.summary: StoreSummary | None = None
         self._key: tuple[int, float, float] | None = None
         self._windows: dict[str, WindowMean] = {}
+        self._hosts: dict[str, tuple[frozenset[int], list[tuple[int, str, WindowMean]]]] = {}
         self.computed = 0  # how many summaries were computed (for tests)
 
     def get(self, store: Store) -> StoreSummary:
@@ -202,18 +202,13 @@ class SummaryCache:
         since = store.window_start()
         out = StoreSummary(store.version)
         gpus = out.gpus
-        windows = self._windows
         acts: list[float] = []
         for pos, h in enumerate(store.hosts.values()):
             live_host = h.state not in DEAD_STATES
             host_acts: list[float] = []
             host_idle = 0
-            for index in sorted(h.gpus):
+            for index, key, window in self._host_gpus(h):
                 g = h.gpus[index]
-                key = f"{h.name}/{index}"
-                window = windows.get(key)
-                if window is None:
-                    window = windows[key] = WindowMean()
                 gs = summarize_gpu(key, pos, h, g, since, window)
                 gpus[key] = gs
                 if gs.act is not None:
@@ -227,6 +222,24 @@ class SummaryCache:
                         acts.append(latest)
             out.hosts[h.name] = HostSummary(h.name, len(h.gpus), mean(host_acts), host_idle)
         out.cluster_act = mean(acts)
-        if len(windows) > len(gpus):  # GPUs gone: drop their running sums
-            self._windows = {k: w for k, w in windows.items() if k in gpus}
+        if len(self._windows) > len(gpus):  # GPUs gone: drop their running sums
+            self._windows = {k: w for k, w in self._windows.items() if k in gpus}
+            self._hosts = {k: v for k, v in self._hosts.items() if k in store.hosts}
+        return out
+
+    def _host_gpus(self, h: HostEntry) -> list[tuple[int, str, WindowMean]]:
+        """(index, row key, running mean) of each GPU of ``h`` in index order, made again only
+        when the host's GPUs changed (not a key string and a sort per GPU per tick)."""
+        cached = self._hosts.get(h.name)
+        if cached is not None and h.gpus.keys() == cached[0]:
+            return cached[1]
+        windows = self._windows
+        out = []
+        for index in sorted(h.gpus):
+            key = f"{h.name}/{index}"
+            window = windows.get(key)
+            if window is None:
+                window = windows[key] = WindowMean()
+            out.append((index, key, window))
+        self._hosts[h.name] = (frozenset(h.gpus), out)
         return out

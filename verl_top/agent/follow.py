@@ -23,6 +23,17 @@ MAX_CHARS_PER_RECORD = 256 * 1024  # log lines per record also stop here (fast t
 HEAD_BYTES = 4096  # fingerprint of a followed file: its first bytes (copytruncate detection)
 
 
+def _chars_cut(lines: list[str], start: int, end: int) -> int:
+    """Where the record starting at ``lines[start]`` ends (before ``end``): before the line that
+    would take it past MAX_CHARS_PER_RECORD characters, after one line at least."""
+    size = 0
+    for i in range(start, end):
+        size += len(lines[i])
+        if i > start and size > MAX_CHARS_PER_RECORD:
+            return i
+    return end
+
+
 class Follower:
     """Follows one file like ``tail -F``: growth, truncation, rotation, late creation."""
 
@@ -33,6 +44,7 @@ class Follower:
         from_start: bool = False,
         max_lines: int = MAX_LINES_PER_RECORD,
         max_read: int | None = None,
+        offset: int | None = None,
     ) -> None:
         self.kind = kind
         self.path = path
@@ -45,6 +57,7 @@ class Follower:
         self._partial = b""
         self._reset = False
         self._from_start = from_start
+        self._start_at = offset  # read from this byte on (the caller read what is before)
         self.error = ""  # why the path is not followed (not a regular file), said once
         self._said = ""
         self._roots = follow_roots(path)  # where the file may live (see link_problem)
@@ -80,6 +93,8 @@ class Follower:
         self._fh = os.fdopen(fd, "rb")
         self._ino = (st.st_dev, st.st_ino)
         self._offset = 0 if (self._from_start or not initial) else st.st_size
+        if initial and self._start_at is not None and self._start_at <= st.st_size:
+            self._offset = self._start_at
         self._head = self._read_head()
         return True
 
@@ -178,11 +193,18 @@ class Follower:
         if cut < 0:
             return
         text = data[:cut].decode("utf-8", "replace")
-        for line in text.split("\n"):
-            if len(line) > MAX_PARTIAL:  # as long as a runaway line, newline or not
-                self.skipped_lines += 1
-                continue
-            out.append(line[:-1] if line.endswith("\r") else line)
+        if len(text) > MAX_PARTIAL and max(map(len, text.split("\n"))) > MAX_PARTIAL:
+            for line in text.split("\n"):
+                if len(line) > MAX_PARTIAL:  # as long as a runaway line, newline or not
+                    self.skipped_lines += 1
+                    continue
+                out.append(line[:-1] if line.endswith("\r") else line)
+            return
+        if "\r" in text:  # a CRLF line loses its \r (one pass, not one test per line)
+            text = text.replace("\r\n", "\n")
+            if text.endswith("\r"):
+                text = text[:-1]
+        out.extend(text.split("\n"))
 
     def _flush_partial(self, out: list[str]) -> None:
         if self._partial:
@@ -261,17 +283,17 @@ class Follower:
     def _emit(self, records: list[Wire], host: str, t: float, lines: list[str]) -> None:
         if not lines and not self._reset:
             return
-        chunk: list[str] = []
-        size = 0
-        for line in lines:
-            # At most max_lines lines and about MAX_CHARS_PER_RECORD characters per record.
-            if chunk and (len(chunk) >= self.max_lines or size + len(line) > MAX_CHARS_PER_RECORD):
-                self._emit_one(records, host, t, chunk)
-                chunk, size = [], 0
-            chunk.append(line)
-            size += len(line)
-        if chunk or self._reset:
-            self._emit_one(records, host, t, chunk)
+        # At most max_lines lines and about MAX_CHARS_PER_RECORD characters per record (a line
+        # longer than that alone); counted per slice, line by line only in a slice that is over.
+        start, n = 0, len(lines)
+        while start < n:
+            end = min(n, start + self.max_lines)
+            if sum(map(len, lines[start:end])) > MAX_CHARS_PER_RECORD:
+                end = _chars_cut(lines, start, end)
+            self._emit_one(records, host, t, lines[start:end])
+            start = end
+        if not lines:
+            self._emit_one(records, host, t, [])
 
     def _emit_one(self, records: list[Wire], host: str, t: float, lines: list[str]) -> None:
         fields = (

@@ -30,7 +30,7 @@ from verl_top.diagnosis.guards import device_guard
 from verl_top.diagnosis.ranking import improvements_text, rank
 from verl_top.diagnosis.readable import seconds
 from verl_top.diagnosis.thresholds import Thresholds
-from verl_top.diagnosis.view import View, mean, median
+from verl_top.diagnosis.view import StepMemo, View, mean, median
 from verl_top.store import Store
 
 STEP_RULES: dict[int, list[Rule]] = {
@@ -85,11 +85,12 @@ class Engine:
 
     def __init__(self, thresholds: Thresholds | None = None) -> None:
         self.thresholds = thresholds or Thresholds()
+        self._steps = StepMemo()  # a cache of a pure reading: the verdict does not depend on it
 
     def evaluate(self, store: Store) -> Verdict:
         """Run all rules over ``store`` (never mutated) and return the verdict at ``store.now``."""
         th = self.thresholds
-        view = View(store, th)
+        view = View(store, th, self._steps)
         findings, checks = run_rules(view, th)
         timed = any(s.stage_times for s in view.steps())
         inputs = describe_inputs(view)

@@ -146,6 +146,35 @@ def step_view(step: int, t: float, metrics: dict[str, float], mode: str | None =
     )
 
 
+class StepMemo:
+    """The ``StepView`` of each stored step, kept from one evaluation to the next.
+
+    A step's view depends on its record alone, and the store keeps up to 5000 records: a long
+    run's history is read through the stage catalogue once, not at every evaluation (a
+    post-mortem of a GB log evaluates while it reads). Records are matched by identity; views
+    of records the store dropped are let go at the next read."""
+
+    def __init__(self) -> None:
+        self._views: dict[int, tuple[Any, StepView]] = {}
+        self._mode: Any = None
+
+    def views(self, steps: Iterable[Any], mode: Any = None) -> list[StepView]:
+        """The views of ``steps`` (step numbers > 0) read in trainer ``mode``, oldest first."""
+        old = self._views if mode == self._mode else {}
+        new = {}
+        out = []
+        for s in steps:
+            if s.step <= 0:
+                continue
+            hit = old.get(id(s))
+            if hit is None or hit[0] is not s:
+                hit = (s, step_view(s.step, s.t, s.metrics, mode))
+            new[id(s)] = hit
+            out.append(hit[1])
+        self._views, self._mode = new, mode
+        return out
+
+
 def label_phase(label: str) -> str | None:
     """The phase a replay trace's label names (``gen*`` / ``train*``, ``update*``), else None."""
     if label.startswith("gen"):
@@ -204,9 +233,12 @@ class View:
     ask for the same GPU windows many times, and at 1000+ GPUs reading them is the whole cost.
     """
 
-    def __init__(self, store: Store, thresholds: Thresholds) -> None:
+    def __init__(
+        self, store: Store, thresholds: Thresholds, step_memo: StepMemo | None = None
+    ) -> None:
         self.store = store
         self.th = thresholds
+        self._step_memo = step_memo
         self.now = store.now
         self.since = store.now - thresholds.window_s
         self._steps: list[StepView] | None = None
@@ -333,10 +365,8 @@ class View:
     def steps(self) -> list[StepView]:
         """All steps in the store (oldest first), read through the stage catalogue."""
         if self._steps is None:
-            mode = self.flavour().trainer_mode
-            self._steps = [
-                step_view(s.step, s.t, s.metrics, mode) for s in self.store.steps if s.step > 0
-            ]
+            memo = self._step_memo or StepMemo()
+            self._steps = memo.views(self.store.steps, self.flavour().trainer_mode)
         return self._steps
 
     def recent_steps(self, n: int | None = None) -> list[StepView]:

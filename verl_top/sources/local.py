@@ -9,13 +9,14 @@ driver log) while the GPUs are monitored on remote hosts, with the agent's ``Fol
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from verl_top.agent.follow import MAX_READ_PER_POLL, Follower, parse_follow
+from verl_top.agent.follow import MAX_LINES_PER_RECORD, MAX_READ_PER_POLL, Follower, parse_follow
 from verl_top.agent.main import Agent, parse_args
 from verl_top.model import Record
 from verl_top.protocol import Decoder
@@ -24,6 +25,12 @@ from verl_top.sources.base import Emit
 FollowSpec = str | tuple[str, str] | tuple[str, str, bool]
 SLICE_S = 0.005  # catch-up yields once its work passes this (one record adds <~15 ms)
 CATCH_UP_READ = 512 * 1024  # bytes of a finished log read per poll (parsed in ~10 ms slices)
+# A live log bigger than this is read from its recent tail first (the first verdict), then from
+# its start (the printed config, then the history) in the background: reading 1 GB in order
+# would keep the verdict waiting for minutes.
+BIG_LOG = 64 * 1024 * 1024
+TAIL_READ = 16 * 1024 * 1024
+HISTORY_READ = 4 * 1024 * 1024  # bytes of history read (and parsed, paced) at a time
 
 
 def _follow_args(follows: Iterable[FollowSpec]) -> list[tuple[str, str, bool]]:
@@ -63,6 +70,49 @@ async def _decode_paced(dicts: Sequence[dict[str, Any]], emit: Emit) -> int:
             await asyncio.sleep(0)
             start = time.perf_counter()
     return bad
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _read_lines(path: str, start: int, end: int) -> tuple[int, list[str]]:
+    """The whole lines of ``path`` in bytes [start, end): (where the next line starts, lines)
+    (a CRLF line loses its \r, as the follower reads it)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(start)
+            data = fh.read(max(0, end - start))
+    except OSError:
+        return start, []
+    cut = data.rfind(b"\n")
+    if cut < 0:
+        return start, []
+    text = data[:cut].decode("utf-8", "replace")
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").removesuffix("\r")
+    return start + cut + 1, text.split("\n")
+
+
+def _line_start(path: str, pos: int) -> int:
+    """The first line start at or after byte ``pos`` (the byte after a newline)."""
+    if pos <= 0:
+        return 0
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(pos - 1)
+            while True:
+                block = fh.read(65536)
+                if not block:
+                    return pos
+                at = block.find(b"\n")
+                if at >= 0:
+                    return fh.tell() - len(block) + at + 1
+    except OSError:
+        return pos
 
 
 class LocalSource:
@@ -192,7 +242,16 @@ class LocalFollowSource:
     async def run(self, emit: Emit) -> None:
         """Poll every followed file each interval and emit what was appended."""
         # A catch-up reads CATCH_UP_READ per poll: each chunk is parsed within the loop budget.
-        followers = [Follower(k, p, s, max_read=CATCH_UP_READ) for k, p, s in self.follows]
+        followers = []
+        history: list[asyncio.Task[None]] = []
+        for kind, path, from_start in self.follows:
+            size = _size(path) if from_start and not self.until_eof else 0
+            if size > BIG_LOG:
+                end, start = await self._tail(kind, path, size, emit)
+                followers.append(Follower(kind, path, max_read=CATCH_UP_READ, offset=end))
+                history.append(asyncio.create_task(self._history(kind, path, start, emit)))
+            else:
+                followers.append(Follower(kind, path, from_start, max_read=CATCH_UP_READ))
         polls = 0
         try:
             if self.until_eof:
@@ -215,8 +274,62 @@ class LocalFollowSource:
                 if not self.count or polls < self.count:
                     await asyncio.sleep(self.interval)
         finally:
+            for task in history:
+                task.cancel()
             for follower in followers:
                 follower.close()
+
+    async def _tail(self, kind: str, path: str, size: int, emit: Emit) -> tuple[int, int]:
+        """Emit a big log's recent tail (the first verdict reads it); the byte where following
+        goes on and the byte where the tail started (the history is what lies before)."""
+        now = round(time.time(), 3)
+        start = _line_start(path, size - TAIL_READ)
+        end, lines = _read_lines(path, start, size)
+        # reset: what the history parser reads later goes before these steps.
+        self.malformed += await _decode_paced(
+            self._records(kind, path, now, lines, False, reset=True), emit
+        )
+        return end, start
+
+    async def _history(self, kind: str, path: str, end: int, emit: Emit) -> None:
+        """Read the log before its tail in order (its head holds the printed config), paced,
+        as ``log_history`` records."""
+        pos = 0
+        while pos < end:
+            await asyncio.sleep(0)
+            nxt, lines = _read_lines(path, pos, min(end, pos + HISTORY_READ))
+            if nxt <= pos:
+                break  # no newline in a whole read: give up rather than spin
+            now = round(time.time(), 3)
+            self.malformed += await _decode_paced(self._records(kind, path, now, lines, True), emit)
+            pos = nxt
+
+    def _records(
+        self,
+        kind: str,
+        path: str,
+        t: float,
+        lines: list[str],
+        history: bool,
+        reset: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Wire dicts of ``log`` records for ``lines`` (the agent's record size limits)."""
+        size = MAX_LINES_PER_RECORD
+        out: list[dict[str, Any]] = []
+        for i in range(0, max(1, len(lines)), size):
+            out.append(
+                {
+                    "v": 1,
+                    "type": "log_history" if history else "log",
+                    "host": self.host,
+                    "t": t,
+                    "path": path,
+                    "kind": kind,
+                    "lines": lines[i : i + size],
+                    "reset": reset and i == 0,
+                }
+            )
+        return out
 
     async def _read_to_end(self, followers: list[Follower], emit: Emit) -> None:
         """Read each file completely (a finished log given with a replay or to diagnose).

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from verl_top.export.redact import Redactor
-from verl_top.model import LogLines, ProcessList, Record
+from verl_top.model import LogHistory, LogLines, ProcessList, Record, VerlConfig, VerlStep
 from verl_top.roles import RoleMemory, annotate_verl, config_roles
 from verl_top.sources.recorder import Recorder
 from verl_top.store import Store
@@ -27,6 +27,7 @@ class StreamParser(Protocol):
 
 
 ParserFactory = Callable[[str, str], StreamParser]
+HISTORY_SUMS = ("lines", "matched", "steps", "malformed", "truncated")
 
 
 def default_parsers() -> dict[str, ParserFactory]:
@@ -51,6 +52,10 @@ class Pipeline:
         self.recorder = recorder
         self.parsers = default_parsers() if parsers is None else parsers
         self._streams: dict[tuple[str, str, str], StreamParser] = {}
+        # A big log's history (LogHistory): its own parser per file, its steps placed
+        # before the first step parsed after the jump to the recent tail (the anchor).
+        self._history: dict[tuple[str, str, str], StreamParser] = {}
+        self._anchor: dict[tuple[str, str, str], VerlStep | None] = {}
         self.wall_clock = wall_clock
         self.listeners: list[Callable[[Record], None]] = []
         self.roles = RoleMemory()  # the verl roles each WorkerDict served so far
@@ -62,6 +67,9 @@ class Pipeline:
         if isinstance(record, ProcessList):
             # verl role, name, current method and rank of each GPU process, once, on arrival
             record = annotate_verl(record, self.roles, config_roles(self.store.config))
+        if isinstance(record, LogHistory):  # parsed apart; not shown as the log's tail
+            self._fill_history(record, received)
+            return
         if isinstance(record, LogLines):
             self.store.ingest(record, received)
             for parsed in self._parse(record):
@@ -100,14 +108,52 @@ class Pipeline:
             parser = self._streams[key] = factory(rec.host, rec.path)
         if rec.reset:
             parser.reset()
+            self._anchor[key] = None  # history read later goes before what comes now
         out = parser.feed(rec.lines, rec.t)
+        if key in self._anchor and self._anchor[key] is None:
+            self._anchor[key] = next((r for r in out if isinstance(r, VerlStep)), None)
         self._note_counts(rec.host, rec.path, rec.kind, parser)
         return out
+
+    def _fill_history(self, rec: LogHistory, received: float) -> None:
+        """Parse a chunk of a log's history (in file order, with its own parser) and put its
+        steps before the anchor; its config counts only when none was seen since."""
+        factory = self.parsers.get(rec.kind)
+        if factory is None:
+            return
+        key = (rec.host, rec.path, rec.kind)
+        parser = self._history.get(key)
+        if parser is None:
+            parser = self._history[key] = factory(rec.host, rec.path)
+        out = parser.feed(rec.lines, rec.t)  # its NCCL/watchdog events too (the verl parser's)
+        steps: list[VerlStep] = []
+        for parsed in out:
+            if isinstance(parsed, VerlStep):
+                parsed = self.redactor.record(parsed)  # as _deliver does
+                if steps and steps[-1].step == parsed.step:  # as Store keeps them
+                    steps[-1] = parsed
+                else:
+                    steps.append(parsed)
+            elif not isinstance(parsed, VerlConfig) or not self.store.config:
+                self._deliver(parsed, received)
+        self.store.insert_steps(steps, self._anchor.get(key))
+        if self.recorder is not None:
+            for step in steps:
+                self.recorder.write(step)
+        main = self._streams.get(key)
+        if main is not None:
+            self._note_counts(rec.host, rec.path, rec.kind, main)
 
     def _note_counts(self, host: str, path: str, kind: str, parser: StreamParser) -> None:
         """Keep what a verl log's parser read in the store (pane 3 and --json show it)."""
         counts = getattr(parser, "counts", None)
         if kind in ("verl", "verl_config") and isinstance(counts, dict):
+            history = getattr(self._history.get((host, path, kind)), "counts", None)
+            if isinstance(history, dict):  # the lines read as history count as read
+                counts = {
+                    k: v + history[k] if k in HISTORY_SUMS and k in history else v
+                    for k, v in counts.items()
+                }
             self.store.log_stats[f"{host}:{path}"] = {
                 "host": host,
                 "path": path,

@@ -137,7 +137,8 @@ class VerlTopApp(App):
         self.refresh_s = max(0.05, float(refresh))
         self.live = live
         live_period = LIVE_PERIOD_S if live and inputs.mode == "LIVE" else 0.0
-        self.monitor = Monitor(inputs, engine, period_s=live_period)
+        # Live, the engine runs off the event loop (a worker thread): no frame waits for it.
+        self.monitor = Monitor(inputs, engine, period_s=live_period, background=live_period > 0)
         # A fixed assessment (headless screenshots) is shown as it is; else the monitor's.
         self._fixed = assessment
         self.assessment: Assessment = assessment or self.monitor.assessment
@@ -200,6 +201,10 @@ class VerlTopApp(App):
         # Enter opens the highlighted node at once. Focused now, not after a refresh: a late
         # focus would move the tabs back to pane 1 after a first digit key.
         self.focus_main()
+
+    def on_unmount(self) -> None:
+        """Stop the diagnosis worker (an evaluation still running finishes first)."""
+        self.monitor.close()
 
     async def _run_source(self, src: Source) -> None:
         """Run one source; a failure becomes a note and a notification, never a crash."""

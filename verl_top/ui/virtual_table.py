@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.text import Text
+from textual.coordinate import Coordinate
 from textual.widget import Widget
 from textual.widgets import DataTable
 
@@ -185,7 +186,7 @@ class VirtualRows:
     def _cursor_key(self) -> str | None:
         table = self.table
         if table.row_count and table.cursor_row < table.row_count:
-            return table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+            return table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
         return None
 
     def _put_back(self, cursor_key: str | None, scroll: tuple[float, float]) -> None:
@@ -278,7 +279,8 @@ class VirtualRows:
         """Row keys as the table shows them, top to bottom (read back from the table)."""
         table = self.table
         return [
-            table.coordinate_to_cell_key((i, 0)).row_key.value or "" for i in range(table.row_count)
+            table.coordinate_to_cell_key(Coordinate(i, 0)).row_key.value or ""
+            for i in range(table.row_count)
         ]
 
 

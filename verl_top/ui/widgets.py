@@ -12,9 +12,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rich.cells import cell_len
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Span, Text
 from textual.color import Color
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Static
 
 from verl_top.assessment import Assessment
@@ -147,11 +150,8 @@ def spark_cells(values: Sequence[float], width: int) -> list[float]:
         # Prefix sums: a wide sparkline (the History column takes the spare width) costs one
         # pass over the values, not one per cell.
         sums = [0.0, *itertools.accumulate(values)]
-        cells = []
-        for k in range(width):
-            lo, hi = k * n // width, (k + 1) * n // width
-            cells.append((sums[hi] - sums[lo]) / (hi - lo))
-        return cells
+        bounds = [k * n // width for k in range(width + 1)]
+        return [(sums[hi] - sums[lo]) / (hi - lo) for lo, hi in itertools.pairwise(bounds)]
     return [values[k * n // width] for k in range(width)]
 
 
@@ -167,6 +167,82 @@ def sparkline(values: Sequence[float], width: int = 16, top: float = 100.0) -> s
     if top <= 0:
         return ""
     return "".join(SPARK_CHARS[spark_level(v, top)] for v in spark_cells(values, width))
+
+
+class LineText(Text):
+    """A one-line ``Text`` that draws itself straight to segments when it fits its width.
+
+    Rich draws a ``Text`` by wrapping it into lines, justifying them, joining them back and
+    sorting span edges (~50 µs for a 5-character cell); pane 1 draws ~650 cells per frame and a
+    60-cell gradient sparkline has ~40 spans. When the text is one printable line no wider than
+    the cell and its spans do not overlap, the segments are computed directly and are exactly
+    those ``Text`` gives (tests/test_sparkline_render.py compares them); otherwise (wrapping,
+    cropping, tabs, overlapping spans) ``Text``'s own path draws it."""
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterable[Segment]:
+        plain = self.plain
+        width = options.max_width
+        if (
+            cell_len(plain) > width
+            or not plain.isprintable()
+            or (self.overflow or options.overflow) == "ignore"  # Rich then skips justifying
+            or not _ordered(self._spans, len(plain))
+        ):
+            yield from super().__rich_console__(console, options)
+            return
+        justify = self.justify or options.justify or "default"
+        spans = self._spans
+        if justify == "left":
+            plain += " " * (width - cell_len(plain))
+        elif justify in ("right", "center"):
+            plain = plain.rstrip()
+            if len(plain) < len(self.plain):  # what Text.rstrip does to spans past the end
+                size = len(plain)
+                spans = [Span(a, min(b, size), st) for a, b, st in spans if a < size]
+            gap = width - cell_len(plain)
+            left = gap if justify == "right" else gap // 2
+            plain = " " * left + plain + " " * (gap - left)
+            spans = [Span(a + left, b + left, st) for a, b, st in spans] if left else spans
+        yield from _segments(console, plain, spans, self.style)
+        if self.end:
+            yield Segment(self.end)
+
+
+def _ordered(spans: Sequence[Span], size: int) -> bool:
+    """True when ``spans`` are in order, inside ``[0, size]`` and do not overlap."""
+    pos = 0
+    for start, end, _ in spans:
+        if start < pos or end < start or end > size:
+            return False
+        pos = end
+    return True
+
+
+def _segments(
+    console: Console, plain: str, spans: Sequence[Span], style: str | Style
+) -> Iterable[Segment]:
+    """What ``Text.render`` yields for ``plain`` with a base ``style`` and ordered,
+    non-overlapping ``spans``: one segment per stretch between span edges, in the base style
+    combined with the span's (Rich cuts at every edge, empty spans included)."""
+    if not spans and not style:
+        yield Segment(plain)  # Text.render's own shortcut: no style at all, even when empty
+        return
+    null = Style.null()
+    base = (console.get_style(style, default=null),) if style else ()
+    outside = Style.combine((null, *base))
+    pos = 0
+    for start, end, span_style in spans:
+        if start > pos:
+            yield Segment(plain[pos:start], outside)
+        if end > start:
+            own = console.get_style(span_style, default=null)
+            yield Segment(plain[start:end], Style.combine((null, *base, own)))
+        pos = end
+    if pos < len(plain):
+        yield Segment(plain[pos:], outside)
+
+
+RunText = LineText  # the gradient sparkline's name for it
 
 
 def spark_text(
@@ -186,19 +262,19 @@ def spark_text(
     colours = {} if cache is None else cache
     last = len(SPARK_CHARS) - 1
     scale = last / top if top > 0 else 0.0
-    levels = [min(last, max(0, int(v * scale + 0.5))) for v in spark_cells(values, width)]
-    line = " " * left + "".join([SPARK_CHARS[k] for k in levels])
+    levels = [int(v * scale + 0.5) for v in spark_cells(values, width)]
+    if levels and (min(levels) < 0 or max(levels) > last):  # clip once, not per cell
+        levels = [0 if k < 0 else last if k > last else k for k in levels]
+    line = " " * left + "".join(map(SPARK_CHARS.__getitem__, levels))
     palette_of = [_level_colour(k, stops, palette, colours) for k in range(last + 1)]
-    spans = []
-    start, prev = 0, -1
-    for i, level in enumerate(levels):
-        if level != prev:
-            if prev >= 0:
-                spans.append(Span(left + start, left + i, palette_of[prev]))
-            start, prev = i, level
-    if prev >= 0:
-        spans.append(Span(left + start, left + len(levels), palette_of[prev]))
-    return Text(line.ljust(total), spans=spans, no_wrap=True)
+    # One span per run of a level: the run edges are where the level changes.
+    edges = [i for i, (a, b) in enumerate(itertools.pairwise(levels), 1) if a != b]
+    spans = [
+        Span(left + a, left + b, palette_of[levels[a]])
+        for a, b in itertools.pairwise([0, *edges, len(levels)])
+        if b > a
+    ]
+    return RunText(line.ljust(total), spans=spans, no_wrap=True)
 
 
 def window_spark(
@@ -626,7 +702,7 @@ class TableSync:
         table = self.table
         cursor_key = None
         if table.row_count and table.cursor_row < table.row_count:
-            cursor_key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+            cursor_key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
         scroll = (table.scroll_x, table.scroll_y)
         table.clear(columns=False)
         for key, cells in wanted.items():
@@ -642,5 +718,6 @@ class TableSync:
         """Row keys as the table shows them, top to bottom."""
         table = self.table
         return [
-            table.coordinate_to_cell_key((i, 0)).row_key.value or "" for i in range(table.row_count)
+            table.coordinate_to_cell_key(Coordinate(i, 0)).row_key.value or ""
+            for i in range(table.row_count)
         ]

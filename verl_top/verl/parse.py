@@ -96,6 +96,13 @@ MAX_WRAPPED_CHARS = 1_000_000
 _BLOCK_STEP_RE = re.compile(r"^step\s*[:=]\s*(\d{1,18})\s*$")
 _BLOCK_PAIR_RE = re.compile(r"^(?:- )?([\w@.()\-]+(?:/[\w@.()\-]+)+)\s*[:=]\s*(\S.*?)\s*$")
 MAX_SHOWN_LINE = 200
+# What a line must hold to be anything but noise to ``VerlStreamParser._line`` (a superset:
+# "step:" or a metrics block head, "{" of JSONL or a pprinted config, "/key:" of a wrapped
+# metrics piece, NCCL's own lines, or an escape that could hide one). Most lines of a real log (a reward function
+# printing each sample, vLLM and Ray chatter) have none and are counted, not parsed. Tested with
+# `in` first: a regex with a literal head is found fast, an alternation is tried everywhere.
+_STEP_ANYWHERE_RE = re.compile(r"step\s*[:=]")
+_PAIR_KEY_RE = re.compile(r"/[\w@./()\-]*:")
 
 NONE, OK, TRUNCATED, MALFORMED = "none", "ok", "truncated", "malformed"
 MAX_CONFIG_FILE_CHARS = 4_000_000
@@ -199,7 +206,9 @@ def parse_console_body(body: str) -> tuple[str, int, dict[str, float]]:
     if head is None:
         return NONE, 0, {}
     step = int(head.group(1))
-    rest = _REPEATED_RE.sub("", body[head.end() :])
+    rest = body[head.end() :]
+    if "[repeated " in rest:  # the regex scans the whole line: test for its words first
+        rest = _REPEATED_RE.sub("", rest)
     truncated = False
     if rest.endswith(" -"):
         rest, truncated = rest[:-2], True
@@ -361,7 +370,19 @@ class VerlStreamParser:
         """
         out: list[Record] = []
         grew = False
+        skipped = 0
+        quiet = self._quiet()
         for raw in lines:
+            if (
+                quiet
+                and "\x1b" not in raw
+                and "{" not in raw
+                and "NCCL" not in raw
+                and ("step" not in raw or _STEP_ANYWHERE_RE.search(raw) is None)
+                and ("/" not in raw or _PAIR_KEY_RE.search(raw) is None)
+            ):
+                skipped += 1  # no step, config, JSONL or metrics piece can be on this line
+                continue
             self.lines += 1
             hit = False
             for prefix, body in logical_lines(raw):
@@ -384,12 +405,25 @@ class VerlStreamParser:
                 if body.strip() and not self.first_unmatched:
                     self.first_unmatched = _shown(body)
             self.matched += hit
+            quiet = self._quiet()
+        self.lines += skipped
         if not more:
             self._end_pending(t, out)
             self._end_block(t, out)
         if grew:
             self._config_from_text(t, out)
         return out
+
+    def _quiet(self) -> bool:
+        """True when a line can only matter by what the quiet test in ``feed`` finds: no wrapped step
+        line, metrics block or config is open, and the first unmatched line is already kept."""
+        return (
+            self._pending is None
+            and self._block is None
+            and not self._collector.active
+            and not self.config_file
+            and bool(self.first_unmatched)
+        )
 
     def flush(self, t: float) -> list[Record]:
         """End of input: return a config still being collected (repaired), if any."""

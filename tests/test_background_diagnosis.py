@@ -1,0 +1,102 @@
+"""The diagnosis off the event loop (issue 30 item 4): live, the engine runs in a worker thread
+while the store queues its writes, so frames never wait for an evaluation; the verdict is the
+one a synchronous evaluation of the same data gives, and no sample is lost or reordered."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+from ui_data import T0, build_store
+
+from verl_top.diagnosis.engine import Engine
+from verl_top.inputs import Inputs
+from verl_top.model import GpuSample, HostState
+from verl_top.monitor import Monitor
+from verl_top.sources.pipeline import Pipeline
+from verl_top.store import Store
+
+
+class SlowEngine:
+    """The real engine, made to take a while, recording the thread it ran on."""
+
+    def __init__(self, seconds: float) -> None:
+        self.engine = Engine()
+        self.seconds = seconds
+        self.threads: list[str] = []
+        self.started = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+    def evaluate(self, store: Store) -> Any:
+        self.threads.append(threading.current_thread().name)
+        self.started.set()
+        time.sleep(self.seconds)  # like a 4096-GPU evaluation, without burning the CPU
+        return self.engine.evaluate(store)
+
+
+def test_writes_held_while_a_reader_works_are_applied_in_order() -> None:
+    store = build_store()
+    before = store.hosts["node01"].gpus[0].latest
+    store.hold()
+    samples = [
+        GpuSample(host="node01", t=T0 + 61 + i, index=0, util_gpu=float(i)) for i in range(7)
+    ]
+    for s in samples:
+        store.ingest(s)
+    store.ingest(HostState(host="node03", t=T0 + 70, state="down", reason="gone"))
+    assert store.hosts["node01"].gpus[0].latest is before and store.held == 8
+    assert store.mark_stale(0.0, now_wall=T0 + 10_000) == []  # silence while held says nothing
+    assert store.release(3) is False and store.held == 5
+    assert store.hosts["node01"].gpus[0].latest is samples[2]
+    assert store.release() is True and store.held == 0
+    assert store.hosts["node01"].gpus[0].latest is samples[-1]
+    assert store.hosts["node03"].state == "down"
+    store.ingest(GpuSample(host="node01", t=T0 + 90, index=0, util_gpu=1.0))
+    assert store.held == 0  # writes apply at once again
+
+
+async def _live(monitor: Monitor, store: Store, engine: SlowEngine) -> dict[str, Any]:
+    """Ask for an assessment, feed samples while the worker evaluates, measure the loop."""
+    assert monitor.assess().verdict is None  # started in the worker, nothing yet
+    await asyncio.to_thread(engine.started.wait, 5)
+    lags: list[float] = []
+    fed = [GpuSample(host="node02", t=T0 + 61 + i, index=3, util_gpu=50.0) for i in range(5)]
+    for s in fed:
+        t0 = time.perf_counter()
+        await asyncio.sleep(0.01)
+        lags.append(time.perf_counter() - t0 - 0.01)
+        store.ingest(s)
+        assert monitor.assess().verdict is None  # still running: the last assessment
+    while monitor.assessment.verdict is None or store.held:
+        await asyncio.sleep(0.01)
+    return {"lags": lags, "fed": fed}
+
+
+def test_live_evaluation_runs_in_a_worker_and_gives_the_synchronous_verdict() -> None:
+    store = build_store()
+    want = Engine().evaluate(build_store())  # the same data, judged on this thread
+    engine = SlowEngine(0.3)
+    inputs = Inputs(store=store, pipeline=Pipeline(store, parsers={}), mode="LIVE")
+    monitor = Monitor(inputs, engine, period_s=5.0, background=True)
+    try:
+        out = asyncio.run(_live(monitor, store, engine))
+    finally:
+        monitor.close()
+    got = monitor.assessment.verdict
+    assert engine.threads == ["verl-top-diagnosis_0"]
+    assert got is not None and got.bottleneck_rule == want.bottleneck_rule
+    assert [f.rule for f in got.findings] == [f.rule for f in want.findings]
+    assert max(out["lags"]) < 0.2  # the loop kept turning during a 0.3 s evaluation
+    assert store.hosts["node02"].gpus[3].latest is out["fed"][-1]  # every held write applied
+
+
+def test_without_a_running_loop_the_monitor_evaluates_on_the_spot() -> None:
+    store = build_store()
+    inputs = Inputs(store=store, pipeline=Pipeline(store, parsers={}), mode="LIVE")
+    monitor = Monitor(inputs, Engine(), period_s=5.0, background=True)
+    assert monitor.assess().verdict is not None and store.held == 0
+    monitor.close()
