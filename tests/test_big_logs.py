@@ -144,3 +144,31 @@ def test_a_big_live_log_is_read_tail_first_then_its_history_in_order(
     (stats,) = store.log_stats.values()
     assert stats["lines"] == path.read_bytes().count(b"\n") and stats["steps"] == last
     assert store.config  # the printed config at the log's start was read as history
+
+
+def test_quiet_skip_keeps_every_line_a_traceback_or_launch_command_opens_with() -> None:
+    """The skip's inline tests cover CrashScanner's and LaunchReader's openers: a crash and a
+    launch command after quiet lines are read as when every line is read."""
+    from verl_top.verl.crash import CrashScanner
+    from verl_top.verl.launch import LaunchReader
+
+    lines = ["banner text nobody parses", "more quiet text"]
+    lines += ["python3 -m verl.trainer.main_ppo \\", "  data.train_batch_size=64 \\"]
+    lines += ["  actor_rollout_ref.rollout.n=4", "quiet again"]
+    lines += [
+        CrashScanner.OPENERS[0],
+        '  File "/x/verl/trainer/ppo/ray_trainer.py", line 3, in fit',
+    ]
+    lines += ["RuntimeError: CUDA error: out of memory", f"{CrashScanner.OPENERS[1]} ['a=1']"]
+    assert all(any(m in line for line in lines) for m in LaunchReader.OPENERS)
+
+    def read(quiet: bool) -> list:
+        parser = parse.VerlStreamParser("h", "log")
+        if not quiet:
+            parser._quiet = lambda: False  # type: ignore[method-assign]
+        return [parser.feed([line], float(i)) for i, line in enumerate(lines)]
+
+    fast, slow = read(True), read(False)
+    assert fast == slow
+    kinds = [type(r).__name__ for batch in fast for r in batch]
+    assert "VerlConfig" in kinds and "LogEvent" in kinds, kinds

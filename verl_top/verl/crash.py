@@ -87,6 +87,15 @@ class CrashScanner:
         self._open: _Traceback | None = None
         self.hydra_error = False  # Hydra said the job's main function raised
 
+    # A line without one of these can only matter inside an open traceback (the parser's
+    # quiet-line skip asks, verl/parse.py).
+    OPENERS = (_TRACEBACK, _HYDRA)
+
+    @property
+    def idle(self) -> bool:
+        """No traceback is open: only a line holding one of ``OPENERS`` can start one."""
+        return self._open is None
+
     def reset(self) -> None:
         self._open = None
         self.hydra_error = False

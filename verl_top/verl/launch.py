@@ -75,6 +75,15 @@ class LaunchReader:
         self._parts: list[str] | None = None
         self._chars = 0
 
+    # A line without one of these can only matter inside an open command (the parser's
+    # quiet-line skip asks, verl/parse.py): the same cheap test ``scan`` starts with.
+    OPENERS = ("-m ", "main_")
+
+    @property
+    def idle(self) -> bool:
+        """No command is open (continued with a backslash)."""
+        return self._parts is None
+
     def reset(self) -> None:
         self._parts = None
         self._chars = 0
@@ -82,7 +91,7 @@ class LaunchReader:
     def scan(self, body: str) -> dict[str, Any] | None:
         """Read one line; the overrides of a command that ends with it, else None."""
         if self._parts is None:
-            if "-m " not in body and "main_" not in body:
+            if not any(m in body for m in self.OPENERS):
                 return None  # most lines: no regex
             if _LAUNCH_RE.search(body[:MAX_COMMAND_CHARS]) is None:
                 return None

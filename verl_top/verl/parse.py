@@ -380,8 +380,12 @@ class VerlStreamParser:
                 and "NCCL" not in raw
                 and ("step" not in raw or _STEP_ANYWHERE_RE.search(raw) is None)
                 and ("/" not in raw or _PAIR_KEY_RE.search(raw) is None)
+                and "Traceback (most" not in raw  # CrashScanner.OPENERS and
+                and "Error executing job" not in raw  # LaunchReader.OPENERS, inline:
+                and "-m " not in raw  # (a generator here costs more than the test)
+                and "main_" not in raw
             ):
-                skipped += 1  # no step, config, JSONL or metrics piece can be on this line
+                skipped += 1  # no step, config, JSONL, metrics, traceback or command here
                 continue
             self.lines += 1
             hit = False
@@ -416,13 +420,16 @@ class VerlStreamParser:
 
     def _quiet(self) -> bool:
         """True when a line can only matter by what the quiet test in ``feed`` finds: no wrapped step
-        line, metrics block or config is open, and the first unmatched line is already kept."""
+        line, metrics block, config, traceback or launch command is open, and the first
+        unmatched line is already kept."""
         return (
             self._pending is None
             and self._block is None
             and not self._collector.active
             and not self.config_file
             and bool(self.first_unmatched)
+            and self._crash.idle
+            and self._launch.idle
         )
 
     def flush(self, t: float) -> list[Record]:
