@@ -144,7 +144,7 @@ class VerlTopApp(App):
         self.assessment: Assessment = assessment or self.monitor.assessment
         self._sources_left = len(inputs.sources) if live else 0
         self.summaries = SummaryCache()  # one per-tick summary of the store, shared by the panes
-        self._marked_step: tuple[int | None, tuple[float | None, ...]] | None = None
+        self._marked_step: list[tuple[str, str | None]] | None = None  # (label, level) per tab
         self._replay_t0: float | None = None
         self._notes_seen = 0
         self._engine_failed = False
@@ -342,22 +342,25 @@ class VerlTopApp(App):
         its worst finding, so findings outside the lead's step are not hidden."""
         assessment = self.assessment
         step = assessment.bottleneck_step
-        worst = {
-            s: max((float(f.severity) for f in assessment.step_findings(s)), default=None)
-            for s in range(1, 6)
-        }
-        marks = (step, tuple(worst.values()))
+        marks = []
+        for s in range(1, 6):
+            worst = max((float(f.severity) for f in assessment.step_findings(s)), default=None)
+            level = None
+            if s == step or worst is not None:
+                level = severity_class(worst if worst is not None else 0.5)
+            marks.append((tab_label(s, s == step, worst is not None), level))
+        # Compared as shown (label, colour), not as severities: a new evaluation moves those
+        # every few seconds, and relabelling a tab reflows the screen and replays the tab
+        # underline's animation.
         if marks == self._marked_step:
             return
         self._marked_step = marks
         tabs = self._tabs
         assert tabs is not None
-        for s in range(1, 6):
+        for s, (label, level) in enumerate(marks, start=1):
             tab = tabs.get_tab(f"pane-{s}")
-            tab.label = tab_label(s, s == step, worst[s] is not None)
-            level = None
-            if s == step or worst[s] is not None:
-                level = severity_class(worst[s] if worst[s] is not None else 0.5)
+            if str(tab.label) != label:
+                tab.label = label
             for lv in ("error", "warning", "info"):
                 tab.set_class(level == lv and s == step, f"-bottleneck-{lv}")
                 tab.set_class(level == lv and s != step, f"-findings-{lv}")

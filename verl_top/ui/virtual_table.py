@@ -13,13 +13,17 @@ and ``build`` + a cell diff for the ~screen-height rows shown. 1024 or 4096 GPUs
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
+from textual.cache import LRUCache
 from textual.coordinate import Coordinate
+from textual.geometry import Region
 from textual.widget import Widget
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey, RowKey
 
 from verl_top.ui.widgets import Column, cell_width, fit_columns, table_cell
 
@@ -59,6 +63,7 @@ class VirtualRows:
         self._build: Callable[[str], Sequence[Any]] | None = None
         self._fresh: set[str] = set()  # keys built for the current data
         self._pending = False  # cells written straight into the table await a repaint
+        self._dirty: dict[str, set[str]] = {}  # those cells: row key -> column keys
         self.cell_updates = 0  # for tests and benchmarks
         self.rows_built = 0
         self.rebuilds = 0
@@ -240,14 +245,21 @@ class VirtualRows:
                 self.table.update_cell(key, col, table_cell(value))
             return
         row = data[key]
+        dirty = self._dirty.setdefault(key, set())
         for col, value in changes:
             row[col] = table_cell(value)
+            dirty.add(col)
         self._pending = True
 
     def _flush(self) -> None:
-        """One repaint for the cells written by ``_write`` (new cache generation first)."""
+        """Repaint the cells written by ``_write``: only them and their rows' lines when the
+        table's render caches are the ones ``forget_cells`` knows, else the whole table (a new
+        cache generation)."""
         self._pending = False
+        dirty, self._dirty = self._dirty, {}
         table = self.table
+        if forget_cells(table, dirty):
+            return
         if isinstance(getattr(table, "_update_count", None), int):
             table._update_count += 1  # the render caches are keyed by it
         table.refresh()
@@ -282,6 +294,127 @@ class VirtualRows:
             table.coordinate_to_cell_key(Coordinate(i, 0)).row_key.value or ""
             for i in range(table.row_count)
         ]
+
+
+@dataclass(frozen=True)
+class _CacheLayout:
+    """How one of DataTable's render caches keys its entries (Textual 8): tuples of ``size``
+    items, the one at ``row`` (of type ``kind``) naming the row, the one at ``generation`` the
+    table's ``_update_count`` when it was drawn, and for cells the one at ``column`` naming the
+    column."""
+
+    attr: str
+    size: int
+    row: int
+    kind: type
+    generation: int
+    column: int | None = None
+
+
+# Cells keyed (row key, column key, ..., generation, ...), a row's lines (row key, line, ...,
+# generation, ...), rows' renderables (generation, row index), the table's lines (y, x1, x2,
+# width, ..., generation, ...).
+_RENDER_CACHES = (
+    _CacheLayout("_cell_render_cache", 8, 0, RowKey, generation=6, column=1),
+    _CacheLayout("_row_render_cache", 10, 0, RowKey, generation=8),
+    _CacheLayout("_row_renderable_cache", 2, 1, int, generation=0),
+    _CacheLayout("_line_cache", 11, 0, int, generation=9),
+)
+
+
+def forget_cells(table: DataTable, cells: Mapping[str, Collection[str]]) -> bool:
+    """Drop what ``table`` cached of ``cells`` (row key -> column keys whose values were
+    written into its data) and of their rows' lines, and repaint those rows' lines only.
+
+    ``DataTable.update_cell`` starts a new cache generation instead: every cell and line of the
+    table is drawn again (through Rich's padding and styling, ~0.1 ms a cell) when one changed.
+    On a node watching one job, a second's samples change a third of pane 1's cells and the
+    redraw of the rest was the TUI's largest cost (issue 30).
+
+    False when the table's caches are not laid out as this knows (another Textual, fixed rows):
+    the caller must then start a new generation and repaint the whole table (what was dropped
+    by then belonged to the old generation, which nothing reads again)."""
+    caches: list[LRUCache[Any, Any]] = []
+    for layout in _RENDER_CACHES:
+        cache = getattr(table, layout.attr, None)
+        if not isinstance(cache, LRUCache):
+            return False
+        caches.append(cache)
+    offsets = getattr(table, "_y_offsets", None)
+    generation = getattr(table, "_update_count", None)
+    if table.fixed_rows or not isinstance(offsets, list) or not isinstance(generation, int):
+        return False  # (fixed rows do not scroll: their lines are not where this counts them)
+    if not cells:
+        return True
+    header = table.header_height if table.show_header else 0
+    indices = [table.get_row_index(row) for row in cells if row in table.rows]
+    if len(offsets) == table.row_count:  # every row one line high: a row's line is its index
+        ys = [i + header for i in indices]
+    else:
+        ys = [y + header for y, (row, _) in enumerate(offsets) if row in cells]
+    # per cache: the rows whose entries go, with the columns that go (None: the whole row)
+    wanted: list[Mapping[Any, Collection[str] | None]] = [
+        cells,
+        dict.fromkeys(cells),
+        dict.fromkeys(indices),
+        dict.fromkeys(ys),
+    ]
+    for layout, cache, rows in zip(_RENDER_CACHES, caches, wanted, strict=True):
+        if not _forget(cache, layout, rows, generation):
+            return False
+    top = int(table.scroll_offset.y)
+    shown = range(top + header, top + table.size.height)
+    width = max(table.virtual_size.width, table.size.width)
+    regions = [Region(0, y - top, width, 1) for y in ys if y in shown]
+    if regions:  # (no region at all would repaint the whole table)
+        table.refresh(*regions)
+    return True
+
+
+def _forget(
+    cache: LRUCache[Any, Any],
+    layout: _CacheLayout,
+    rows: Mapping[Any, Collection[str] | None],
+    generation: int,
+) -> bool:
+    """Discard the entries of ``cache`` for ``rows`` (what names a row in ``layout``: its key's
+    text, its index or a line -> the columns whose entries go, None: all of them), and those
+    of generations before ``generation`` (nothing reads them again: without this the caches
+    fill up to their size, 10,000 cells, and every pass reads them all). False, at the first
+    key not laid out as ``layout`` says, when the cache is not what this knows.
+
+    Runs over every entry each refresh (a few hundred for pane 1's screen): kept to plain type
+    checks and lookups of strings and ints (a ``RowKey``'s own hash is Python code)."""
+    size, at, kind, col_at, gen_at = (
+        layout.size,
+        layout.row,
+        layout.kind,
+        layout.column,
+        layout.generation,
+    )
+    drop = []
+    for key in cache.keys():
+        if not isinstance(key, tuple) or len(key) != size or not isinstance(key[at], kind):
+            return False
+        if key[gen_at] != generation:
+            if not isinstance(key[gen_at], int):
+                return False
+            drop.append(key)
+            continue
+        row = key[at].value if kind is RowKey else key[at]
+        if row not in rows:
+            continue
+        cols = rows[row]
+        if cols is not None and col_at is not None:
+            col = key[col_at]
+            if not isinstance(col, ColumnKey):
+                return False
+            if col.value not in cols:
+                continue
+        drop.append(key)
+    for key in drop:
+        cache.discard(key)
+    return True
 
 
 def plain_ids(*parts: Any) -> tuple[Text, ...]:

@@ -230,13 +230,17 @@ def _segments(
     null = Style.null()
     base = (console.get_style(style, default=null),) if style else ()
     outside = Style.combine((null, *base))
+    combined: dict[str | Style, Style] = {}  # a sparkline's ~40 spans share <= 8 colours
     pos = 0
     for start, end, span_style in spans:
         if start > pos:
             yield Segment(plain[pos:start], outside)
         if end > start:
-            own = console.get_style(span_style, default=null)
-            yield Segment(plain[start:end], Style.combine((null, *base, own)))
+            own = combined.get(span_style)
+            if own is None:
+                own = Style.combine((null, *base, console.get_style(span_style, default=null)))
+                combined[span_style] = own
+            yield Segment(plain[start:end], own)
         pos = end
     if pos < len(plain):
         yield Segment(plain[pos:], outside)
@@ -323,6 +327,55 @@ def _level_colour(
         value = level * 100.0 / (len(SPARK_CHARS) - 1)
         colour = cache[key] = gradient(value, stops, palette)
     return colour
+
+
+class TextSlots:
+    """What was last put in each of a few ``Static`` widgets showing a ``Text``: ``show``
+    updates one only when its text changed, and asks for a layout pass only when its size
+    may have changed.
+
+    ``Static.update`` reflows the whole screen and redraws what moved; status lines that say
+    the same thing, or the same number of lines, every second were a large part of the TUI's
+    CPU on a node watching one job (issue 30)."""
+
+    def __init__(self) -> None:
+        self._shown: dict[Static, tuple[tuple[Any, ...], Text]] = {}  # (what it says, the Text)
+
+    def show(self, widget: Static, text: Text) -> None:
+        """Put ``text`` in ``widget`` unless it holds exactly that already."""
+        key = (
+            text.plain,
+            tuple(text.spans),
+            str(text.style),
+            text.justify,
+            text.overflow,
+            text.no_wrap,
+            text.end,
+        )
+        shown = self._shown.get(widget)
+        if shown is not None and widget.content is not shown[1]:
+            shown = None  # other code updated it since: what it shows is not known here
+        if shown is not None and shown[0] == key:
+            return
+        self._shown[widget] = (key, text)
+        layout = shown is None or _may_change_size(widget, shown[0][0], text.plain)
+        widget.update(text, layout=layout)
+
+
+def _may_change_size(widget: Static, old: str, new: str) -> bool:
+    """False when ``widget`` showing ``new`` instead of ``old`` keeps its size: as many lines,
+    none wrapping (lines longer than the widget wrap unless its style says nowrap: a Static
+    draws a Text as Content, the Text's own no_wrap does not decide), and no width of its own
+    made from its text. A widget not laid out yet (width 0) needs its layout pass."""
+    width = widget.content_size.width
+    if old.count("\n") != new.count("\n") or width <= 0:
+        return True
+    old_widths = [cell_len(line) for line in old.split("\n")]
+    new_widths = [cell_len(line) for line in new.split("\n")]
+    styles = widget.styles
+    if styles.width is not None and styles.width.is_auto:
+        return max(old_widths) != max(new_widths)
+    return styles.text_wrap != "nowrap" and max(old_widths + new_widths) > width
 
 
 def severity_class(severity: float | None) -> str:
@@ -470,6 +523,7 @@ class FindingsBox(Static):
         self.step = step
         self.compact = compact  # one line: the worst finding and how many more (pane 1)
         self._verdict_id: int | None = -1
+        self._slot = TextSlots()  # a verdict that words the findings alike changes nothing
 
     def show(self, assessment: Assessment | None, theme_vars: dict[str, str] | None = None) -> None:
         """Render the step's findings if the verdict changed (one object per evaluation)."""
@@ -482,7 +536,11 @@ class FindingsBox(Static):
         worst = max((float(f.severity) for f in findings), default=None)
         for level in ("error", "warning", "info"):
             self.set_class(worst is not None and severity_class(worst) == level, f"-{level}")
-        self.update(render_step_findings(assessment, self.step, theme_vars, self.compact))
+        content = render_step_findings(assessment, self.step, theme_vars, self.compact)
+        if isinstance(content, Text):
+            self._slot.show(self, content)
+        else:
+            self.update(content)
 
 
 CELL_PAD = 2  # DataTable's cell padding: one column each side

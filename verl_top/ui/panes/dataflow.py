@@ -12,6 +12,7 @@ medians and trends. Every number comes from ``verl_top.verl.stages.StepView``.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -518,6 +519,11 @@ class StepViews:
     def views(self, store: Store) -> list[StepView]:
         """A view per step in the store, oldest first, read in the job's trainer mode (async
         modes show timing_s/gen as the trainer's wait)."""
+        return self.of(store, store.steps)
+
+    def of(self, store: Store, steps: Iterable[VerlStep]) -> list[StepView]:
+        """A view of each of ``steps`` (records of ``store``), as ``views`` makes them; the
+        cache keeps the views of these steps only."""
         mode = store_flavour(store).trainer_mode
         config_key = hash((id(store.config), len(store.config), mode))
         if config_key != self._config_key:  # samples/s and tokens/s depend on the config
@@ -525,7 +531,7 @@ class StepViews:
             self._config_key = config_key
         out: list[StepView] = []
         fresh: dict[int, tuple[VerlStep, StepView]] = {}
-        for rec in store.steps:
+        for rec in steps:
             hit = self._cache.get(id(rec))
             if hit is None or hit[0] is not rec:
                 hit = (rec, StepView.from_step(rec, store.config, mode=mode))
@@ -536,7 +542,7 @@ class StepViews:
 
 
 def stage_strip(
-    steps: Iterable[VerlStep],
+    steps: Iterable[VerlStep | StepView],
     since: float,
     until: float,
     width: int = STRIP_WIDTH,
@@ -554,7 +560,7 @@ def stage_strip(
         return None
     bands = [b for b in stage_bands(recent, mode) if b[1] > since and b[0] < until]
     cell_s = (until - since) / width
-    text = Text()
+    cells: list[tuple[str, str]] = []  # (letter, style) of each cell
     j = 0
     for k in range(width):
         mid = since + (k + 0.5) * cell_s
@@ -562,9 +568,14 @@ def stage_strip(
             j += 1
         if j < len(bands) and bands[j][0] <= mid < bands[j][1]:
             letter, colour = STAGE_STYLE.get(bands[j][2], UNTIMED)
-            text.append(letter, style=f"black on {colour}")
+            cells.append((letter, f"black on {colour}"))
         else:
-            text.append(" ")
+            cells.append((" ", ""))
+    # One span per run of a stage, not per cell: the strip is redrawn every second and a
+    # Static's cost grows with its spans (~35 µs each).
+    text = Text()
+    for (letter, style), run in itertools.groupby(cells):
+        text.append(letter * len(list(run)), style=style or None)
     return text
 
 

@@ -26,6 +26,7 @@ from verl_top.store import GpuEntry, HostEntry, Store, mean
 from verl_top.store_summary import GpuSummary, StoreSummary, SummaryCache
 from verl_top.ui.filter_bar import host_matches, matches_filter
 from verl_top.ui.panes.base import Pane
+from verl_top.ui.panes.dataflow import STAGE_STYLE, STRIP_WIDTH, StepViews, stage_strip
 from verl_top.ui.virtual_table import VirtualRows
 from verl_top.ui.widgets import (
     ACTIVITY_STOPS,
@@ -36,6 +37,7 @@ from verl_top.ui.widgets import (
     TEMP_STOPS,
     Column,
     LineText,
+    TextSlots,
     activity_style,
     ellipsis_cell,
     fmt_age,
@@ -305,28 +307,30 @@ def _reason_cell(store: Store, h: HostEntry, live: bool, palette: dict[str, str]
     return text
 
 
-def verl_summary(store: Store, width: int = 0) -> Text:
+def verl_summary(store: Store, width: int = 0, cache: StepViews | None = None) -> Text:
     """The verl line (tokens/s per GPU and total, step time, MFU) and the stage strip.
 
     Numbers come from ``StepView``: tokens/s/GPU is derived from total tokens when verl did not
     log ``perf/throughput``, and total tokens/s uses the step time without validation/checkpoint.
     The second line shows which verl stage ran when over the history window (pane 3's letters),
     as wide as ``width`` leaves beside its legend (0: the default width). Each line stays one
-    line: what does not fit ends in ``…``.
+    line: what does not fit ends in ``…``. ``cache``: the views of the window's steps, kept
+    from one refresh to the next (a step's stages are sorted once, not every second).
     """
     from verl_top.origin import missing_steps_text
     from verl_top.status import waited_s, waiting_for_first_step
-    from verl_top.ui.panes.dataflow import STAGE_STYLE, STRIP_WIDTH, stage_strip
-    from verl_top.verl.flavour import store_flavour
-    from verl_top.verl.stages import StepView, fmt_mfu
+    from verl_top.verl.stages import fmt_mfu
 
     if not store.steps:
         if waiting_for_first_step(store):
             return Text(f"verl: waiting for the first step ({waited_s(store):.0f} s)", style="dim")
         return Text(missing_steps_text(store), style="dim")
     last = store.steps[-1]
-    mode = store_flavour(store).trainer_mode  # async trainers: timing_s/gen is a wait
-    view = StepView.from_step(last, store.config, mode=mode)
+    since = store.window_start()
+    # async trainers: timing_s/gen is a wait (the views read steps in the job's trainer mode)
+    recent = [s for s in store.steps if s.t >= since and s is not last] + [last]
+    views = (cache if cache is not None else StepViews()).of(store, recent)
+    view = views[-1]
     step_s = view.step_time_core if view.step_time_core is not None else view.step_time
     text = Text("verl ", style="bold", no_wrap=True, overflow="ellipsis")
     text.append(f"step {last.step}")
@@ -347,8 +351,7 @@ def verl_summary(store: Store, width: int = 0) -> Text:
     if view.is_outlier:
         text.append(" (validation/checkpoint step)", style="dim")
     text.append(f" · {len(store.steps)} steps seen", style="dim")
-    since = store.window_start()
-    strip = stage_strip(store.steps, since, store.now, mode=mode)
+    strip = stage_strip(views, since, store.now)
     if strip is None:
         return text
     head = Text(f"stages, last {store.now - since:.0f} s ", style="dim")
@@ -364,7 +367,7 @@ def verl_summary(store: Store, width: int = 0) -> Text:
     cells = width - head.cell_len - 3 - legend.cell_len if width > 0 else STRIP_WIDTH
     cells = max(20, cells)
     if cells != STRIP_WIDTH:
-        strip = stage_strip(store.steps, since, store.now, cells, mode) or strip
+        strip = stage_strip(views, since, store.now, cells) or strip
     text.append("\n")
     text.append_text(head)
     text.append("│", style="dim")
@@ -472,6 +475,8 @@ class ThroughputPane(Pane):
         self.on_sort_change: Callable[[], None] | None = None
         self.spark_width = SPARK_WIDTH
         self._colours: dict[tuple[int, int], str] = {}  # gradient colour per (scale, value)
+        self._slots = TextSlots()  # the status lines, redrawn only when they change
+        self._step_views = StepViews()  # the verl line's steps, each read once
 
     def compose(self) -> ComposeResult:
         yield self.findings
@@ -543,8 +548,8 @@ class ThroughputPane(Pane):
             self._palette_key = pkey
             self._row_cache.clear()
             self._colours.clear()
-        verl = verl_summary(store, self.table_width())
-        self.query_one("#verl-summary", Static).update(verl)
+        verl = verl_summary(store, self.table_width(), self._step_views)
+        self._show("#verl-summary", verl)
         # Sorting and counting read the shared per-tick summary of every GPU; the row cells are
         # built, measured for the column fit and written only for the rows on screen
         # (VirtualRows), so off-screen GPUs cost little.
@@ -623,9 +628,13 @@ class ThroughputPane(Pane):
         line = self.query_one("#host-line", Static)
         line.display = not no_gpu  # with no GPU the host table is the pane
         if not no_gpu:
-            line.update(host_line(store, host_keys, expanded, palette))
+            self._show("#host-line", host_line(store, host_keys, expanded, palette))
         if not expanded and self.app.focused is table:
             self.query_one("#gpu-table", DataTable).focus()
+
+    def _show(self, selector: str, text: Text) -> None:
+        """Put ``text`` in a status widget when it changed (``TextSlots``)."""
+        self._slots.show(self.query_one(selector, Static), text)
 
     def toggle_hosts(self) -> bool:
         """Key h: show or hide the host table (its one-line summary stays); True when shown."""
@@ -724,7 +733,7 @@ class ThroughputPane(Pane):
         text.append(" · ")
         text.append(self.sort_label(), style="bold")
         text.append(" (o/O: sort · Enter: node)", style="dim")
-        self.query_one("#gpu-status", Static).update(text)
+        self._show("#gpu-status", text)
 
     def ordered_row_keys(self) -> list[str]:
         """GPU row keys (``host/index``) in displayed order (for tests)."""
