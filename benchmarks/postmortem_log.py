@@ -102,7 +102,9 @@ def timed(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=env,
-        cwd=REPO,
+        # in the measured checkout: ``python -m``/``-c`` put the working folder first on
+        # sys.path, ahead of PYTHONPATH (from this one, BASE would run this checkout's code)
+        cwd=code_root(),
     )
     assert proc.stdout is not None
     out = proc.stdout.read()
