@@ -137,16 +137,45 @@ def test_client_scale_wire(tmp_path: Path) -> None:
 
 def test_client_on_node_measures_the_tui_under_tmux_and_its_parts(tmp_path: Path) -> None:
     """Both tmux runs happen, the window is read from /proc, and every instrument found its
-    method in this code (a renamed method would leave its part out of the table)."""
+    method in this code (a renamed method would leave its part out of the table). The live log
+    and the instruments' report are gone afterwards."""
     args = ["--backend", "replay", "--warmup", "3", "--duration", "3", "--out", str(tmp_path)]
+    args += ["--sampler", "instruments"]
     stdout, data = run_bench("client_on_node.py", args, tmp_path, timeout=180)
     assert "where it goes" in stdout
     tui, parts = data["tui"], data["parts"]
     assert "error" not in tui and 2.5 < tui["window_s"] < 10 and tui["cpu_pct"] > 0
+    assert tui["cwd"] == str(REPO)  # (``python -m verl_top`` imports from its working folder)
     assert "--follow" in data["verl_top_argv"] and tui["startup_cpu_s"] > 0
     assert parts["not_wrapped"] == [] and parts["parts_pct"]["refresh (header, pane content)"] > 0
     (row,) = data["rows"]
     assert row["cpu_pct"] == tui["cpu_pct"] and row["part:agent tick"] >= 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["client_on_node.py.json"]
+
+
+def test_py_spy_samples_of_the_tui_are_shared_out_to_its_parts() -> None:
+    """A real py-spy capture of verl-top: each sample goes to one part, the parts add up to the
+    window's CPU, and a DataTable's lines (``super().render_lines`` inside the table's own)
+    count as the tables' part, not the other widgets'."""
+    sys.path.insert(0, str(BENCH))
+    import client_on_node as node  # noqa: PLC0415
+
+    raw = (REPO / "tests/fixtures/benchmarks/py_spy_raw_tui_on_node.txt").read_text()
+    lines = raw.splitlines()
+    parts = node.spy_parts(lines, cpu_pct=2.0)
+    assert parts["samples"] == sum(int(line.rsplit(" ", 1)[1]) for line in lines) == 53
+    assert abs(sum(parts["parts_pct"].values()) - 2.0) < 1e-9
+    known = {p.name for p in node.PARTS} | {node.LOOP, node.REST}
+    assert set(parts["parts_pct"]) <= known
+    assert {"lines: tables", "compositor", "refresh (header, pane content)"} <= set(
+        parts["parts_pct"]
+    )
+    table_lines = [
+        line.rsplit(" ", 1)[0].split(";")
+        for line in lines
+        if "DataTable.render_lines (" in line and "Widget.render_lines (" in line
+    ]
+    assert table_lines and all(node.sample_part(f) == "lines: tables" for f in table_lines)
 
 
 def test_startup_demo(tmp_path: Path) -> None:
