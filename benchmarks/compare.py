@@ -112,6 +112,7 @@ CASES: tuple[Case, ...] = (
         metrics=(
             Metric("refresh, all new: CPU p50 ms", _row("all_new_cpu_ms_p50")),
             Metric("all new: CPU p95 ms", _row("all_new_cpu_ms_p95")),
+            Metric("its paint: CPU p50 ms", _row("all_new_paint_cpu_ms_p50")),
             Metric("nothing new: CPU p50 ms", _row("unchanged_cpu_ms_p50")),
         ),
     ),
