@@ -31,6 +31,17 @@ def _sshd_missing() -> str:
     return ""
 
 
+@pytest.fixture(autouse=True)
+def _still_screens_for_snapshots(request: pytest.FixtureRequest, monkeypatch) -> None:
+    """Snapshot tests draw with animations off: the tab underline slides for a moment after a
+    pane switch, and a loaded machine took the screenshot mid-slide (two parallel runs out
+    of 2294 tests differed in that one line)."""
+    if "snap_compare" in request.fixturenames:
+        import textual.constants
+
+        monkeypatch.setattr(textual.constants, "TEXTUAL_ANIMATIONS", "none")
+
+
 @pytest.fixture(scope="session")
 def h200_trace() -> Path:
     """The real H200 trace the agent's replay backend plays."""

@@ -80,8 +80,11 @@ def test_snapshot_refuses_to_overwrite_without_force(tmp_path: Path) -> None:
     first = run_cli("snapshot", "--demo", "-o", str(out_dir))
     assert first.returncode == 0, first.stderr
     assert (out_dir / "snapshot.json").is_file() and (out_dir / "report.md").is_file()
-    second = run_cli("snapshot", "--demo", "-o", str(out_dir))
+    before = (out_dir / "snapshot.json").stat().st_mtime_ns
+    second = run_cli("snapshot", "--demo", "-o", str(out_dir), "--duration", "60", timeout=30)
+    # refused before collecting (a 60 s collection first would hit the timeout), nothing touched
     assert second.returncode == 1 and "--force" in second.stderr
+    assert (out_dir / "snapshot.json").stat().st_mtime_ns == before
     third = run_cli("snapshot", "--demo", "-o", str(out_dir), "--force")
     assert third.returncode == 0
 

@@ -64,7 +64,7 @@ async def _app_lead(path: Path) -> tuple[int | None, str | None, str]:
     """Play the recording paced in the app until it ends; (step, rule, banner text)."""
     args = app_parser().parse_args(["--replay", str(path), "--speed", f"{_speed(path):g}"])
     inputs = build_inputs(args)
-    app = VerlTopApp(inputs, refresh=0.05)
+    app = VerlTopApp(inputs, refresh=0.2)  # five or more looks while it plays
     async with app.run_test(size=(160, 48)) as pilot:
         for _ in range(200):
             await pilot.pause(0.05)

@@ -437,10 +437,15 @@ def _snapshot_stacks(inputs: Inputs, every: bool) -> Callable[[Assessment], Awai
 
 
 def _run_snapshot(args: argparse.Namespace, settings: Settings | None = None) -> int:
-    from verl_top.export.snapshot import SnapshotError, write_snapshot
+    from verl_top.export.snapshot import SnapshotError, check_output, write_snapshot
     from verl_top.headless import collect
 
     check_sources(args)
+    try:
+        check_output(args.output, args.force)
+    except SnapshotError as exc:
+        print(f"verl-top snapshot: {exc}", file=sys.stderr)
+        return 1
     inputs = build_inputs(args)
     try:
         _load_baseline(inputs, args)

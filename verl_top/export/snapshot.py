@@ -697,6 +697,13 @@ def _remove_bundle(path: Path, listed: Mapping[str, int]) -> list[str]:
     return sorted(left)
 
 
+def check_output(output_dir: str | os.PathLike[str], force: bool = False) -> None:
+    """Raise ``SnapshotError`` now when ``output_dir`` could not take a bundle (it exists and
+    ``force`` is not given, it is a link, a file, or holds files verl-top did not write): the
+    user learns it before the collection, not after it. ``write_snapshot`` checks again."""
+    _check_target(Path(output_dir).expanduser().absolute(), force)
+
+
 def write_snapshot(
     store: Store,
     assessment: Assessment | None,
