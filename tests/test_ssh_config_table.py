@@ -420,6 +420,10 @@ def _ssh_outcome(rc: int, err: str) -> str:
         return "refused"
     if "Connection closed by" in err:
         return "closed"
+    if "banner exchange" in err and "Broken pipe" in err:
+        # A proxy command that exits at once: ssh reads EOF ("Connection closed by UNKNOWN")
+        # or, when it writes its banner first, EPIPE (seen on a loaded machine): one outcome.
+        return "closed"
     if "timed out" in err:
         return "timeout"
     return f"other: {err.strip()[-300:]}"
