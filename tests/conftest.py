@@ -7,11 +7,13 @@ test and stops them afterwards (fault tests that kill, stop or restart them).
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,6 +42,46 @@ def _still_screens_for_snapshots(request: pytest.FixtureRequest, monkeypatch) ->
         import textual.constants
 
         monkeypatch.setattr(textual.constants, "TEXTUAL_ANIMATIONS", "none")
+
+
+async def _settled(pilot: Any) -> None:
+    """Let the app finish what a refresh starts: ``call_after_refresh`` callbacks (the tab
+    underline follows a relabelled tab only after the next repaint) run on the compositor's
+    timer, which a loaded machine delays past a plain ``pause()``. Two quiet looks in a row,
+    3 s at most."""
+    quiet = 0
+    for _ in range(60):
+        await pilot.pause(0.05)
+        quiet = quiet + 1 if not getattr(pilot.app.screen, "_callbacks", None) else 0
+        if quiet >= 2:
+            break
+    await pilot.wait_for_scheduled_animations()
+
+
+@pytest.fixture
+def snap_compare(snap_compare: Callable[..., bool]) -> Callable[..., bool]:
+    """pytest-textual-snapshot's ``snap_compare``, with the screen settled after the keys (it
+    takes the screenshot one ``pause()`` after them: a relabelled tab's underline was caught
+    before it moved in a parallel run)."""
+
+    def compare(
+        app: Any,
+        press: Iterable[str] = (),
+        terminal_size: tuple[int, int] = (80, 24),
+        run_before: Callable[[Any], Any] | None = None,
+    ) -> bool:
+        async def keys_then_settle(pilot: Any) -> None:
+            if run_before is not None:
+                result = run_before(pilot)
+                if inspect.isawaitable(result):
+                    await result
+            await _settled(pilot)
+            await pilot.press(*press)
+            await _settled(pilot)
+
+        return snap_compare(app, terminal_size=terminal_size, run_before=keys_then_settle)
+
+    return compare
 
 
 @pytest.fixture(scope="session")
