@@ -100,6 +100,9 @@ TOKENS = [
     "\t",
 ]
 TOKENS += ["\r", "中", "\u200b", "\x1b", "[", "m", " - "]
+# Beyond ASCII, for the byte-wise plain path: letters of 2, 3 and 4 UTF-8 bytes, a C1
+# control, an astral invisible (a tag) and a lone surrogate.
+TOKENS += ["é", "😀", "\x85", "\U000e0041", "\ud800"]
 
 
 @settings(max_examples=400, derandomize=True)
