@@ -10,12 +10,11 @@ from pathlib import Path
 import pytest
 
 from verl_top.agent.ship import BOOTSTRAP
-from verl_top.flags import ssh_settings
+from verl_top.flags import add_ssh_arguments, ssh_settings
 from verl_top.sources.hosts import parse_hosts_arg
 from verl_top.sources.ssh import (
     Backoff,
     SshSettings,
-    add_ssh_arguments,
     agent_command,
     build_ssh_sources,
 )

@@ -8,9 +8,9 @@ import sys
 from collections.abc import Callable, Sequence
 
 from verl_top.cli_help import with_help
+from verl_top.flags import add_ssh_arguments
 from verl_top.sources.doctor import doctor_hosts, format_reports
 from verl_top.sources.hosts import HostsError, HostSpec, parse_hosts_arg
-from verl_top.sources.ssh import add_ssh_arguments
 
 
 def doctor_parser() -> argparse.ArgumentParser:

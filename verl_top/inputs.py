@@ -123,14 +123,12 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
         help="GPU backend of the agent (auto: pynvml, else nvidia-smi, else none)",
     )
     g.add_argument("--replay-trace", metavar="FILE", help=argparse.SUPPRESS)
-    from verl_top.sources.ray import add_ray_arguments
+    # From flags, not the sources: building the parser must not load asyncssh and aiohttp
+    # (0.2 s of CPU at every start when no node or Ray dashboard is watched).
+    from verl_top.flags import add_prometheus_arguments, add_ray_arguments, add_ssh_arguments
 
     add_ray_arguments(g)
-    from verl_top.flags import add_prometheus_arguments
-
     add_prometheus_arguments(g)
-    from verl_top.sources.ssh import add_ssh_arguments
-
     add_ssh_arguments(parser)
 
 

@@ -17,7 +17,7 @@ from verl_top.sources.hosts import HostsError, HostSpec, is_local, parse_hosts_a
 
 def stacks_parser() -> argparse.ArgumentParser:
     """Parser of ``verl-top stacks``."""
-    from verl_top.sources.ssh import add_ssh_arguments
+    from verl_top.flags import add_ssh_arguments
 
     p = argparse.ArgumentParser(
         prog="verl-top stacks",

@@ -681,7 +681,7 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--force", action="store_true", help="probe even if GPUs are busy")
     parser.add_argument("--json", action="store_true", help="print the result record as JSON")
-    from verl_top.sources.ssh import add_ssh_arguments
+    from verl_top.flags import add_ssh_arguments
 
     add_ssh_arguments(parser)
 

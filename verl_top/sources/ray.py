@@ -16,7 +16,6 @@ Token authentication (Ray >= 2.52, ``RAY_AUTH_MODE=token``): the dashboard wants
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import ipaddress
@@ -974,25 +973,6 @@ async def _cancel(task: asyncio.Task[None]) -> None:
 
 
 # --- building it from the command line ------------------------------------------------------
-
-
-def add_ray_arguments(group: argparse._ArgumentGroup) -> None:
-    """``--ray [ADDRESS]`` and ``--ray-token`` (added to the "what to monitor" group)."""
-    group.add_argument(
-        "--ray",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="ADDRESS",
-        help="find the job's nodes, actors and driver log from the Ray dashboard "
-        "(http://HEAD:8265; without ADDRESS: $RAY_ADDRESS)",
-    )
-    group.add_argument(
-        "--ray-token",
-        metavar="TOKEN",
-        help="Ray dashboard token (default: $RAY_AUTH_TOKEN, $RAY_AUTH_TOKEN_PATH, "
-        "~/.ray/auth_token)",
-    )
 
 
 @dataclass

@@ -11,7 +11,6 @@ per :class:`SshSettings`. See docs/hosts-and-ssh.md for the user-facing side.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import collections
@@ -94,57 +93,6 @@ class SshSettings:
         if self._shared is None:
             self._shared = SshShared(self)
         return self._shared
-
-
-def add_ssh_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the SSH options (``--ssh-config``, ``-i``, ``--jump``, ...) to ``parser``."""
-    g = parser.add_argument_group("SSH (remote nodes)")
-    g.add_argument(
-        "--ssh-config",
-        metavar="FILE",
-        help="ssh_config file to read instead of ~/.ssh/config and /etc/ssh/ssh_config "
-        "(like ssh -F)",
-    )
-    g.add_argument(
-        "-i",
-        "--identity",
-        metavar="KEY",
-        action="append",
-        help="private key to log in with (repeatable; default: ssh-agent and ~/.ssh/id_*)",
-    )
-    g.add_argument(
-        "--jump",
-        metavar="[USER@]HOST[:PORT]",
-        help="bastion to reach every node through (one shared connection; a,b for two hops)",
-    )
-    g.add_argument(
-        "--accept-new-hosts",
-        action="store_true",
-        help="trust and remember host keys of nodes not yet in known_hosts (changed keys are "
-        "still refused): StrictHostKeyChecking=accept-new over the ssh config",
-    )
-    g.add_argument(
-        "--known-hosts",
-        metavar="FILE",
-        help="known_hosts file, over UserKnownHostsFile (default: the config's, else "
-        "~/.ssh/known_hosts)",
-    )
-    g.add_argument(
-        "--connect-timeout",
-        metavar="S",
-        type=float,
-        default=None,
-        help="seconds to wait for TCP connect + SSH handshake (default: ConnectTimeout from "
-        "the ssh config, else 10)",
-    )
-    g.add_argument(
-        "--max-handshakes",
-        metavar="N",
-        type=int,
-        default=16,
-        help="SSH handshakes in flight at once (default 16)",
-    )
-    g.add_argument("--ssh-user", metavar="USER", help="login name for hosts without user@")
 
 
 def build_ssh_sources(
