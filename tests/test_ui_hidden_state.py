@@ -101,3 +101,59 @@ async def test_without_a_settings_file_nothing_is_written(tmp_path: Path, monkey
         await pilot.press("o", "plus")
         await app.workers.wait_for_complete()
     assert list(tmp_path.rglob("*.toml")) == []
+
+
+def test_choices_are_written_one_at_a_time_and_the_latest_lands_last(tmp_path: Path) -> None:
+    """o, o, O in quick succession: each write edits the file, so the writes must not overlap
+    and the last choice must be the one on disk (two threads once saved the sort unreversed
+    when the first, slower write finished after the second)."""
+    import threading
+    import time
+
+    from verl_top import settings
+    from verl_top.ui import ui_state
+
+    config = tmp_path / "config.toml"
+    config.write_text("# mine\n")
+    calls: list[dict] = []
+    inside = threading.Semaphore(1)
+
+    def slow_first_write(path: Path, values: dict) -> bool:
+        assert inside.acquire(blocking=False), "two writes at once"
+        try:
+            if not calls:
+                time.sleep(0.3)  # the first write is slow: later choices arrive meanwhile
+            calls.append(dict(values))
+            return settings.save_ui_settings(path, values)
+        finally:
+            inside.release()
+
+    class ThreadApp:
+        def __init__(self) -> None:
+            self.threads: list[threading.Thread] = []
+
+        def run_worker(self, fn, **_: object) -> None:
+            t = threading.Thread(target=fn)
+            self.threads.append(t)
+            t.start()
+
+    app = ThreadApp()
+    saver = ui_state.UiSettingsSaver(app, config)
+    original = ui_state.save_ui_settings
+    ui_state.save_ui_settings = slow_first_write  # type: ignore[assignment]
+    try:
+        saver.save(sort="activity", sort_reverse=False)
+        time.sleep(0.05)
+        saver.save(sort="memory", sort_reverse=False)
+        saver.save(sort_reverse=True)
+        for t in app.threads:
+            t.join(5)
+    finally:
+        ui_state.save_ui_settings = original  # type: ignore[assignment]
+    saved = load_settings(str(config))
+    assert saved.defaults["sort"] == "memory" and saved.defaults["sort_reverse"] is True
+    assert len(app.threads) == 1  # one writer took up the later choices
+    assert calls == [
+        {"sort": "activity", "sort_reverse": False},
+        {"sort": "memory", "sort_reverse": True},
+    ]
