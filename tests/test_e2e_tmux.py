@@ -175,8 +175,8 @@ def test_cluster_over_ssh_panes_node_snapshot_quit(
     screen = tmux.wait(
         lambda s: all(len(gpu_rows(s, n)) >= 2 for n in shown), 45, "GPU rows of both hosts"
     )
-    assert "LIVE" in screen.splitlines()[0]
-    assert "hosts 2 up · 0 down" in screen
+    assert "LIVE" in screen.splitlines()[0], screen
+    assert "hosts 2 up · 0 down" in screen, screen
     for name in shown:
         assert re.search(rf"^\s*{re.escape(name)}\s+up\b", screen, re.M), f"{name} not up"
         assert gpu_rows(screen, name) == {str(i) for i in range(8)}  # 8 replayed H200s each
