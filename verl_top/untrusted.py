@@ -106,12 +106,7 @@ def strip_escapes(text: str) -> str:
     one), so nothing can be spliced into a new sequence; the loop is a guard that ends after
     that pass (nesting cannot smuggle one through).
     """
-    while _ESCAPE_START.search(text) is not None:
-        cleaned = _ESCAPES.sub("", text)
-        if cleaned == text:
-            break
-        text = cleaned
-    return text
+    return _fixpoint(_ESCAPES, text, _ESCAPE_START)
 
 
 def _plain(text: str, keep: str = "") -> str:
@@ -199,7 +194,7 @@ _PLAIN_ASCII = bytes(range(0x20, 0x7F)) + b"\n\r"
 
 
 def _fixpoint(pattern: re.Pattern[str], text: str, start: re.Pattern[str]) -> str:
-    """``strip_escapes``' loop with another pattern."""
+    """Remove ``pattern`` until nothing changes (``start``: when none can be left)."""
     while start.search(text) is not None:
         cleaned = pattern.sub("", text)
         if cleaned == text:
