@@ -8,7 +8,7 @@ and ingest). This runs the whole client as a user gets it: the same synthetic dc
 exposition (prom_scale.py's: labels modelled on the real H100 EKS capture, values constructed),
 served by ``python -m http.server`` and scraped by the real ``/usr/bin/prometheus`` (child
 processes, not counted); in this process the real ``PrometheusSource`` (the CLI's default
-interval, budget and timeouts) feeds ``Pipeline`` -> ``Store`` (limits as ``build_inputs``
+interval, round budget and request timeout unless given) feeds ``Pipeline`` -> ``Store`` (limits as ``build_inputs``
 makes them for a 1 s refresh and a 300 s window) and the real ``VerlTopApp`` runs headless
 (live, its 1 s refresh timer, the real diagnosis ``Engine`` in its worker thread) with pane 1
 (the GPU table) visible.
@@ -16,7 +16,8 @@ makes them for a 1 s refresh and a 300 s window) and the real ``VerlTopApp`` run
 Measured over ``--duration`` s after the start-up history and ``--warmup`` s: client CPU % of
 one core (``process_time`` / wall), pane 1's refresh (wall and CPU, p50 / p95), the engine
 (wall and thread CPU, p50), the event loop's lag (max, and waits over 50 ms), full garbage
-collections, RSS, and how many GPUs the store holds (the store caps GPU series at
+collections, RSS, the median points per GPU (a round that misses its budget keeps the last
+values and adds none), the source's state, and how many GPUs the store holds (the store caps GPU series at
 ``StoreLimits.gpus``; ``--gpus-cap`` lifts the cap to measure every GPU of the exposition).
 """
 
@@ -91,7 +92,11 @@ async def run_app(url: str, args: argparse.Namespace, gpus: int) -> dict[str, An
     store = Store(app_limits(args.gpus_cap))
     store.origin = "prometheus"
     pipeline = Pipeline(store, parsers={})
-    source = PrometheusSource(PromSettings(url=url))
+    source = PrometheusSource(
+        PromSettings(
+            url=url, interval=args.interval, budget=args.budget, request_timeout=args.timeout
+        )
+    )
     inputs = Inputs(store=store, pipeline=pipeline, sources=[source], title="bench", mode="LIVE")
     timings = Timings()
     app = VerlTopApp(inputs, refresh=REFRESH_S, engine=TimedEngine(timings), live=True)
@@ -115,7 +120,9 @@ async def run_app(url: str, args: argparse.Namespace, gpus: int) -> dict[str, An
         cpu_pct=100.0 * cpu / wall,
         gpus_in_store=store.gpu_count(),
         gpus_with_samples=sum(1 for g in store.iter_gpus() if g.latest is not None),
-        points_per_gpu=min((len(g.history) for g in store.iter_gpus()), default=0),
+        points_per_gpu=median([float(len(g.history)) for g in store.iter_gpus()]),
+        rounds=source.rounds,
+        source_state={k: f"{v.state}: {v.reason}"[:160] for k, v in store.sources.items()},
         loop_lag_ms_max=max(lag.lags_ms, default=None),
         loop_waits_over_50ms=sum(1 for v in lag.lags_ms if v > 50.0),
         gc_full=clock.count,
@@ -178,6 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=float, default=10.0, help="seconds after the first data")
     p.add_argument("--history-wait", type=float, default=20.0, help="s of data before start")
     p.add_argument("--scrape-interval", default="5s", help="Prometheus scrape_interval")
+    defaults = PromSettings(url="http://127.0.0.1:1")
+    p.add_argument("--interval", type=float, default=defaults.interval, help="--prom-interval")
+    p.add_argument("--budget", type=float, default=defaults.budget, help="s for a round")
+    p.add_argument("--timeout", type=float, default=defaults.request_timeout, help="s a request")
     p.add_argument("--addr", default="127.0.0.96")
     p.add_argument(
         "--gpus-cap", type=int, default=0, help="StoreLimits.gpus (0: the app's default cap)"
@@ -206,8 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{gpus} GPUs ({args.hosts} hosts x {args.gpus_per_host}), exposition "
         f"{result['exposition_mb']:.0f} MB per scrape every {args.scrape_interval}; "
-        f"{result['points_per_gpu']} points per GPU; {args.duration:g} s measured"
+        f"{result['points_per_gpu']:.0f} points per GPU (median); {result['rounds']} rounds "
+        f"every {args.interval:g} s (budget {args.budget:g} s); {args.duration:g} s measured"
     )
+    for name, state in result["source_state"].items():
+        print(f"source {name}: {state}")
     print(report(result))
     write_json(args.json_out, {"benchmark": "prom_app_scale", "args": vars(args), "row": result})
     return 0
