@@ -418,6 +418,16 @@ class VerlStreamParser:
             self._config_from_text(t, out)
         return out
 
+    def quiet(self) -> bool:
+        """True when the next line is skipped (only counted) unless it holds a marker of the
+        quiet test in ``feed``: what lets a finished log's quiet lines go unread
+        (sources/log_sieve.py)."""
+        return self._quiet()
+
+    def skip_quiet(self, n: int) -> None:
+        """``n`` lines went by that the quiet test would have skipped: count them."""
+        self.lines += n
+
     def _quiet(self) -> bool:
         """True when a line can only matter by what the quiet test in ``feed`` finds: no wrapped step
         line, metrics block, config, traceback or launch command is open, and the first
