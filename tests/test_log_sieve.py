@@ -164,3 +164,34 @@ def test_every_line_a_quiet_parser_would_read_is_selected(lines: list[str]) -> N
             parser.feed([line], 0.0, more=True)
         if looked.called:
             assert i in selected, (lines[i], line)
+
+
+def test_the_app_follows_a_sieved_log_on_from_where_the_sieve_stopped(tmp_path: Path) -> None:
+    """A log that looked finished (the app opened on a long step's quiet minutes) is read
+    through the sieve, then followed: the step printed afterwards is read once, not the
+    history again."""
+    path = tmp_path / "driver.log"
+    real = (FIXTURES / "real_logs" / "vlm_gui_cursor_custom_rollout_key.log").read_bytes()
+    path.write_bytes(real)
+    store = Store()
+    pipeline = Pipeline(store)
+    source = LocalFollowSource(
+        [("verl", str(path), True)],
+        interval=0.05,
+        count=20,
+        until_eof=True,
+        then_follow=True,
+        sinks=pipeline.sink,
+    )
+
+    async def run() -> None:
+        task = asyncio.create_task(source.run(pipeline.emit))
+        await asyncio.sleep(0.3)
+        with open(path, "ab") as fh:
+            fh.write(b"step:10 - timing_s/gen:1.5 - timing_s/step:2.0\nquiet after it\n")
+        await task
+
+    asyncio.run(run())
+    assert [s.step for s in store.steps] == list(range(1, 11))
+    (stats,) = store.log_stats.values()
+    assert stats["lines"] == real.count(b"\n") + 2
