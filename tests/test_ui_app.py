@@ -527,3 +527,7 @@ async def test_a_pane_redrawn_out_of_tick_redraws_the_header_with_it() -> None:
         await pilot.press("2")  # a tab drawn at once, with the header
         await pilot.pause()
         assert f"GPUs {before + 2}" in plain(status)
+        store.ingest(trace_sample(row, host, 97, store.now, True))
+        await pilot.press("1")  # back to a pane already laid out: no resize redraws it
+        await pilot.pause()
+        assert f"GPUs {before + 3}" in plain(status)
