@@ -500,3 +500,34 @@ async def test_a_refresh_after_shutdown_does_nothing() -> None:
     assert not app.screen_stack  # the screens are gone, the widgets' references are not
     app.refresh_now()
     assert app.refresh_count == count
+
+
+async def test_a_pane_redrawn_out_of_tick_redraws_the_header_with_it() -> None:
+    """A resize or a tab switch redraws the visible pane from the store as it is now; the
+    header must be drawn from the same store in the same batch, or it trails the rows below
+    it (the tmux walk-through saw 'hosts 1 up · connecting 1/2, GPUs 8' above 16 GPU rows)."""
+    store = build_store()
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        before = store.gpu_count()
+        status = app.query_one("#status-line", Static)
+        assert f"GPUs {before}" in plain(status)
+        host = next(iter(store.hosts))
+        row = load_trace()[0]
+        store.ingest(trace_sample(row, host, 99, store.now, True))  # a GPU appears, no tick
+        assert store.gpu_count() == before + 1
+        await pilot.resize_terminal(SIZE[0] - 10, SIZE[1])
+        await pilot.pause()
+        await pilot.pause()
+        gpus = app.query_one("#gpu-table", DataTable)
+        assert any(str(k.value).endswith("/99") for k in gpus.rows)  # the pane drew the new GPU
+        assert f"GPUs {before + 1}" in plain(status)  # and the header counts it
+        store.ingest(trace_sample(row, host, 98, store.now, True))  # another, no tick
+        await pilot.press("2")  # a tab drawn at once, with the header
+        await pilot.pause()
+        assert f"GPUs {before + 2}" in plain(status)
+        store.ingest(trace_sample(row, host, 97, store.now, True))
+        await pilot.press("1")  # back to a pane already laid out: no resize redraws it
+        await pilot.pause()
+        assert f"GPUs {before + 3}" in plain(status)

@@ -197,7 +197,11 @@ async def test_invisible_pid_says_so_instead_of_showing_a_wrong_process() -> Non
         assert "555001" not in pids
 
 
-async def test_node_screen_refreshes_only_while_active() -> None:
+async def test_node_screen_refreshes_only_while_active(monkeypatch: Any) -> None:
+    """Drawn once by its mount (not by a later resize or tick: ``is_mounted`` is still False
+    while Mount is handled, and testing it left the screen blank until the next tick), then
+    only when the store changed, and never once popped."""
+    monkeypatch.setattr(NodeScreen, "on_resize", lambda self: None)
     store, pipeline = demo_store()
     app = make_app(store, pipeline)
     async with app.run_test(size=SIZE) as pilot:
@@ -207,6 +211,8 @@ async def test_node_screen_refreshes_only_while_active() -> None:
         screen = app.screen
         assert isinstance(screen, NodeScreen)
         before = screen.refresh_count
+        assert before == 1
+        assert "CPU" in plain(screen.query_one("#node-host", Static).content)
         app.refresh_now()  # nothing new: no redraw
         assert screen.refresh_count == before
         h = store.hosts["node04"]

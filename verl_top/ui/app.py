@@ -297,7 +297,6 @@ class VerlTopApp(App):
                 self.notify(self.monitor.failure, severity="error", markup=False)
             if self.live:
                 self._read_hang_stacks()
-        assessment = self.assessment
         has_gpus = bool(store.gpu_count())
         if has_gpus != self._had_gpus:  # the footer's GPU-table keys come or go
             self._had_gpus = has_gpus
@@ -305,13 +304,23 @@ class VerlTopApp(App):
         replay = self.inputs.replay
         if replay is not None and self._replay_t0 is None and replay.position:
             self._replay_t0 = replay.position
+        self.redraw()
+        self._show_notes()
+        self.refresh_count += 1
+
+    def redraw(self) -> None:
+        """Draw the header and what is on top from the store as it is now, in one batch: a
+        pane redrawn alone (after a resize) showed rows newer than the header above them."""
+        if self._header is None or not self.screen_stack:
+            return
+        store, assessment = self.store, self.assessment
         with self.batch_update():
             self._header.update_header(
                 store,
                 assessment,
                 self.inputs.mode,
                 self.inputs.title,
-                replay,
+                self.inputs.replay,
                 self._replay_t0,
                 self.host_filter,
             )
@@ -320,8 +329,6 @@ class VerlTopApp(App):
                 self.screen.refresh_screen(store, assessment)
             else:
                 self.pane(self.visible_step()).refresh_pane(store, assessment)
-        self._show_notes()
-        self.refresh_count += 1
 
     def _read_hang_stacks(self) -> None:
         """job.hang leads with a hang not read yet: read its role's Python stacks once, off
@@ -377,9 +384,8 @@ class VerlTopApp(App):
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         """A tab just became visible: draw it now rather than at the next tick."""
-        pane = self.pane(self.visible_step())
-        pane.force_next()
-        pane.refresh_pane(self.store, self.assessment)
+        self.pane(self.visible_step()).force_next()
+        self.redraw()  # the header too: the pane is drawn from the store as it is now
 
     # -- actions ---------------------------------------------------------------------------
 

@@ -173,8 +173,8 @@ class VerlTopHeader(Vertical):
                 state = "⏸ paused" if replay.paused else "▶ playing"
                 parts.append((5, Text(f" {state} x{replay.speed:g} at +{rel:.0f}s")))
         line = fit_parts(parts, self.size.width or 200)
-        # Plain updates: through TextSlots the header went stale under load in a real terminal
-        # (tests/test_e2e_tmux.py, two fresh-clone CI runs); cause not found yet.
+        # Plain updates: the header changes most seconds (activity, steps/min). The header once
+        # read stale under load: a pane redrawn alone after a resize (app.redraw fixed that).
         self.query_one("#status-line", Static).update(line)
         self.set_class(mode != "LIVE", "-replay")
         _, level = banner(store, assessment)

@@ -729,7 +729,9 @@ class NodeScreen(Screen):
         self, store: Store, assessment: Assessment | None, force: bool = False
     ) -> None:
         """Redraw from the store when it changed (or ``force``)."""
-        if not self.is_mounted or (store.version == self._seen_version and not force):
+        # proc_sync is set by on_mount: ``is_mounted`` is still False while Mount is handled,
+        # so testing it left the screen blank until the next tick or resize.
+        if self.proc_sync is None or (store.version == self._seen_version and not force):
             return
         self._seen_version = store.version
         self.store = store

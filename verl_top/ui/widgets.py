@@ -331,8 +331,7 @@ def _level_colour(
 
 class TextSlots:
     """What was last put in each of a few ``Static`` widgets showing a ``Text``: ``show``
-    updates one only when its text changed, always with its layout pass (an update without
-    one was lost now and then on a loaded machine: the header went stale in a real terminal).
+    updates one only when its text changed, always with its layout pass.
 
     ``Static.update`` reflows the whole screen and redraws what moved; status lines that say
     the same thing, or the same number of lines, every second were a large part of the TUI's

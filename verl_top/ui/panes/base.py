@@ -55,7 +55,11 @@ class Pane(VerticalScroll):
         from verl_top.ui.app import VerlTopApp  # the app imports the panes
 
         app = self.app
-        if isinstance(app, VerlTopApp) and self.display:
+        if not isinstance(app, VerlTopApp) or not self.display:
+            return
+        if app.pane(app.visible_step()) is self and app.screen is self.screen:
+            app.redraw()  # with the header: both from the same store
+        else:
             self.refresh_pane(app.store, app.assessment)
 
     def force_next(self) -> None:
