@@ -92,7 +92,7 @@ def hostile_log(tmp_path: Path, runaway: int = 0) -> Path:
         fh.write(real + b"\n" + b"\na quiet line\nanother quiet line\n".join(HOSTILE) + b"\n")
         if runaway:
             fh.write(b"step:110 - " + b"x" * runaway + b"\n")
-        fh.write(real)
+        fh.write(real + b"step:112 - gen:1.5 - total:2.0\r\r")  # no newline at the end
     return path
 
 
@@ -112,6 +112,7 @@ def test_hostile_lines_are_found_and_cleaned_as_when_every_line_is_read(
     assert fed and all(is_clean(line.replace("\r", "")) for line in fed)  # \r is kept
     steps = {s.step for s in fast[1]}  # markers spliced by what cleaning removes are read
     assert {103, 104, 105, 106, 108, 109} <= steps and 111 not in steps
+    assert 112 in steps  # the last line, without a newline: the file is finished
     monkeypatch.setattr(parse.VerlStreamParser, "_quiet", lambda self: False)
     assert fast == outcome(*read(path, sieved=False))
 

@@ -122,6 +122,10 @@ class LineSink(Protocol):
         """Cleaned lines, in file order (more follow)."""
         ...
 
+    def counted(self) -> None:
+        """A block was read: show the counts so far."""
+        ...
+
 
 @dataclass
 class SieveStats:
@@ -255,10 +259,12 @@ class SievedRead:
             block = self._whole_lines(data)
             if block:
                 self._block(block)
+                self.sink.counted()
             await asyncio.sleep(0)  # one block at a time: the app's loop stays free
-        if self._carry and not self._skipping:
-            self._block(self._carry + b"\n")
+        if self._carry and not self._skipping:  # as the follower flushes it: no \r at its end
+            self._block(self._carry.rstrip(b"\r") + b"\n")
         self._carry = b""
+        self.sink.counted()
         return self.fh.tell()
 
     def _whole_lines(self, data: bytes) -> bytes:
