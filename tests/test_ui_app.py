@@ -502,10 +502,10 @@ async def test_a_refresh_after_shutdown_does_nothing() -> None:
     assert app.refresh_count == count
 
 
-async def test_a_pane_redrawn_after_a_resize_redraws_the_header_with_it() -> None:
-    """A resize redraws the visible pane from the store as it is now; the header must be drawn
-    from the same store in the same batch, or it trails the rows below it (the tmux
-    walk-through saw 'hosts 1 up · connecting 1/2, GPUs 8' above both hosts' 16 GPU rows)."""
+async def test_a_pane_redrawn_out_of_tick_redraws_the_header_with_it() -> None:
+    """A resize or a tab switch redraws the visible pane from the store as it is now; the
+    header must be drawn from the same store in the same batch, or it trails the rows below
+    it (the tmux walk-through saw 'hosts 1 up · connecting 1/2, GPUs 8' above 16 GPU rows)."""
     store = build_store()
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
@@ -523,3 +523,11 @@ async def test_a_pane_redrawn_after_a_resize_redraws_the_header_with_it() -> Non
         gpus = app.query_one("#gpu-table", DataTable)
         assert any(str(k.value).endswith("/99") for k in gpus.rows)  # the pane drew the new GPU
         assert f"GPUs {before + 1}" in plain(status)  # and the header counts it
+        store.ingest(trace_sample(row, host, 98, store.now, True))  # another, no tick
+        await pilot.press("2")  # a tab drawn at once, with the header
+        await pilot.pause()
+        assert f"GPUs {before + 2}" in plain(status)
+        store.ingest(trace_sample(row, host, 97, store.now, True))
+        await pilot.press("1")  # back to a pane already laid out: no resize redraws it
+        await pilot.pause()
+        assert f"GPUs {before + 3}" in plain(status)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 import pprint
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from verl_top.model import VerlConfig, VerlStep
+from verl_top.verl import parse
 from verl_top.verl.parse import (
     VerlStreamParser,
     parse_console_line,
@@ -412,3 +414,35 @@ def test_load_config_file_yaml_and_json(tmp_path):
     bad.write_text("- a\n- b\n")
     with pytest.raises(ValueError):
         load_config_file(bad)
+
+
+KEYS = ["timing_s/gen", "actor/lr", "a", " lead", "trail ", "", "caf\u00e9/x", "k\x7f", "a:b"]
+VALUES = ["1.5", "-2e-3", "3.000", "0.125", "1.", ".5", "+4", "nan", "inf", "NaN", "1_0", " 1"]
+VALUES += ["1 ", "np.float64(0.19)", "tensor(0.5, device='cuda:0')", "True", "np.True_", "", "1e"]
+VALUES += ["299.46", "1.250", "7", "x", "1-2"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(KEYS), st.sampled_from(VALUES)), min_size=1, max_size=12),
+    st.booleans(),
+    st.booleans(),
+)
+def test_a_step_line_read_whole_reads_as_read_pair_by_pair(
+    pairs: list[tuple[str, str]], dangling: bool, colon_less: bool
+) -> None:
+    """The all-plain fast path of parse_console_body gives what the pair-by-pair parse gives,
+    for plain, wrapped, boolean, cut, odd-key and three-decimal lines alike."""
+    tokens = [
+        k if colon_less and i == len(pairs) - 1 else f"{k}:{v}" for i, (k, v) in enumerate(pairs)
+    ]
+    body = "step:7 - " + " - ".join(tokens) + (" -" if dangling else "")
+    fast = parse.parse_console_body(body)
+    with mock.patch.object(parse, "_plain_pairs", return_value=None):
+        assert repr(fast) == repr(parse.parse_console_body(body))  # nan == nan by its repr
+
+
+def test_three_decimal_lines_drop_a_cut_last_value_on_the_fast_path_too() -> None:
+    body = "step:3 - " + " - ".join(f"k{i}/x:{i}.125" for i in range(9)) + " - k9/x:1.2"
+    status, _, metrics = parse.parse_console_body(body)
+    assert status == parse.TRUNCATED and "k9/x" not in metrics and len(metrics) == 9

@@ -268,6 +268,8 @@ def _add_local_logs(
                 [(log.kind, log.path, True) for log in local],
                 until_eof=finite,
                 then_follow=then_follow,
+                # A finished log's quiet lines are counted, not decoded (sources/log_sieve.py).
+                sinks=inputs.pipeline.sink if finite else None,
             )
         )
 

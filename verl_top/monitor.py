@@ -364,6 +364,7 @@ class Monitor:
         )
         loop = asyncio.get_running_loop()
         end = None if limit is None else loop.time() + limit
+        post_mortem = inputs.finite and inputs.replay is None
         try:
             pending = set(tasks)
             while pending:
@@ -375,7 +376,8 @@ class Monitor:
                 for task in done:
                     if not task.cancelled() and task.exception() is not None:
                         inputs.store.notes.append(f"a source failed: {task.exception()}")
-                self.assess()
+                if not post_mortem:  # a finished log is judged once, at its end (settle)
+                    self.assess()
             if finale is not None:
                 await finale(self.assess(force=_has_data(self.store)))
         finally:

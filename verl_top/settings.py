@@ -262,7 +262,7 @@ def parse_settings(data: Mapping[str, Any], path: Path) -> Settings:
 
 def load_settings(path: str | None = None, env: Mapping[str, str] | None = None) -> Settings:
     """The settings of ``path`` (must exist) or of the default file (may be absent)."""
-    from verl_top.ui.themes import load_toml
+    from verl_top.toml_text import load_toml
 
     explicit = path is not None
     p = Path(os.path.expanduser(path)) if path is not None else default_config_path(env)
@@ -358,7 +358,7 @@ def save_ui_settings(path: Path, values: Mapping[str, Any]) -> bool:
     Returns True when the file was written, False when it already said so. Raises
     SettingsError (the file untouched) when the file cannot be read or parsed, or when the
     change cannot be made by editing those keys' lines alone."""
-    from verl_top.ui.themes import parse_toml
+    from verl_top.toml_text import parse_toml
 
     unknown = set(values) - set(UI_KEYS)
     if unknown:

@@ -262,13 +262,19 @@ class Follower:
             self._emit(records, host, t, lines)
         if self.skipped_lines != self._skips_said:
             self._skips_said = self.skipped_lines
-            text = (
-                f"{self.path}: {self.skipped_lines} line(s) over {MAX_PARTIAL} bytes without a "
-                "newline skipped"
-            )
-            fields = (("kind", "error"), ("text", text), ("path", self.path), ("severity", 0.3))
-            records.append(record("event", host, t, fields))
+            records.append(skipped_event(self.path, self.skipped_lines, host, t))
         return records
+
+    @property
+    def handle(self) -> BinaryIO | None:
+        """The followed file, open (None while it is not: missing, refused)."""
+        return self._fh
+
+    def seek(self, offset: int) -> None:
+        """Go on from byte ``offset`` (the caller read the file up to there)."""
+        self._offset = offset
+        self._partial = b""
+        self._skipping = False
 
     @property
     def caught_up(self) -> bool:
@@ -316,6 +322,13 @@ class Follower:
 
     def close(self) -> None:
         self._close()
+
+
+def skipped_event(path: str, count: int, host: str, t: float) -> Wire:
+    """The event saying ``count`` runaway lines of ``path`` were skipped."""
+    text = f"{path}: {count} line(s) over {MAX_PARTIAL} bytes without a newline skipped"
+    fields = (("kind", "error"), ("text", text), ("path", path), ("severity", 0.3))
+    return record("event", host, t, fields)
 
 
 def follow_roots(path: str) -> set[str]:

@@ -12,15 +12,25 @@ import asyncio
 import os
 import socket
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from verl_top.agent.follow import MAX_LINES_PER_RECORD, MAX_READ_PER_POLL, Follower, parse_follow
+from verl_top.agent.follow import (
+    MAX_LINES_PER_RECORD,
+    MAX_READ_PER_POLL,
+    Follower,
+    parse_follow,
+    skipped_event,
+)
 from verl_top.agent.main import Agent, parse_args
 from verl_top.model import Record
 from verl_top.protocol import Decoder
 from verl_top.sources.base import Emit
+from verl_top.sources.log_sieve import SievedRead
+from verl_top.sources.pipeline import ParserSink
+
+SinkFor = Callable[[str, str, str], ParserSink | None]
 
 FollowSpec = str | tuple[str, str] | tuple[str, str, bool]
 SLICE_S = 0.005  # catch-up yields once its work passes this (one record adds <~15 ms)
@@ -227,8 +237,12 @@ class LocalFollowSource:
         count: int = 0,
         until_eof: bool = False,
         then_follow: bool = False,
+        sinks: SinkFor | None = None,
     ) -> None:
         self.follows = _follow_args(follows)
+        # until_eof: where a file's lines can go straight to their parser (Pipeline.sink), so
+        # that its quiet lines are only counted (sources/log_sieve.py).
+        self.sinks = sinks
         self.until_eof = until_eof  # read finished files to their end, then stop
         # ...or, with then_follow, go on following them (a finished-looking log that grows
         # again: the app opened on a long step's quiet minutes).
@@ -331,6 +345,29 @@ class LocalFollowSource:
             )
         return out
 
+    async def _sieved(self, follower: Follower, sink: ParserSink, emit: Emit) -> bool:
+        """Read a finished file with ``LogSieve`` (its quiet lines counted, not decoded);
+        False when it cannot be opened (the follower reports why)."""
+        fh = follower.handle  # opened as the follower opens files (links checked)
+        if fh is None:
+            return False
+        read = SievedRead(fh, sink)
+        try:
+            fh.seek(0)
+        except OSError:
+            return False
+        try:
+            end = await read.run()
+        except OSError:  # gone unreadable halfway: what was read stands, as with the follower
+            end = read.stats.bytes
+        follower.seek(end)
+        sink.counted()
+        if read.stats.skipped_long:
+            self.malformed += _decode(
+                [skipped_event(follower.path, read.stats.skipped_long, self.host, 0.0)], emit
+            )
+        return True
+
     async def _read_to_end(self, followers: list[Follower], emit: Emit) -> None:
         """Read each file completely (a finished log given with a replay or to diagnose).
 
@@ -339,6 +376,9 @@ class LocalFollowSource:
         """
         now = 0.0
         for follower in followers:
+            sink = self.sinks(self.host, follower.path, follower.kind) if self.sinks else None
+            if sink is not None and await self._sieved(follower, sink, emit):
+                continue
             while True:
                 dicts = follower.poll(self.host, now)
                 if dicts:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from verl_top.export.redact import Redactor
 from verl_top.model import LogHistory, LogLines, ProcessList, Record, VerlConfig, VerlStep
@@ -98,14 +98,29 @@ class Pipeline:
                 self._deliver(parsed, received)
             self._note_counts(host, path, kind, parser)
 
-    def _parse(self, rec: LogLines) -> list[Record]:
-        factory = self.parsers.get(rec.kind)
+    def sink(self, host: str, path: str, kind: str) -> ParserSink | None:
+        """Where a finished log's lines can go straight to their parser, its quiet lines
+        only counted (sources/log_sieve.py); None when that kind's parser reads every line."""
+        parser = self._stream(host, path, kind)
+        if parser is None or not hasattr(parser, "skip_quiet"):
+            return None
+        return ParserSink(self, (host, path, kind), parser)
+
+    def _stream(self, host: str, path: str, kind: str) -> StreamParser | None:
+        factory = self.parsers.get(kind)
         if factory is None:
-            return []
-        key = (rec.host, rec.path, rec.kind)
+            return None
+        key = (host, path, kind)
         parser = self._streams.get(key)
         if parser is None:
-            parser = self._streams[key] = factory(rec.host, rec.path)
+            parser = self._streams[key] = factory(host, path)
+        return parser
+
+    def _parse(self, rec: LogLines) -> list[Record]:
+        parser = self._stream(rec.host, rec.path, rec.kind)
+        if parser is None:
+            return []
+        key = (rec.host, rec.path, rec.kind)
         if rec.reset:
             parser.reset()
             self._anchor[key] = None  # history read later goes before what comes now
@@ -160,3 +175,35 @@ class Pipeline:
                 "kind": kind,
                 **counts,
             }
+
+
+class ParserSink:
+    """A finished log's lines fed to its stream parser directly (``LogSieve``'s reader): the
+    records it completes are delivered as those of ``LogLines`` are."""
+
+    def __init__(self, pipeline: Pipeline, key: tuple[str, str, str], parser: Any) -> None:
+        self.pipeline = pipeline
+        self.key = key
+        self.parser = parser
+
+    def quiet(self) -> bool:
+        """True when the parser would only count a line without a marker."""
+        return bool(self.parser.quiet())
+
+    def skip(self, n: int) -> None:
+        """``n`` lines without a marker went by."""
+        if n:
+            self.parser.skip_quiet(n)
+
+    def feed(self, lines: list[str]) -> None:
+        """Cleaned lines (more follow: a step line at their end waits for the next)."""
+        pipeline = self.pipeline
+        out = self.parser.feed(lines, 0.0, more=True)
+        if out:
+            received = pipeline.wall_clock()
+            for parsed in out:
+                pipeline._deliver(parsed, received)  # noqa: SLF001 - the pipeline's own helper
+
+    def counted(self) -> None:
+        """Show what was read so far (pane 3, ``--json``)."""
+        self.pipeline._note_counts(*self.key, self.parser)  # noqa: SLF001

@@ -384,9 +384,8 @@ class VerlTopApp(App):
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         """A tab just became visible: draw it now rather than at the next tick."""
-        pane = self.pane(self.visible_step())
-        pane.force_next()
-        pane.refresh_pane(self.store, self.assessment)
+        self.pane(self.visible_step()).force_next()
+        self.redraw()  # the header too: the pane is drawn from the store as it is now
 
     # -- actions ---------------------------------------------------------------------------
 

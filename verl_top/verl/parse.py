@@ -215,6 +215,52 @@ def parse_console_body(body: str) -> tuple[str, int, dict[str, float]]:
     if not rest.startswith(" - "):
         return MALFORMED, step, {}
     tokens = rest[3:].split(" - ")
+    plain = _plain_pairs(tokens, rest)
+    if plain is not None:
+        metrics, raws = plain
+        if not truncated and _cut_three_decimals(raws[:-1], raws[-1]):
+            metrics.popitem()  # the last pair was cut (8 complete ones or more stay)
+            return TRUNCATED, step, metrics
+        return (TRUNCATED if truncated else OK), step, metrics
+    return _console_pairs(tokens, step, truncated)
+
+
+# The characters of plain numbers ("-1.5e-3"): a value made of only these is read by float()
+# exactly as by _parse_value (no blank, underscore, nan/inf or wrapper can be in it).
+_NUMBER_CHARS_RE = re.compile(r"[0-9.eE+\-]*")
+
+
+def _plain_pairs(tokens: list[str], rest: str) -> tuple[dict[str, float], list[str]] | None:
+    """Every ``key:number`` pair of a step line at once, when all are plain (the usual line):
+    ASCII printable keys with no blank at their ends, numbers float() reads as _parse_value
+    does. None sends the line to the pair-by-pair parse."""
+    pairs = [token.partition(":") for token in tokens]
+    keys = [p[0] for p in pairs]
+    raws = [p[2] for p in pairs]
+    values = "".join(raws)
+    names = "".join(keys)
+    if (
+        _NUMBER_CHARS_RE.fullmatch(values) is None
+        or not (names.isascii() and names.isprintable())
+        or "  " in rest
+        or " :" in rest
+        or not all(keys)
+        or keys[0][0] == " "
+    ):
+        return None
+    try:
+        numbers = list(map(float, raws))
+    except ValueError:
+        return None
+    if len(set(keys)) != len(keys):
+        return None  # a key twice: the pair-by-pair parse keeps its order of events
+    return dict(zip(keys, numbers, strict=True)), raws
+
+
+def _console_pairs(
+    tokens: list[str], step: int, truncated: bool
+) -> tuple[str, int, dict[str, float]]:
+    """The pairs of a step line one by one (see the module docstring for what is malformed)."""
     metrics: dict[str, float] = {}
     raw_values: list[str] = []
     last = len(tokens) - 1
@@ -417,6 +463,16 @@ class VerlStreamParser:
         if grew:
             self._config_from_text(t, out)
         return out
+
+    def quiet(self) -> bool:
+        """True when the next line is skipped (only counted) unless it holds a marker of the
+        quiet test in ``feed``: what lets a finished log's quiet lines go unread
+        (sources/log_sieve.py)."""
+        return self._quiet()
+
+    def skip_quiet(self, n: int) -> None:
+        """``n`` lines went by that the quiet test would have skipped: count them."""
+        self.lines += n
 
     def _quiet(self) -> bool:
         """True when a line can only matter by what the quiet test in ``feed`` finds: no wrapped step

@@ -1,0 +1,198 @@
+"""A finished log read through the sieve (sources/log_sieve.py) reads as when every line is read.
+
+The sieve leaves lines undecoded when a quiet verl parser would skip them: on every real log the
+records, counts and verdict must equal those of reading each line; any line the parser would
+not skip must be selected, whatever escapes, controls or invisible characters it holds; the
+lines that reach the parser are clean; a runaway line costs no memory."""
+
+from __future__ import annotations
+
+import asyncio
+import tracemalloc
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from verl_top.diagnosis.engine import Engine
+from verl_top.sources import log_sieve
+from verl_top.sources.local import LocalFollowSource
+from verl_top.sources.pipeline import Pipeline
+from verl_top.store import Store
+from verl_top.untrusted import clean_lines, is_clean
+from verl_top.verl import parse
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+REAL_LOGS = sorted(
+    [*(FIXTURES / "real_logs").glob("*.log"), *(FIXTURES / "verl").glob("*.log")]
+    + [*(FIXTURES / "verl").glob("*.txt"), *(FIXTURES / "verl").glob("*.jsonl")]
+)
+
+
+def read(path: Path, sieved: bool) -> tuple[Store, list[object]]:
+    """The store after reading ``path`` to its end (as diagnose does), and what was delivered."""
+    store = Store()
+    pipeline = Pipeline(store)
+    seen: list[object] = []
+    pipeline.listeners.append(seen.append)
+    source = LocalFollowSource(
+        [("verl", str(path), True)], until_eof=True, sinks=pipeline.sink if sieved else None
+    )
+    asyncio.run(source.run(pipeline.emit))
+    pipeline.finish()
+    return store, seen
+
+
+def outcome(store: Store, seen: list[object]) -> tuple[object, ...]:
+    verdict = Engine().evaluate(store)
+    stats = [{k: v for k, v in s.items() if k != "host"} for s in store.log_stats.values()]
+    return (
+        seen,
+        list(store.steps),
+        store.config,
+        stats,
+        verdict.bottleneck_rule,
+        verdict.headline,
+        [(f.rule, f.title) for f in verdict.findings],
+    )
+
+
+@pytest.mark.parametrize("path", REAL_LOGS, ids=lambda p: p.name)
+def test_a_sieved_real_log_reads_as_every_line_read(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast = outcome(*read(path, sieved=True))
+    monkeypatch.setattr(parse.VerlStreamParser, "_quiet", lambda self: False)
+    assert fast == outcome(*read(path, sieved=False))  # every line decoded, cleaned, parsed
+
+
+HOSTILE = [
+    b"step:103 - gen:1.5 - total:2.0",  # a plain step line for contrast
+    b"st\x1b[0mep:104 - gen:1.5 - total:2.0",  # an escape splits the marker
+    b"ste\x00p:105 - gen:1.5 - total:2.0",  # a NUL inside it
+    "st\u200bep:106 - gen:1.5 - total:2.0".encode(),  # a zero-width space
+    b"(pid=1) step\x1b[32m :107 - gen:1.5",  # a colour code before a blank
+    b"Trace\x1b]0;title\x07back (most recent call last):",  # an OSC title inside an opener
+    b"python3 -m\tverl.trainer.main_ppo data.train_batch_size=64",  # a tab after -m
+    b"\x1b[36m(TaskRunner pid=1)\x1b[0m step:108 - gen:1.5 - total:2.0",
+    "\u5956\u52b1 reward: 0.5 \u2014 caf\u00e9 \U0001f600".encode(),  # letters, dash, emoji
+    b"bad utf-8 \xff\xfe st\xffep:111 - x:1",  # invalid bytes
+    "ste\u009bXp:109 - gen:1.5".encode(),  # an 8-bit CSI eats the X
+]
+
+
+def hostile_log(tmp_path: Path, runaway: int = 0) -> Path:
+    """A real log with the hostile lines (and a runaway line) between two copies of it."""
+    real = (FIXTURES / "real_logs" / "vlm_gui_cursor_custom_rollout_key.log").read_bytes()
+    path = tmp_path / "hostile.log"
+    with open(path, "wb") as fh:
+        # quiet lines between them: a line right after a step line is read anyway
+        fh.write(real + b"\n" + b"\na quiet line\nanother quiet line\n".join(HOSTILE) + b"\n")
+        if runaway:
+            fh.write(b"step:110 - " + b"x" * runaway + b"\n")
+        fh.write(real + b"step:112 - gen:1.5 - total:2.0\r\r")  # no newline at the end
+    return path
+
+
+def test_hostile_lines_are_found_and_cleaned_as_when_every_line_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = hostile_log(tmp_path)
+    fed: list[str] = []
+    real_feed = parse.VerlStreamParser.feed
+
+    def feed(self, lines, t, more=False):  # noqa: ANN001, ANN202
+        fed.extend(lines)
+        return real_feed(self, lines, t, more)
+
+    monkeypatch.setattr(parse.VerlStreamParser, "feed", feed)
+    fast = outcome(*read(path, sieved=True))
+    assert fed and all(is_clean(line.replace("\r", "")) for line in fed)  # \r is kept
+    steps = {s.step for s in fast[1]}  # markers spliced by what cleaning removes are read
+    assert {103, 104, 105, 106, 108, 109} <= steps and 111 not in steps
+    assert 112 in steps  # the last line, without a newline: the file is finished
+    monkeypatch.setattr(parse.VerlStreamParser, "_quiet", lambda self: False)
+    assert fast == outcome(*read(path, sieved=False))
+
+
+def test_a_runaway_line_is_skipped_and_counted_without_holding_it(tmp_path: Path) -> None:
+    path = hostile_log(tmp_path, runaway=10 * 1024 * 1024)
+    store, _ = read(path, sieved=False)
+    tracemalloc.start()
+    fast, _ = read(path, sieved=True)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 6 * 1024 * 1024  # the 10 MB line was never held whole
+    assert [e.text for e in fast.events if "skipped" in e.text] == [
+        e.text for e in store.events if "skipped" in e.text
+    ]
+    assert any("1 line(s) over" in e.text for e in fast.events)
+    assert list(fast.log_stats.values())[0]["lines"] == list(store.log_stats.values())[0]["lines"]
+
+
+MARKERS = ["step:", "step =", "{", "NCCL", "/k:", "Traceback (most", "Error executing job"]
+MARKERS += ["-m ", "main_"]
+# What cleaning removes or changes, and what may stand around a marker.
+REMOVED = ["\x1b[0m", "\x1b[32m", "\x1b[1;31m", "\x1b]0;t\x07", "\x1b", "\x1b(B", "\x00", "\x7f"]
+REMOVED += ["\u200b", "\u009b", "\u009bX", "\u009d", "\ufeff", "\U000e0041", "\t", "\r"]
+AROUND = ["", "x", " ", "(pid=1) ", "p", "m", ")", "]", "\u00e9", "\u5956", "\x1b[36m", "\xa0"]
+
+
+@st.composite
+def spliced(draw: st.DrawFn) -> str:
+    """A marker cut somewhere, with things cleaning removes put in the cut."""
+    marker = draw(st.sampled_from(MARKERS))
+    cut = draw(st.integers(0, len(marker)))
+    inside = "".join(draw(st.lists(st.sampled_from(REMOVED), min_size=1, max_size=3)))
+    before, after = draw(st.sampled_from(AROUND)), draw(st.sampled_from(AROUND))
+    return before + marker[:cut] + inside + marker[cut:] + after
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.one_of(spliced(), st.sampled_from(AROUND + REMOVED)), max_size=6))
+def test_every_line_a_quiet_parser_would_read_is_selected(lines: list[str]) -> None:
+    """Soundness of the sieve: a line it leaves out is one the quiet parser skips once
+    cleaned, whatever escapes, controls and invisible characters split its markers."""
+    lines = [line.replace("\n", "") for line in lines]
+    block = "".join(line + "\n" for line in lines).encode("utf-8", "surrogatepass")
+    selected = set(log_sieve.LogSieve().hits(block, len(lines)).index)
+    for i, line in enumerate(clean_lines([line.removesuffix("\r") for line in lines])):
+        parser = parse.VerlStreamParser("h", "x.log")
+        parser.first_unmatched = "x"  # quiet: a line without a marker is only counted
+        with mock.patch.object(parse, "logical_lines", wraps=parse.logical_lines) as looked:
+            parser.feed([line], 0.0, more=True)
+        if looked.called:
+            assert i in selected, (lines[i], line)
+
+
+def test_the_app_follows_a_sieved_log_on_from_where_the_sieve_stopped(tmp_path: Path) -> None:
+    """A log that looked finished (the app opened on a long step's quiet minutes) is read
+    through the sieve, then followed: the step printed afterwards is read once, not the
+    history again."""
+    path = tmp_path / "driver.log"
+    real = (FIXTURES / "real_logs" / "vlm_gui_cursor_custom_rollout_key.log").read_bytes()
+    path.write_bytes(real)
+    store = Store()
+    pipeline = Pipeline(store)
+    source = LocalFollowSource(
+        [("verl", str(path), True)],
+        interval=0.05,
+        count=20,
+        until_eof=True,
+        then_follow=True,
+        sinks=pipeline.sink,
+    )
+
+    async def run() -> None:
+        task = asyncio.create_task(source.run(pipeline.emit))
+        await asyncio.sleep(0.3)
+        with open(path, "ab") as fh:
+            fh.write(b"step:10 - timing_s/gen:1.5 - timing_s/step:2.0\nquiet after it\n")
+        await task
+
+    asyncio.run(run())
+    assert [s.step for s in store.steps] == list(range(1, 11))
+    (stats,) = store.log_stats.values()
+    assert stats["lines"] == real.count(b"\n") + 2

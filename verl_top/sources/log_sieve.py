@@ -1,0 +1,330 @@
+"""A finished verl log read without decoding the lines nothing reads (issue 30).
+
+A real log is mostly lines no parser needs (a reward function printing each sample, vLLM and
+Ray chatter). ``VerlStreamParser`` already skips them while it is *quiet* (no step line,
+metrics block, config, traceback or launch command open) by a test on each cleaned line; here
+that test is done on a whole block of the file's bytes at C speed, so those lines are never
+decoded, cleaned or looked at in Python. Only the lines that may pass the test are decoded
+and cleaned at the boundary (``untrusted.clean_lines``) and fed to the parser; every other
+line is counted. When the parser is not quiet (inside a traceback, a printed config, a
+wrapped step line) the lines are fed one after the other, as before.
+
+Exactness: a line is left out only when its *cleaned* text could not hold a marker of the
+quiet test. The markers are searched in the raw bytes with patterns that accept any
+non-ASCII byte where the parser's patterns accept a Unicode letter or space. Cleaning removes
+escape sequences, control and invisible characters, which could splice a marker together
+("st\\x1b[0mep:"): every line holding a control byte, an invisible or C1 character, or an
+escape sequence other than a colour code where no marker can run through it (at the line's
+start or end, or between ``)`` and a blank) is read like a marker line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO, Protocol
+
+from verl_top.agent.follow import MAX_PARTIAL
+from verl_top.untrusted import INVISIBLE_ASTRAL, INVISIBLE_BMP, clean_lines
+
+BLOCK = 1024 * 1024  # bytes read at a time (~10 ms of work: the app's loop stays free)
+DENSE_RUN = 16  # lines fed at a time while the parser reads every line
+
+# What the parser's quiet test (verl/parse.py VerlStreamParser.feed) looks for, on raw bytes:
+# each pattern then takes the rest of its line, so a line yields one match per pattern.
+# [\x80-\xff] stands for the Unicode letters and spaces ``\w`` and ``\s`` accept in text.
+_MARKERS = tuple(
+    re.compile(p + rb"[^\n]*")
+    for p in (
+        rb"\{",
+        rb"NCCL",
+        rb"step(?:[ \t\r]|[\x80-\xff])*[:=]",
+        rb"/[\w@./()\-\x80-\xff]*:",
+        rb"Traceback \(most",  # CrashScanner.OPENERS
+        rb"Error executing job",
+        rb"-m[ \t]",  # LaunchReader.OPENERS ("-m\t" cleans to "-m    ")
+        rb"main_",
+    )
+)
+# An escape sequence whose removal could join the text on both sides into a marker: any but
+# a plain colour code (ESC [ digits m) at the start of a line, at its end, or before a blank
+# after a byte that no marker has before a blank (markers with one: "step :", "Traceback (",
+# "Error executing job", "-m "). A run of codes is judged code by code: the byte before the
+# second is the first one's "m".
+_NO_BLANK_AFTER = bytes(sorted(set(range(0x21, 0x7F)) - set(b"pkrgm")))
+_ANY_OTHER = bytes(sorted(set(range(256)) - set(_NO_BLANK_AFTER) - {0x0A}))
+_RISKY_ESCAPE = re.compile(
+    rb"\x1b(?:(?<=[" + re.escape(_NO_BLANK_AFTER) + rb"]\x1b)(?!\[[0-9;]*m[\n ])"
+    rb"|(?<=[" + re.escape(_ANY_OTHER) + rb"]\x1b)(?!\[[0-9;]*m\n))"
+)
+_CONTROL_BYTES = bytes([*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x1B), *range(0x1C, 0x20), 0x7F])
+_CONTROL = re.compile(b"[" + re.escape(_CONTROL_BYTES) + b"]")
+
+
+def _class_members(spec: str) -> Iterator[int]:
+    """The code points of a regex character class body made of characters and ``a-b``."""
+    i = 0
+    while i < len(spec):
+        if i + 2 < len(spec) and spec[i + 1] == "-":
+            yield from range(ord(spec[i]), ord(spec[i + 2]) + 1)
+            i += 3
+        else:
+            yield ord(spec[i])
+            i += 1
+
+
+def _trie_pattern(encodings: list[bytes]) -> bytes:
+    """A regex matching exactly ``encodings`` (UTF-8 sequences sharing their first byte's
+    length), tails with the same continuation grouped into one character class."""
+    if len(encodings[0]) == 1:
+        return b"[" + b"".join(re.escape(bytes([e[0]])) for e in encodings) + b"]"
+    heads: dict[int, list[bytes]] = {}
+    for e in encodings:
+        heads.setdefault(e[0], []).append(e[1:])
+    by_tail: dict[bytes, list[int]] = {}
+    for head, tails in sorted(heads.items()):
+        by_tail.setdefault(_trie_pattern(sorted(tails)), []).append(head)
+    alts = [
+        b"[" + b"".join(re.escape(bytes([h])) for h in hs) + b"]" + tail
+        for tail, hs in by_tail.items()
+    ]
+    return alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
+
+
+def _removable_by_lead() -> dict[int, re.Pattern[bytes]]:
+    """Per UTF-8 lead byte, a pattern of the characters cleaning removes that start with it:
+    C1 controls, invisible characters (untrusted.INVISIBLE_*)."""
+    points = [*range(0x80, 0xA0), *_class_members(INVISIBLE_BMP + INVISIBLE_ASTRAL)]
+    groups: dict[int, list[bytes]] = {}
+    for cp in points:
+        enc = chr(cp).encode("utf-8")
+        groups.setdefault(enc[0], []).append(enc[1:])
+    return {
+        lead: re.compile(re.escape(bytes([lead])) + _trie_pattern(sorted(set(tails))))
+        for lead, tails in groups.items()
+    }
+
+
+class LineSink(Protocol):
+    """What reads the selected lines: a verl stream parser, through the pipeline."""
+
+    def quiet(self) -> bool:
+        """True when a line without a marker would be skipped (only counted)."""
+        ...
+
+    def skip(self, n: int) -> None:
+        """``n`` lines without a marker went by."""
+        ...
+
+    def feed(self, lines: list[str]) -> None:
+        """Cleaned lines, in file order (more follow)."""
+        ...
+
+    def counted(self) -> None:
+        """A block was read: show the counts so far."""
+        ...
+
+
+@dataclass
+class SieveStats:
+    """What a sieved read went through: lines, bytes, lines decoded, runaway lines."""
+
+    lines: int = 0
+    bytes: int = 0
+    decoded: int = 0
+    skipped_long: int = 0
+
+
+@dataclass
+class _Hits:
+    """The lines of a block that may matter: index, first byte, byte of their newline."""
+
+    index: list[int] = field(default_factory=list)
+    start: list[int] = field(default_factory=list)
+    end: list[int] = field(default_factory=list)
+
+
+class LogSieve:
+    """Finds, in blocks of a log's bytes, the lines a quiet verl parser would not skip."""
+
+    def __init__(self) -> None:
+        self._removable = _removable_by_lead()
+        # What is left of a block without its printable ASCII (tabs, \r and escapes too):
+        # its newlines, control bytes and non-ASCII characters, mostly nothing.
+        self._ascii = bytes([0x09, 0x0D, 0x1B, *range(0x20, 0x7F)])
+        keep = {*_CONTROL_BYTES, *self._removable}
+        self._gate = bytes(b for b in range(256) if b not in keep)
+
+    def hits(self, block: bytes, lines: int) -> _Hits:
+        """The lines of ``block`` (``lines`` whole lines, each ending in a newline) that hold
+        a marker or something cleaning would remove around one."""
+        positions: list[int] = []
+        for pattern in _MARKERS:
+            positions += [m.start() for m in pattern.finditer(block)]
+        positions += [m.start() for m in _RISKY_ESCAPE.finditer(block)]
+        hits = _lines_at(block, positions)
+        rest = block.translate(None, self._ascii)
+        if len(rest) > lines:  # more than its newlines
+            _merge(hits, _spans_of(block, self._removable_lines(rest)))
+        return hits
+
+    def _removable_lines(self, rest: bytes) -> list[int]:
+        """The lines (by index) holding a control byte or a character cleaning removes, in
+        ``rest``: a block's newlines and non-ASCII bytes (a character's bytes stay together)."""
+        present = set(rest.translate(None, self._gate))
+        patterns = [self._removable[b] for b in present if b in self._removable]
+        if present & set(_CONTROL_BYTES):
+            patterns.append(_CONTROL)
+        lines: set[int] = set()
+        for pattern in patterns:
+            prev = line = 0
+            for m in pattern.finditer(rest):
+                line += rest.count(b"\n", prev, m.start())
+                prev = m.start()
+                lines.add(line)
+        return sorted(lines)
+
+
+def _lines_at(block: bytes, positions: list[int]) -> _Hits:
+    """The distinct lines holding ``positions``, in order."""
+    out = _Hits()
+    line, prev, last_end = 0, 0, -1
+    for pos in sorted(positions):
+        if pos <= last_end:
+            continue  # on the line already taken
+        line += block.count(b"\n", prev, pos)
+        end = block.find(b"\n", pos)
+        out.index.append(line)
+        out.start.append(block.rfind(b"\n", 0, pos) + 1)
+        out.end.append(end)
+        prev, last_end = pos, end
+    return out
+
+
+def _spans_of(block: bytes, lines: list[int]) -> _Hits:
+    """The lines of ``block`` with these (sorted) indices."""
+    out = _Hits()
+    line = pos = 0
+    for want in lines:
+        while line < want:
+            pos = block.find(b"\n", pos) + 1
+            line += 1
+        out.index.append(want)
+        out.start.append(pos)
+        out.end.append(block.find(b"\n", pos))
+    return out
+
+
+def _merge(hits: _Hits, more: _Hits) -> None:
+    """``hits`` with the lines of ``more`` it lacks, in order."""
+    rows = dict(zip(hits.index, zip(hits.start, hits.end, strict=True), strict=True))
+    rows.update(zip(more.index, zip(more.start, more.end, strict=True), strict=True))
+    order = sorted(rows)
+    hits.index[:] = order
+    hits.start[:] = [rows[i][0] for i in order]
+    hits.end[:] = [rows[i][1] for i in order]
+
+
+def _texts(block: bytes, spans: list[tuple[int, int]]) -> list[str]:
+    """The lines of ``block`` at ``spans`` decoded and cleaned at the boundary, as the
+    follower reads them (a CRLF line loses its \\r)."""
+    raw = b"\n".join(block[s:e] for s, e in spans)
+    text = raw.decode("utf-8", "replace")
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").removesuffix("\r")
+    return clean_lines(text.split("\n"))
+
+
+class SievedRead:
+    """Reads a finished log to its end into a ``LineSink``, decoding only what it needs."""
+
+    def __init__(self, fh: BinaryIO, sink: LineSink, sieve: LogSieve | None = None) -> None:
+        self.fh = fh
+        self.sink = sink
+        self.sieve = sieve or LogSieve()
+        self.stats = SieveStats()
+        self._carry = b""
+        self._skipping = False  # inside a line over MAX_PARTIAL: dropped to its newline
+
+    async def run(self) -> int:
+        """Read to the end; returns the offset reached (the file's end). A last line without
+        a newline counts as a line (the file is finished)."""
+        while True:
+            data = self.fh.read(BLOCK)
+            if not data:
+                break
+            self.stats.bytes += len(data)
+            block = self._whole_lines(data)
+            if block:
+                self._block(block)
+                self.sink.counted()
+            await asyncio.sleep(0)  # one block at a time: the app's loop stays free
+        if self._carry and not self._skipping:  # as the follower flushes it: no \r at its end
+            self._block(self._carry.rstrip(b"\r") + b"\n")
+        self._carry = b""
+        self.sink.counted()
+        return self.fh.tell()
+
+    def _whole_lines(self, data: bytes) -> bytes:
+        """The whole lines that ``data`` completes (runaway lines dropped and counted)."""
+        if self._skipping:
+            nl = data.find(b"\n")
+            if nl < 0:
+                return b""
+            data, self._skipping = data[nl + 1 :], False
+        data = self._carry + data if self._carry else data
+        cut = data.rfind(b"\n")
+        self._carry = data[cut + 1 :]
+        if len(self._carry) > MAX_PARTIAL:
+            self._carry, self._skipping = b"", True
+            self.stats.skipped_long += 1
+        block = data[: cut + 1]
+        first = block.find(b"\n")
+        # Only the first line can exceed MAX_PARTIAL (it may have been carried): the follower
+        # drops a line of more than MAX_PARTIAL characters.
+        if first > MAX_PARTIAL and len(block[:first].decode("utf-8", "replace")) > MAX_PARTIAL:
+            self.stats.skipped_long += 1
+            block = block[first + 1 :]
+        return block
+
+    def _block(self, block: bytes) -> None:
+        """Give the lines of ``block`` to the sink: the quiet ones counted, the rest fed."""
+        n = block.count(b"\n")
+        hits = self.sieve.hits(block, n)
+        self.stats.lines += n
+        texts = _texts(block, list(zip(hits.start, hits.end, strict=True))) if hits.index else []
+        self.stats.decoded += len(texts)
+        sink, index = self.sink, hits.index
+        i = pos = k = 0  # next line (its index, first byte), next hit
+        run, last_dense = 0, -1  # dense runs double while the parser stays awake
+        while i < n:
+            while k < len(index) and index[k] < i:
+                k += 1
+            if sink.quiet():
+                nxt = index[k] if k < len(index) else n
+                sink.skip(nxt - i)
+                if nxt == n:
+                    return
+                j = k + 1  # hits on the lines right after it go along
+                while j < len(index) and index[j] == index[j - 1] + 1:
+                    j += 1
+                sink.feed(texts[k:j])
+                i, pos, k = index[j - 1] + 1, hits.end[j - 1] + 1, j
+                continue
+            # Every line is read now (a traceback, a config, a wrapped step line): a few
+            # at a time, up to the next hit; feeding more than needed reads as before.
+            run = min(run * 2, DENSE_RUN) if i == last_dense else 1
+            stop = min(n, i + run, index[k] if k < len(index) and index[k] > i else n)
+            end = pos
+            spans = []
+            for _ in range(stop - i):
+                nl = block.find(b"\n", end)
+                spans.append((end, nl))
+                end = nl + 1
+            lines = _texts(block, spans)
+            self.stats.decoded += len(lines)
+            sink.feed(lines)
+            i, pos = stop, end
+            last_dense = i
