@@ -36,7 +36,7 @@ from typing import Any
 
 from _common import ensure_repo_on_path, median, percentile, table, write_json
 from client_scale import GcClock, LoopLag, TimedEngine, Timings, rss_mb
-from prom_scale import exposition, serve_file
+from prom_scale import require_prometheus, serve_exposition
 
 ensure_repo_on_path()
 
@@ -46,7 +46,7 @@ from verl_top.sources.prometheus import PrometheusSource, PromSettings  # noqa: 
 from verl_top.store import Store, StoreLimits  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from promserver import PROMETHEUS, PromServer  # noqa: E402
+from promserver import PromServer  # noqa: E402
 
 WINDOW_S = 300.0
 REFRESH_S = 1.0
@@ -195,16 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--json-out", default=None, metavar="FILE")
     args = p.parse_args(argv)
-    if not os.path.exists(PROMETHEUS):
-        sys.exit(f"{PROMETHEUS} not installed (apt-get install -y prometheus)")
+    require_prometheus()
     gpus = args.hosts * args.gpus_per_host
     with tempfile.TemporaryDirectory(prefix="verltop-promapp-") as tmp:
         work = Path(tmp)
-        body = exposition(args.hosts, args.gpus_per_host)
-        http, port = serve_file(body, args.addr, work)
-        prom = PromServer(
-            work / "prom", {"dcgm": [f"{args.addr}:{port}"]}, args.addr, args.scrape_interval
-        )
+        body, http, target = serve_exposition(args.hosts, args.gpus_per_host, args.addr, work)
+        prom = PromServer(work / "prom", {"dcgm": [target]}, args.addr, args.scrape_interval)
         try:
             prom.wait_for("DCGM_FI_DEV_GPU_TEMP", gpus, timeout=120)
             time.sleep(args.history_wait)
