@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import ensure_repo_on_path, median, percentile, table, write_json
-from client_scale import GcClock, LoopLag, TimedEngine, Timings, rss_mb
+from client_scale import GcClock, LoopLag, TimedEngine, Timings, rss_mb, time_pane
 from prom_scale import require_prometheus, serve_exposition
 
 ensure_repo_on_path()
@@ -58,21 +58,6 @@ def app_limits(gpus_cap: int) -> StoreLimits:
     if gpus_cap:
         base.gpus = gpus_cap
     return base
-
-
-def _timed_pane(app: Any, timings: Timings) -> None:
-    """Time pane 1's refresh (wall and CPU) while measuring."""
-    pane = app.pane(1)
-    original = pane.refresh_pane
-
-    def timed(st: Any, verdict: Any) -> None:
-        t0, c0 = time.perf_counter(), time.process_time()
-        original(st, verdict)
-        if timings.measuring:
-            timings.pane_ms.append((time.perf_counter() - t0) * 1000)
-            timings.pane_cpu_ms.append((time.process_time() - c0) * 1000)
-
-    pane.refresh_pane = timed
 
 
 async def _wait_for_gpus(store: Store, want: int, limit_s: float) -> float:
@@ -103,7 +88,7 @@ async def run_app(url: str, args: argparse.Namespace, gpus: int) -> dict[str, An
     out: dict[str, Any] = {"gpus_exposed": gpus, "gpu_cap": store.limits.gpus}
     async with app.run_test(headless=True, size=(200, 60)) as pilot:
         await pilot.pause()
-        _timed_pane(app, timings)
+        time_pane(app, timings)
         out["first_data_s"] = await _wait_for_gpus(store, min(gpus, store.limits.gpus), 120.0)
         await asyncio.sleep(args.warmup)
         lag, clock = LoopLag(), GcClock()
