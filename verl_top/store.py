@@ -476,9 +476,10 @@ class Store:
         self.count_drop(host, f"cap:{cap}>{limit}")
         if (host, cap) not in self._capped and len(self._capped) < 4 * self.limits.hosts:
             self._capped.add((host, cap))
+            raise_it = "; --max-gpus N raises it" if cap == "gpus" else ""
             self.notes.append(
                 f"{host}: {what} refused: the store keeps at most {limit} "
-                f"{cap.replace('_', ' ')} (further ones are counted, not kept)"
+                f"{cap.replace('_', ' ')} (further ones are counted, not kept{raise_it})"
             )
 
     def _admit(self, record: Record) -> bool:
