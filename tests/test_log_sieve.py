@@ -196,3 +196,28 @@ def test_the_app_follows_a_sieved_log_on_from_where_the_sieve_stopped(tmp_path: 
     assert [s.step for s in store.steps] == list(range(1, 11))
     (stats,) = store.log_stats.values()
     assert stats["lines"] == real.count(b"\n") + 2
+
+
+def test_a_wrapped_step_line_at_a_finished_logs_end_is_read_before_following_on(
+    tmp_path: Path,
+) -> None:
+    """The app reads a finished log through the sieve, then follows it: a step line wrapped
+    onto the log's last line was held open for a next line that never comes (the app showed
+    no data where diagnose named flow.rollout_bound on the real GH200 excerpt)."""
+    path = tmp_path / "driver.log"
+    path.write_bytes(
+        (FIXTURES / "real_logs" / "sglang_gh200_issue1208_wrapped_excerpt.log").read_bytes()
+    )
+    store = Store()
+    pipeline = Pipeline(store)
+    source = LocalFollowSource(
+        [("verl", str(path), True)],
+        interval=0.05,
+        count=4,
+        until_eof=True,
+        then_follow=True,
+        sinks=pipeline.sink,
+    )
+    asyncio.run(source.run(pipeline.emit))  # no pipeline.finish(): the app follows on
+    assert [s.step for s in store.steps] == [2]
+    assert store.steps[0].metrics["timing_s/gen"] > 0  # the wrapped line was joined

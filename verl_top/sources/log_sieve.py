@@ -126,6 +126,10 @@ class LineSink(Protocol):
         """A block was read: show the counts so far."""
         ...
 
+    def finish(self) -> None:
+        """The file's end: nothing more follows (a step line held for its wrap is complete)."""
+        ...
+
 
 @dataclass
 class SieveStats:
@@ -264,6 +268,9 @@ class SievedRead:
         if self._carry and not self._skipping:  # as the follower flushes it: no \r at its end
             self._block(self._carry.rstrip(b"\r") + b"\n")
         self._carry = b""
+        # The log is finished: a step line held in case it wraps onto the next line is whole
+        # (the app follows on and would hold it forever; diagnose ended it at its end).
+        self.sink.finish()
         self.sink.counted()
         return self.fh.tell()
 

@@ -195,14 +195,18 @@ class ParserSink:
         if n:
             self.parser.skip_quiet(n)
 
-    def feed(self, lines: list[str]) -> None:
-        """Cleaned lines (more follow: a step line at their end waits for the next)."""
+    def feed(self, lines: list[str], more: bool = True) -> None:
+        """Cleaned lines (``more`` follow: a step line at their end waits for the next)."""
         pipeline = self.pipeline
-        out = self.parser.feed(lines, 0.0, more=True)
+        out = self.parser.feed(lines, 0.0, more=more)
         if out:
             received = pipeline.wall_clock()
             for parsed in out:
                 pipeline._deliver(parsed, received)  # noqa: SLF001 - the pipeline's own helper
+
+    def finish(self) -> None:
+        """The file's end: end what the parser holds open (a step line that might wrap)."""
+        self.feed([], more=False)
 
     def counted(self) -> None:
         """Show what was read so far (pane 3, ``--json``)."""
