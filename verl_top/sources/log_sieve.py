@@ -42,12 +42,17 @@ _MARKERS = tuple(
         rb"NCCL",
         rb"step(?:[ \t\r]|[\x80-\xff])*[:=]",
         rb"/[\w@./()\-\x80-\xff]*:",
-        rb"Traceback \(most",  # CrashScanner.OPENERS
         rb"Error executing job",
         rb"-m[ \t]",  # LaunchReader.OPENERS ("-m\t" cleans to "-m    ")
         rb"main_",
     )
 )
+# CrashScanner's traceback opener counts only at the start of a line's unprefixed body, after
+# a blank (a timestamp's, srun's) or a line or \r start: never after a digit or ASCII punctuation
+# (a worker's "ERROR:<time>,953:Traceback (most"), unless that byte ends an escape sequence
+# cleaning removes (ESC, then only bytes 0x20-0x3F: "ESC 7", "ESC # 8"), which could bare a start.
+_TRACEBACK = re.compile(rb"Traceback \(most")
+_ESCAPE_TAIL = re.compile(rb"\x1b[\x20-\x3f]*")
 # An escape sequence whose removal could join the text on both sides into a marker: any but
 # a plain colour code (ESC [ digits m) at the start of a line, at its end, or before a blank
 # after a byte that no marker has before a blank (markers with one: "step :", "Traceback (",
@@ -163,6 +168,7 @@ class LogSieve:
         positions: list[int] = []
         for pattern in _MARKERS:
             positions += [m.start() for m in pattern.finditer(block)]
+        positions += [p for m in _TRACEBACK.finditer(block) if _may_open(block, p := m.start())]
         positions += [m.start() for m in _RISKY_ESCAPE.finditer(block)]
         hits = _lines_at(block, positions)
         rest = block.translate(None, self._ascii)
@@ -185,6 +191,15 @@ class LogSieve:
                 prev = m.start()
                 lines.add(line)
         return sorted(lines)
+
+
+def _may_open(block: bytes, pos: int) -> bool:
+    """True when the ``Traceback (most`` at ``pos`` may start a line's body once cleaned
+    (``VerlStreamParser``'s quiet test, on the cleaned line, is the same without escapes)."""
+    if pos == 0 or not 0x21 <= block[pos - 1] <= 0x3F:
+        return True
+    esc = block.rfind(b"\x1b", 0, pos)
+    return esc >= 0 and _ESCAPE_TAIL.fullmatch(block, esc, pos) is not None
 
 
 def _lines_at(block: bytes, positions: list[int]) -> _Hits:

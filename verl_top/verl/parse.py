@@ -103,6 +103,10 @@ MAX_SHOWN_LINE = 200
 # `in` first: a regex with a literal head is found fast, an alternation is tried everywhere.
 _STEP_ANYWHERE_RE = re.compile(r"step\s*[:=]")
 _PAIR_KEY_RE = re.compile(r"/[\w@./()\-]*:")
+# CrashScanner opens a traceback only on an unprefixed body that starts with it: at a line's or
+# a \r piece's start, or after a head's blank; never after a digit or ASCII punctuation (the
+# per-sample "ERROR:<time>,953:Traceback (most" a worker logs).
+_TRACEBACK_START_RE = re.compile(r"(?<![!-?])Traceback \(most")
 
 NONE, OK, TRUNCATED, MALFORMED = "none", "ok", "truncated", "malformed"
 MAX_CONFIG_FILE_CHARS = 4_000_000
@@ -426,9 +430,9 @@ class VerlStreamParser:
                 and "NCCL" not in raw
                 and ("step" not in raw or _STEP_ANYWHERE_RE.search(raw) is None)
                 and ("/" not in raw or _PAIR_KEY_RE.search(raw) is None)
-                and "Traceback (most" not in raw  # CrashScanner.OPENERS and
-                and "Error executing job" not in raw  # LaunchReader.OPENERS, inline:
-                and "-m " not in raw  # (a generator here costs more than the test)
+                and ("Traceback (most" not in raw or _TRACEBACK_START_RE.search(raw) is None)
+                and "Error executing job" not in raw  # CrashScanner.OPENERS and
+                and "-m " not in raw  # LaunchReader.OPENERS, inline (a generator costs more)
                 and "main_" not in raw
             ):
                 skipped += 1  # no step, config, JSONL, metrics, traceback or command here
