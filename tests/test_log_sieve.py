@@ -133,7 +133,7 @@ def test_a_runaway_line_is_skipped_and_counted_without_holding_it(tmp_path: Path
     assert list(fast.log_stats.values())[0]["lines"] == list(store.log_stats.values())[0]["lines"]
 
 
-MARKERS = ["step:", "step =", "{", "NCCL", "/k:", "Traceback (most", "Error executing job"]
+MARKERS = ["step:", "step =", '{"', "{'", "NCCL", "/k:", "Traceback (most", "Error executing job"]
 MARKERS += ["-m ", "main_"]
 # What cleaning removes or changes, and what may stand around a marker.
 REMOVED = ["\x1b[0m", "\x1b[32m", "\x1b[1;31m", "\x1b]0;t\x07", "\x1b", "\x1b(B", "\x00", "\x7f"]
@@ -225,6 +225,33 @@ def test_the_quiet_test_never_skips_a_traceback_that_opens(before: str, inside: 
     quiet.first_unmatched = "x"
     quiet.feed([cleaned], 0.0, more=True)
     assert quiet.quiet() is not opens_traceback(cleaned), repr(line)
+
+
+RAY = "\x1b[36m(CursorLoopWorker pid=7)\x1b[0m "
+
+
+@pytest.mark.parametrize(
+    ("line", "read"),
+    [
+        (RAY + "\u8bbf {", False),  # a sample printout (the benchmark log: 84 a block)
+        (RAY + '    raise ValueError(f"step {self.step_idx} - failed from: {text}")', False),
+        ("\x1b[36m(TaskRunner pid=1)\x1b[0m {'actor_rollout_ref': {'actor': {'a': 1}}}", True),
+        ('{"step": 3, "timing_s/step": 1.5}', True),
+        ("{\x1b[0m'actor': 1}", True),  # cleaned: {'actor': 1}
+    ],
+)
+def test_only_a_brace_that_opens_jsonl_or_a_config_is_read(line: str, read: bool) -> None:
+    """A brace matters to a quiet parser only as the opening of a JSONL record or a pprinted
+    config; the sieve and the quiet test leave the others (format strings in tracebacks,
+    printed samples) unread: 25 112 -> 77 brace lines in the benchmark log."""
+    selected = log_sieve.LogSieve().hits(f"{line}\n".encode(), 1).index == [0]
+    (cleaned,) = clean_lines([line])
+    parser = parse.VerlStreamParser("h", "x.log")
+    parser.first_unmatched = "x"  # quiet
+    with mock.patch.object(parse, "logical_lines", wraps=parse.logical_lines) as looked:
+        parser.feed([cleaned], 0.0, more=True)
+    assert looked.called is read
+    assert selected is read
 
 
 def test_the_app_follows_a_sieved_log_on_from_where_the_sieve_stopped(tmp_path: Path) -> None:

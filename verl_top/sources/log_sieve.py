@@ -38,7 +38,7 @@ DENSE_RUN = 16  # lines fed at a time while the parser reads every line
 _MARKERS = tuple(
     re.compile(p + rb"[^\n]*")
     for p in (
-        rb"\{",
+        rb"\{[\"']",  # JSONL, a pprinted config
         rb"NCCL",
         rb"step(?:[ \t\r]|[\x80-\xff])*[:=]",
         rb"/[\w@./()\-\x80-\xff]*:",

@@ -97,9 +97,10 @@ _BLOCK_STEP_RE = re.compile(r"^step\s*[:=]\s*(\d{1,18})\s*$")
 _BLOCK_PAIR_RE = re.compile(r"^(?:- )?([\w@.()\-]+(?:/[\w@.()\-]+)+)\s*[:=]\s*(\S.*?)\s*$")
 MAX_SHOWN_LINE = 200
 # What a line must hold to be anything but noise to ``VerlStreamParser._line`` (a superset:
-# "step:" or a metrics block head, "{" of JSONL or a pprinted config, "/key:" of a wrapped
-# metrics piece, NCCL's own lines, or an escape that could hide one). Most lines of a real log (a reward function
-# printing each sample, vLLM and Ray chatter) have none and are counted, not parsed. Tested with
+# "step:" or a metrics block head, '{"' of JSONL or "{'" of a pprinted config, "/key:" of a
+# wrapped metrics piece, NCCL's own lines, a traceback's or launch command's opening, or an
+# escape that could hide one). Most lines of a real log (a reward function printing each sample,
+# vLLM and Ray chatter) have none and are counted, not parsed. Tested with
 # `in` first: a regex with a literal head is found fast, an alternation is tried everywhere.
 _STEP_ANYWHERE_RE = re.compile(r"step\s*[:=]")
 _PAIR_KEY_RE = re.compile(r"/[\w@./()\-]*:")
@@ -426,7 +427,8 @@ class VerlStreamParser:
             if (
                 quiet
                 and "\x1b" not in raw
-                and "{" not in raw
+                and '{"' not in raw  # a JSONL line's or a pprinted config's opening (what
+                and "{'" not in raw  # _line reads in a quiet parser), not any brace
                 and "NCCL" not in raw
                 and ("step" not in raw or _STEP_ANYWHERE_RE.search(raw) is None)
                 and ("/" not in raw or _PAIR_KEY_RE.search(raw) is None)
