@@ -652,7 +652,13 @@ class VerlStreamParser:
             self.steps += 1
             # nan/inf are read (verl prints them) but kept out of the record: absent = no data,
             # so no share, ratio or export ever sees a non-finite number.
-            finite_metrics = {k: v for k, v in metrics.items() if math.isfinite(v)}
+            # One C sum tells the usual all-finite step (nan or inf make it non-finite, as
+            # does an overflow, which only costs the filter).
+            finite_metrics = (
+                dict(metrics)
+                if math.isfinite(sum(metrics.values()))
+                else {k: v for k, v in metrics.items() if math.isfinite(v)}
+            )
             out.append(
                 VerlStep(host=self.host, t=t, step=step, metrics=finite_metrics, source=source)
             )
