@@ -254,6 +254,31 @@ def test_only_a_brace_that_opens_jsonl_or_a_config_is_read(line: str, read: bool
     assert selected is read
 
 
+@pytest.mark.parametrize(
+    ("line", "selected"),
+    [
+        # a traceback frame Ray folded: the code before " [repeated" follows a name, not a
+        # marker's word (the benchmark log: 6987 such lines were read before)
+        (
+            RAY + '  File "/x/env.py", line 9, in _cursor\x1b[32m [repeated 9x across cluster]',
+            False,
+        ),
+        ("Error\x1b[0m executing job with overrides", True),
+        ("step\x1b[0m : 3", True),
+        ("python3 -m\x1b[0m verl.trainer.main_ppo", True),
+        ("Traceback\x1b[0m (most recent call last):", True),
+        ("job\x1b[1m ok", False),
+    ],
+)
+def test_an_escape_before_a_blank_is_read_only_after_a_markers_word(
+    line: str, selected: bool
+) -> None:
+    """Removing a colour code before a blank joins the text around it: only after a word a
+    marker has before a blank ("step", "Traceback", "Error", "executing", "-m") can that make
+    a marker, so only there is the line read."""
+    assert (log_sieve.LogSieve().hits(f"{line}\n".encode(), 1).index == [0]) is selected
+
+
 def test_the_app_follows_a_sieved_log_on_from_where_the_sieve_stopped(tmp_path: Path) -> None:
     """A log that looked finished (the app opened on a long step's quiet minutes) is read
     through the sieve, then followed: the step printed afterwards is read once, not the

@@ -64,6 +64,13 @@ _RISKY_ESCAPE = re.compile(
     rb"\x1b(?:(?<=[" + re.escape(_NO_BLANK_AFTER) + rb"]\x1b)(?!\[[0-9;]*m[\n ])"
     rb"|(?<=[" + re.escape(_ANY_OTHER) + rb"]\x1b)(?!\[[0-9;]*m\n))"
 )
+# Of those, a colour code before a blank after p, k, r, g or m joins a marker only after the
+# word the marker has there; checked in Python on the few such codes (Ray's folded traceback
+# frames: "in _cursor ESC[32m [repeated 9x across cluster]"), which a regex alternative per
+# word would check at every escape.
+_BLANK_AFTER = (b"step", b"Traceback", b"Error", b"executing", b"-m")
+_WORD_ENDS = frozenset(b"pkrgm")
+_COLOUR_BLANK = re.compile(rb"\x1b\[[0-9;]*m ")
 _CONTROL_BYTES = bytes([*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x1B), *range(0x1C, 0x20), 0x7F])
 _CONTROL = re.compile(b"[" + re.escape(_CONTROL_BYTES) + b"]")
 
@@ -169,7 +176,9 @@ class LogSieve:
         for pattern in _MARKERS:
             positions += [m.start() for m in pattern.finditer(block)]
         positions += [p for m in _TRACEBACK.finditer(block) if _may_open(block, p := m.start())]
-        positions += [m.start() for m in _RISKY_ESCAPE.finditer(block)]
+        positions += [
+            m.start() for m in _RISKY_ESCAPE.finditer(block) if _may_join(block, m.start())
+        ]
         hits = _lines_at(block, positions)
         rest = block.translate(None, self._ascii)
         if len(rest) > lines:  # more than its newlines
@@ -191,6 +200,14 @@ class LogSieve:
                 prev = m.start()
                 lines.add(line)
         return sorted(lines)
+
+
+def _may_join(block: bytes, pos: int) -> bool:
+    """False for a risky escape at ``pos`` that is a colour code before a blank after p, k,
+    r, g or m where no marker's word ends (its removal cannot make a marker)."""
+    if block[pos - 1] not in _WORD_ENDS or _COLOUR_BLANK.match(block, pos) is None:
+        return True
+    return block.endswith(_BLANK_AFTER, 0, pos)
 
 
 def _may_open(block: bytes, pos: int) -> bool:
