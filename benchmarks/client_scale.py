@@ -300,6 +300,21 @@ class TimedEngine:
                 self.timings.engine_cpu_ms.append((time.thread_time() - c0) * 1000)
 
 
+def time_pane(app: Any, timings: Timings) -> None:
+    """Time pane 1's refresh (wall and CPU) into ``timings`` while it is measuring."""
+    pane = app.pane(1)
+    original = pane.refresh_pane
+
+    def timed(st: Any, verdict: Any) -> None:
+        t0, c0 = time.perf_counter(), time.process_time()
+        original(st, verdict)
+        if timings.measuring:
+            timings.pane_ms.append((time.perf_counter() - t0) * 1000)
+            timings.pane_cpu_ms.append((time.process_time() - c0) * 1000)
+
+    pane.refresh_pane = timed
+
+
 class LoopLag:
     """How late the event loop wakes a task that sleeps ``period`` s at a time: the longest any
     frame, key press or sample waited for the loop while measuring."""
@@ -435,17 +450,7 @@ async def run_one(
     try:
         async with app.run_test(headless=True, size=(200, 60)) as pilot:
             await pilot.pause()
-            pane = app.pane(1)
-            original_pane = pane.refresh_pane
-
-            def timed_pane(st: Any, verdict: Any) -> None:
-                t0, c0 = time.perf_counter(), time.process_time()
-                original_pane(st, verdict)
-                if timings.measuring:
-                    timings.pane_ms.append((time.perf_counter() - t0) * 1000)
-                    timings.pane_cpu_ms.append((time.process_time() - c0) * 1000)
-
-            pane.refresh_pane = timed_pane  # type: ignore[method-assign]
+            time_pane(app, timings)
             start = time.perf_counter()
             while time.perf_counter() - start < 60:
                 live = sum(1 for h in store.hosts.values() if h.latest is not None or h.gpus)

@@ -241,6 +241,21 @@ def serve_file(body: str, addr: str, workdir: Path) -> tuple[subprocess.Popen, i
     return proc, port
 
 
+def require_prometheus() -> None:
+    """Exit with the way to install it when the real Prometheus is missing."""
+    if not os.path.exists(PROMETHEUS):
+        sys.exit(f"{PROMETHEUS} not installed (apt-get install -y prometheus)")
+
+
+def serve_exposition(
+    hosts: int, gpus: int, addr: str, workdir: Path
+) -> tuple[str, subprocess.Popen, str]:
+    """The synthetic exposition served over HTTP: (body, server process, its host:port)."""
+    body = exposition(hosts, gpus)
+    http, port = serve_file(body, addr, workdir)
+    return body, http, f"{addr}:{port}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--hosts", type=int, default=128)
@@ -255,14 +270,12 @@ def main() -> None:
     )
     parser.add_argument("--json-out")
     args = parser.parse_args()
-    if not os.path.exists(PROMETHEUS):
-        sys.exit(f"{PROMETHEUS} not installed (apt-get install -y prometheus)")
+    require_prometheus()
     n = args.hosts * args.gpus_per_host
     with tempfile.TemporaryDirectory(prefix="verltop-prombench-") as tmp:
         work = Path(tmp)
-        body = exposition(args.hosts, args.gpus_per_host)
-        http, port = serve_file(body, args.addr, work)
-        targets = {"dcgm": [f"{args.addr}:{port}"]}
+        body, http, target = serve_exposition(args.hosts, args.gpus_per_host, args.addr, work)
+        targets = {"dcgm": [target]}
         node = None
         if args.node_cores:
             node_port = free_port(args.addr)

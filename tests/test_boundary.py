@@ -385,3 +385,22 @@ def test_property_any_wire_dict_decodes_or_is_refused_never_raises() -> None:
                 assert is_clean(v)
 
     check()
+
+
+def test_the_gpu_cap_says_how_to_raise_it_and_the_flag_raises_it() -> None:
+    """A 16384-GPU cluster through Prometheus kept only 8192 GPUs with no way to keep more:
+    the note names --max-gpus, the flag sets the cap (and the host cap along), and a bad
+    value is refused with the range."""
+    from verl_top.cli import app_parser
+    from verl_top.inputs import InputError, build_inputs
+
+    store = Store(StoreLimits(gpus=4))
+    for i in range(6):
+        store.ingest(GpuSample(host=f"h{i}", t=T, index=0, util_gpu=1.0), received=T)
+    assert store.gpu_count() == 4
+    assert [n for n in store.notes if "--max-gpus" in n and "at most 4 gpus" in n]
+    store = build_inputs(app_parser().parse_args(["--demo", "--max-gpus", "16384"])).store
+    assert store.limits.gpus == 16384 and store.limits.hosts >= 2048
+    for bad in ("0", "1000000"):
+        with pytest.raises(InputError, match="--max-gpus must be 1 to 65536"):
+            build_inputs(app_parser().parse_args(["--demo", "--max-gpus", bad]))

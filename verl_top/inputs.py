@@ -29,6 +29,7 @@ DEMO_RECORDING = "demo.ndjson.gz"
 # A verl log not written for this long is a finished job's (or a dead one's): read it to its end
 # and judge at once (post-mortem) instead of following it. --follow keeps following.
 POST_MORTEM_AGE_S = 60.0
+MAX_GPUS = 65536  # --max-gpus: ~6.5 GB of history at 600 points
 
 
 class InputError(Exception):
@@ -81,6 +82,14 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
         "--interval", type=float, default=1.0, metavar="S", help="sample period on the nodes"
     )
     g.add_argument("--window", type=float, default=300.0, metavar="S", help="history window (s)")
+    g.add_argument(
+        "--max-gpus",
+        type=int,
+        default=StoreLimits.gpus,
+        metavar="N",
+        help="GPUs the store keeps a history of (~100 KB each at 600 points); further GPUs "
+        "are counted, not shown",
+    )
     g.add_argument(
         "--verl-log",
         action="append",
@@ -150,8 +159,13 @@ def build_inputs(args: argparse.Namespace) -> Inputs:
     _check_number("--interval", args.interval, 0.05 - 1e-9)
     _check_number("--window", args.window, 1.0)
     _check_number("--speed", args.speed, 0.0)
+    if not 1 <= args.max_gpus <= MAX_GPUS:
+        raise InputError(f"--max-gpus must be 1 to {MAX_GPUS} (got {args.max_gpus})")
     limits = StoreLimits(
-        window_s=args.window, points=max(120, int(args.window / args.interval) + 1)
+        window_s=args.window,
+        points=max(120, int(args.window / args.interval) + 1),
+        gpus=args.max_gpus,
+        hosts=max(StoreLimits.hosts, args.max_gpus // 8),  # 8-GPU nodes: hosts scale along
     )
     store = Store(limits)
     recorder = _open_recorder(args.record)

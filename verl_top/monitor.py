@@ -23,9 +23,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from verl_top.assessment import Assessment, LeadChange
@@ -201,7 +202,7 @@ class Monitor:
         self._evidence = _evidence(store)
         started = self._clock()
         try:
-            verdict = self.engine.evaluate(store)
+            verdict = judge(self.engine, store)
         except Exception as exc:  # noqa: BLE001 - a broken rule set must not stop the monitor
             self._failed(exc)
             return
@@ -218,7 +219,7 @@ class Monitor:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="verl-top-diagnosis")
         store.hold()
         started = self._clock()
-        job = self._job = self._executor.submit(self.engine.evaluate, store)
+        job = self._job = self._executor.submit(judge, self.engine, store)
 
         def done(_: Future[Verdict]) -> None:  # in the worker: hand over to the loop
             loop.call_soon_threadsafe(self._background_done, job, started)
@@ -409,6 +410,32 @@ class Monitor:
             next_t[0] = t + max(REPLAY_LOOK_S, REPLAY_COST_FACTOR * cost)
 
         return look
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused for the duration (the reference counts still free
+    what is dropped). Restores the collector's previous state, so nested uses are harmless."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def judge(engine: Engine, store: Store) -> Verdict:
+    """``engine.evaluate(store)`` with the cyclic collector paused.
+
+    An evaluation reads every GPU's window into lists of floats (~100 000 lists, millions of
+    floats at 4096 GPUs) that live until it ends. Collections triggered meanwhile, by either
+    thread, promoted them and walked all their items: 0.4-0.7 s full collections holding the
+    GIL, so the event loop stalled that long (benchmarks/client_scale.py, 4096 GPUs). They
+    form no cycles, so reference counting frees them when the evaluation ends; what the
+    event loop allocates meanwhile is collected at its next collection."""
+    with _cyclic_gc_paused():
+        return engine.evaluate(store)
 
 
 def _has_data(store: Store) -> bool:

@@ -379,7 +379,7 @@ def loads(
     if ("[" in text or "{" in text) and not _depth_ok(text, max_depth):
         raise UntrustedJSONError(f"JSON nested deeper than {max_depth}")
     try:
-        return json.loads(text, parse_constant=_no_number)
+        return _JSON.decode(text)
     except (ValueError, RecursionError) as exc:
         raise UntrustedJSONError(f"not JSON: {exc}"[:200]) from exc
 

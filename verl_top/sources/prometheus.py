@@ -68,6 +68,7 @@ MAX_SERIES = 200_000  # series taken from one answer
 MAX_SERIES_POINTS = 11_000  # points of one series (Prometheus' own limit per range query)
 MAX_SERIES_CHARS = 1 << 20  # characters of one series (11 000 points are ~400 KB)
 MAX_OTHER = 1 << 20  # characters of an answer outside data.result (status, warnings)
+EMIT_SLICE = 1024  # records of a round emitted per turn of the event loop
 MAX_ANSWER_POINTS = 2_000_000  # points kept from one answer (32 MB as arrays)
 HISTORY_SAMPLES = 120_000  # GPU samples the start-up history may make (1024 GPUs x 117)
 EMIT_CHUNK = 2000  # start-up history records emitted between two yields to the event loop
@@ -713,6 +714,15 @@ Asked = tuple[dict[str, list[Series]], list[str]]  # answers by name, errors
 Pending = asyncio.Future[Asked] | None  # node_exporter's queries in flight
 
 
+async def _emit_in_slices(emit: Emit, records: list[Record]) -> None:
+    """Emit ``records`` in order, ``EMIT_SLICE`` per turn of the event loop: a round of
+    16384 GPUs ingested at once held every frame for its whole ingest."""
+    for start in range(0, len(records), EMIT_SLICE):
+        for record in records[start : start + EMIT_SLICE]:
+            emit(record)
+        await asyncio.sleep(0)
+
+
 async def _dropped(future: asyncio.Future[Any] | None) -> None:
     """Cancel queries no longer wanted and wait for them to end (nothing left running)."""
     if future is not None:
@@ -853,8 +863,7 @@ class PrometheusSource:
             return
         finally:
             self.queries_last = self.client.requests - before
-        for record in records:  # the GPUs now, whatever node_exporter's queries do
-            emit(record)
+        await _emit_in_slices(emit, records)  # the GPUs now, whatever node_exporter's do
         host_answers, host_note = await self._node_answers(node, deadline - time.monotonic())
         self.queries_last = self.client.requests - before
         if host_answers is not None:  # after the hellos: the hosts exist
@@ -949,20 +958,26 @@ class PrometheusSource:
         facts = gpu_facts(answers["_info"])
         gpu_answers = {k: v for k, v in answers.items() if k in self.gpu_exprs}
         values = gpu_values(gpu_answers)
-        out: list[Record] = self._hellos(facts, values, at)
-        for host, index in sorted(facts):
-            out.append(gpu_sample(host, index, at, values))
+        samples = {(h, i): gpu_sample(h, i, at, values) for h, i in sorted(facts)}
+        out: list[Record] = self._hellos(facts, values, at, samples)
+        out += samples.values()
         out += self._xid_events(values.get("xid", {}), at)
         return out
 
     def _hellos(
-        self, facts: Mapping[tuple[str, int], GpuFacts], values: Values, at: float
+        self,
+        facts: Mapping[tuple[str, int], GpuFacts],
+        values: Values,
+        at: float,
+        samples: Mapping[tuple[str, int], GpuSample] | None = None,
     ) -> list[Record]:
-        """A Hello per host whose GPUs changed; hosts that vanished go stale once."""
+        """A Hello per host whose GPUs changed; hosts that vanished go stale once.
+        ``samples``: the round's GPU samples when already made (not made twice per GPU)."""
         by_host: dict[str, list[GpuInfo]] = {}
         drivers: dict[str, str] = {}
         for (host, index), f in sorted(facts.items()):
-            sample = gpu_sample(host, index, at, values)
+            made = None if samples is None else samples.get((host, index))
+            sample = made if made is not None else gpu_sample(host, index, at, values)
             total = None if sample.mem_total_mib is None else round(sample.mem_total_mib)
             # DCGM's PROF fields read the same SM/tensor/DRAM counters as NVML's GPM.
             prof = any(
