@@ -23,6 +23,7 @@ from verl_top.sources.pipeline import Pipeline
 from verl_top.store import Store
 from verl_top.untrusted import clean_lines, is_clean
 from verl_top.verl import parse
+from verl_top.verl.crash import CrashScanner
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REAL_LOGS = sorted(
@@ -132,12 +133,13 @@ def test_a_runaway_line_is_skipped_and_counted_without_holding_it(tmp_path: Path
     assert list(fast.log_stats.values())[0]["lines"] == list(store.log_stats.values())[0]["lines"]
 
 
-MARKERS = ["step:", "step =", "{", "NCCL", "/k:", "Traceback (most", "Error executing job"]
+MARKERS = ["step:", "step =", '{"', "{'", "NCCL", "/k:", "Traceback (most", "Error executing job"]
 MARKERS += ["-m ", "main_"]
 # What cleaning removes or changes, and what may stand around a marker.
 REMOVED = ["\x1b[0m", "\x1b[32m", "\x1b[1;31m", "\x1b]0;t\x07", "\x1b", "\x1b(B", "\x00", "\x7f"]
 REMOVED += ["\u200b", "\u009b", "\u009bX", "\u009d", "\ufeff", "\U000e0041", "\t", "\r"]
 AROUND = ["", "x", " ", "(pid=1) ", "p", "m", ")", "]", "\u00e9", "\u5956", "\x1b[36m", "\xa0"]
+AROUND += [":", "ERROR:12:00:00,953:", "0: ", "12:00:00 ", "\x1b7", "\x1b#8", "\x1b(B"]
 
 
 @st.composite
@@ -165,6 +167,116 @@ def test_every_line_a_quiet_parser_would_read_is_selected(lines: list[str]) -> N
             parser.feed([line], 0.0, more=True)
         if looked.called:
             assert i in selected, (lines[i], line)
+
+
+def opens_traceback(cleaned: str) -> bool:
+    """Whether the crash scanner opens a traceback on this cleaned line, read as a parser
+    reading every line reads it (its logical lines, one after the other)."""
+    scanner = CrashScanner("h", "x.log")
+    for prefix, body in parse.logical_lines(cleaned):
+        scanner.scan(prefix, body, 0)
+    return not scanner.idle
+
+
+WORKER_TRACEBACK = (
+    "\x1b[36m(CursorLoopWorker pid=7)\x1b[0m ERROR:2025-11-19 19:07:43,953:"
+    "Traceback (most recent call last):"
+)
+
+
+@pytest.mark.parametrize(
+    ("line", "opens"),
+    [
+        (WORKER_TRACEBACK, False),  # an actor's handled error, logged per sample
+        ("ERROR:2025-11-19 19:07:43,953:Traceback (most recent call last):", False),
+        ("Traceback (most recent call last):", True),
+        ("2025-11-19 19:07:43,953 Traceback (most recent call last):", True),
+        ("0: Traceback (most recent call last):", True),
+        ("\x1b7Traceback (most recent call last):", True),  # ESC 7 is removed: a bare start
+        ("\x1b[31mTraceback (most recent call last):", True),
+        ("progress 3%\rTraceback (most recent call last):", True),
+    ],
+)
+def test_only_a_traceback_that_may_open_is_read(line: str, opens: bool) -> None:
+    """The driver's traceback (at a line's, a head's or a \\r piece's start) is read by the
+    sieve and the quiet parser; a worker's per-sample ``ERROR:<time>:Traceback`` is counted by
+    both (the crash scanner never opens on it): 16 % fewer lines read in the benchmark log."""
+    selected = log_sieve.LogSieve().hits(f"{line}\n".encode(), 1).index == [0]
+    (cleaned,) = clean_lines([line])
+    parser = parse.VerlStreamParser("h", "x.log")
+    parser.first_unmatched = "x"  # quiet
+    parser.feed([cleaned], 0.0, more=True)
+    assert opens_traceback(cleaned) is opens  # what the crash scanner does with the line
+    assert parser.quiet() is not opens  # the quiet test lets it through exactly then
+    assert selected is opens
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(AROUND + REMOVED + ["", "\r", "x\r", " ", "2025-11-19 19:07:43 "]),
+    st.sampled_from(AROUND + REMOVED + [""]),
+)
+def test_the_quiet_test_never_skips_a_traceback_that_opens(before: str, inside: str) -> None:
+    """Whatever stands before a driver's traceback, the quiet parser opens it whenever a parser
+    reading every line does (the tightened quiet test is exact for tracebacks)."""
+    line = before + inside + "Traceback (most recent call last):"
+    (cleaned,) = clean_lines([line.replace("\n", "")])
+    quiet = parse.VerlStreamParser("h", "x.log")
+    quiet.first_unmatched = "x"
+    quiet.feed([cleaned], 0.0, more=True)
+    assert quiet.quiet() is not opens_traceback(cleaned), repr(line)
+
+
+RAY = "\x1b[36m(CursorLoopWorker pid=7)\x1b[0m "
+
+
+@pytest.mark.parametrize(
+    ("line", "read"),
+    [
+        (RAY + "\u8bbf {", False),  # a sample printout (the benchmark log: 84 a block)
+        (RAY + '    raise ValueError(f"step {self.step_idx} - failed from: {text}")', False),
+        ("\x1b[36m(TaskRunner pid=1)\x1b[0m {'actor_rollout_ref': {'actor': {'a': 1}}}", True),
+        ('{"step": 3, "timing_s/step": 1.5}', True),
+        ("{\x1b[0m'actor': 1}", True),  # cleaned: {'actor': 1}
+    ],
+)
+def test_only_a_brace_that_opens_jsonl_or_a_config_is_read(line: str, read: bool) -> None:
+    """A brace matters to a quiet parser only as the opening of a JSONL record or a pprinted
+    config; the sieve and the quiet test leave the others (format strings in tracebacks,
+    printed samples) unread: 25 112 -> 77 brace lines in the benchmark log."""
+    selected = log_sieve.LogSieve().hits(f"{line}\n".encode(), 1).index == [0]
+    (cleaned,) = clean_lines([line])
+    parser = parse.VerlStreamParser("h", "x.log")
+    parser.first_unmatched = "x"  # quiet
+    with mock.patch.object(parse, "logical_lines", wraps=parse.logical_lines) as looked:
+        parser.feed([cleaned], 0.0, more=True)
+    assert looked.called is read
+    assert selected is read
+
+
+@pytest.mark.parametrize(
+    ("line", "selected"),
+    [
+        # a traceback frame Ray folded: the code before " [repeated" follows a name, not a
+        # marker's word (the benchmark log: 6987 such lines were read before)
+        (
+            RAY + '  File "/x/env.py", line 9, in _cursor\x1b[32m [repeated 9x across cluster]',
+            False,
+        ),
+        ("Error\x1b[0m executing job with overrides", True),
+        ("step\x1b[0m : 3", True),
+        ("python3 -m\x1b[0m verl.trainer.main_ppo", True),
+        ("Traceback\x1b[0m (most recent call last):", True),
+        ("job\x1b[1m ok", False),
+    ],
+)
+def test_an_escape_before_a_blank_is_read_only_after_a_markers_word(
+    line: str, selected: bool
+) -> None:
+    """Removing a colour code before a blank joins the text around it: only after a word a
+    marker has before a blank ("step", "Traceback", "Error", "executing", "-m") can that make
+    a marker, so only there is the line read."""
+    assert (log_sieve.LogSieve().hits(f"{line}\n".encode(), 1).index == [0]) is selected
 
 
 def test_the_app_follows_a_sieved_log_on_from_where_the_sieve_stopped(tmp_path: Path) -> None:

@@ -446,3 +446,20 @@ def test_three_decimal_lines_drop_a_cut_last_value_on_the_fast_path_too() -> Non
     body = "step:3 - " + " - ".join(f"k{i}/x:{i}.125" for i in range(9)) + " - k9/x:1.2"
     status, _, metrics = parse.parse_console_body(body)
     assert status == parse.TRUNCATED and "k9/x" not in metrics and len(metrics) == 9
+
+
+def test_a_step_keeps_its_finite_metrics_whatever_their_sum() -> None:
+    """Non-finite values (nan, inf, a number float() overflows) stay out of the step record;
+    finite ones stay in, also when their sum overflows (the all-finite shortcut's edge)."""
+    parser = parse.VerlStreamParser("h", "x.log")
+    lines = [
+        "step:1 - a/x:1e308 - a/y:1e308 - a/z:2.5",
+        "step:2 - a/x:1e999 - a/y:nan - a/z:2.5",
+        "step:3 - a/x:1.0 - a/y:2.0 - a/z:2.5",
+    ]
+    steps = [r for r in parser.feed(lines, 0.0) if isinstance(r, VerlStep)]
+    assert [s.metrics for s in steps] == [
+        {"a/x": 1e308, "a/y": 1e308, "a/z": 2.5},
+        {"a/z": 2.5},
+        {"a/x": 1.0, "a/y": 2.0, "a/z": 2.5},
+    ]

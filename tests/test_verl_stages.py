@@ -10,6 +10,7 @@ from verl_top.model import VerlStep
 from verl_top.verl.parse import parse_file
 from verl_top.verl.stages import (
     STAGE_NAMES,
+    TIMING_PREFIXES,
     StepView,
     core_step_time,
     split_timings,
@@ -147,3 +148,24 @@ def test_stage_bands_clip_to_previous_line():
         (100.0, 106.0, "gen"),
         (106.0, 110.0, "adv"),
     ]
+
+
+def test_a_step_reads_alike_under_every_timing_prefix() -> None:
+    """``split_timings`` takes a timer's name after its prefix's "/" whichever prefix verl
+    used (``timing_s/`` or the older ``timing/``): same stages, nesting and detail, and the
+    per-token timings and other metrics are not taken for timers."""
+    step = {
+        "timing_s/gen": 10.0,
+        "timing_s/update_actor": 3.0,
+        "timing_s/agent_loop/slowest/generate_sequences": 1.0,
+        "timing_s/my_reward_stage": 2.0,
+        "timing_per_token_ms/gen": 0.1,
+        "actor/lr": 1e-6,
+    }
+    base = split_timings(step)
+    assert base.times == {"gen": 10.0, "update_actor": 3.0, "my_reward_stage": 2.0}
+    assert base.per_token_ms == {"gen": 0.1}
+    assert "agent_loop/slowest/generate_sequences" in base.other
+    for prefix in TIMING_PREFIXES:
+        renamed = {k.replace("timing_s/", prefix, 1): v for k, v in step.items()}
+        assert split_timings(renamed) == base, prefix

@@ -10,7 +10,6 @@ import argparse
 import platform
 import sys
 import textwrap
-from importlib import metadata
 from typing import Any, NoReturn
 
 # Command -> (command line, what it does). The command line starts with "verl-top".
@@ -149,6 +148,8 @@ KEY_DEPENDENCIES = (
 
 def dist_version(name: str) -> str:
     """The installed version of distribution ``name``, or 'not installed'."""
+    from importlib import metadata  # only for --version: ~10 ms of every start otherwise
+
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:

@@ -38,16 +38,21 @@ DENSE_RUN = 16  # lines fed at a time while the parser reads every line
 _MARKERS = tuple(
     re.compile(p + rb"[^\n]*")
     for p in (
-        rb"\{",
+        rb"\{[\"']",  # JSONL, a pprinted config
         rb"NCCL",
         rb"step(?:[ \t\r]|[\x80-\xff])*[:=]",
         rb"/[\w@./()\-\x80-\xff]*:",
-        rb"Traceback \(most",  # CrashScanner.OPENERS
         rb"Error executing job",
         rb"-m[ \t]",  # LaunchReader.OPENERS ("-m\t" cleans to "-m    ")
         rb"main_",
     )
 )
+# CrashScanner's traceback opener counts only at the start of a line's unprefixed body, after
+# a blank (a timestamp's, srun's) or a line or \r start: never after a digit or ASCII punctuation
+# (a worker's "ERROR:<time>,953:Traceback (most"), unless that byte ends an escape sequence
+# cleaning removes (ESC, then only bytes 0x20-0x3F: "ESC 7", "ESC # 8"), which could bare a start.
+_TRACEBACK = re.compile(rb"Traceback \(most")
+_ESCAPE_TAIL = re.compile(rb"\x1b[\x20-\x3f]*")
 # An escape sequence whose removal could join the text on both sides into a marker: any but
 # a plain colour code (ESC [ digits m) at the start of a line, at its end, or before a blank
 # after a byte that no marker has before a blank (markers with one: "step :", "Traceback (",
@@ -59,6 +64,13 @@ _RISKY_ESCAPE = re.compile(
     rb"\x1b(?:(?<=[" + re.escape(_NO_BLANK_AFTER) + rb"]\x1b)(?!\[[0-9;]*m[\n ])"
     rb"|(?<=[" + re.escape(_ANY_OTHER) + rb"]\x1b)(?!\[[0-9;]*m\n))"
 )
+# Of those, a colour code before a blank after p, k, r, g or m joins a marker only after the
+# word the marker has there; checked in Python on the few such codes (Ray's folded traceback
+# frames: "in _cursor ESC[32m [repeated 9x across cluster]"), which a regex alternative per
+# word would check at every escape.
+_BLANK_AFTER = (b"step", b"Traceback", b"Error", b"executing", b"-m")
+_WORD_ENDS = frozenset(b"pkrgm")
+_COLOUR_BLANK = re.compile(rb"\x1b\[[0-9;]*m ")
 _CONTROL_BYTES = bytes([*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x1B), *range(0x1C, 0x20), 0x7F])
 _CONTROL = re.compile(b"[" + re.escape(_CONTROL_BYTES) + b"]")
 
@@ -167,7 +179,10 @@ class LogSieve:
         positions: list[int] = []
         for pattern in _MARKERS:
             positions += [m.start() for m in pattern.finditer(block)]
-        positions += [m.start() for m in _RISKY_ESCAPE.finditer(block)]
+        positions += [p for m in _TRACEBACK.finditer(block) if _may_open(block, p := m.start())]
+        positions += [
+            m.start() for m in _RISKY_ESCAPE.finditer(block) if _may_join(block, m.start())
+        ]
         hits = _lines_at(block, positions)
         rest = block.translate(None, self._ascii)
         if len(rest) > lines:  # more than its newlines
@@ -189,6 +204,23 @@ class LogSieve:
                 prev = m.start()
                 lines.add(line)
         return sorted(lines)
+
+
+def _may_join(block: bytes, pos: int) -> bool:
+    """False for a risky escape at ``pos`` that is a colour code before a blank after p, k,
+    r, g or m where no marker's word ends (its removal cannot make a marker)."""
+    if block[pos - 1] not in _WORD_ENDS or _COLOUR_BLANK.match(block, pos) is None:
+        return True
+    return block.endswith(_BLANK_AFTER, 0, pos)
+
+
+def _may_open(block: bytes, pos: int) -> bool:
+    """True when the ``Traceback (most`` at ``pos`` may start a line's body once cleaned
+    (``VerlStreamParser``'s quiet test, on the cleaned line, is the same without escapes)."""
+    if pos == 0 or not 0x21 <= block[pos - 1] <= 0x3F:
+        return True
+    esc = block.rfind(b"\x1b", 0, pos)
+    return esc >= 0 and _ESCAPE_TAIL.fullmatch(block, esc, pos) is not None
 
 
 def _lines_at(block: bytes, positions: list[int]) -> _Hits:

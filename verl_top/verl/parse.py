@@ -97,12 +97,17 @@ _BLOCK_STEP_RE = re.compile(r"^step\s*[:=]\s*(\d{1,18})\s*$")
 _BLOCK_PAIR_RE = re.compile(r"^(?:- )?([\w@.()\-]+(?:/[\w@.()\-]+)+)\s*[:=]\s*(\S.*?)\s*$")
 MAX_SHOWN_LINE = 200
 # What a line must hold to be anything but noise to ``VerlStreamParser._line`` (a superset:
-# "step:" or a metrics block head, "{" of JSONL or a pprinted config, "/key:" of a wrapped
-# metrics piece, NCCL's own lines, or an escape that could hide one). Most lines of a real log (a reward function
-# printing each sample, vLLM and Ray chatter) have none and are counted, not parsed. Tested with
+# "step:" or a metrics block head, '{"' of JSONL or "{'" of a pprinted config, "/key:" of a
+# wrapped metrics piece, NCCL's own lines, a traceback's or launch command's opening, or an
+# escape that could hide one). Most lines of a real log (a reward function printing each sample,
+# vLLM and Ray chatter) have none and are counted, not parsed. Tested with
 # `in` first: a regex with a literal head is found fast, an alternation is tried everywhere.
 _STEP_ANYWHERE_RE = re.compile(r"step\s*[:=]")
 _PAIR_KEY_RE = re.compile(r"/[\w@./()\-]*:")
+# CrashScanner opens a traceback only on an unprefixed body that starts with it: at a line's or
+# a \r piece's start, or after a head's blank; never after a digit or ASCII punctuation (the
+# per-sample "ERROR:<time>,953:Traceback (most" a worker logs).
+_TRACEBACK_START_RE = re.compile(r"(?<![!-?])Traceback \(most")
 
 NONE, OK, TRUNCATED, MALFORMED = "none", "ok", "truncated", "malformed"
 MAX_CONFIG_FILE_CHARS = 4_000_000
@@ -422,13 +427,14 @@ class VerlStreamParser:
             if (
                 quiet
                 and "\x1b" not in raw
-                and "{" not in raw
+                and '{"' not in raw  # a JSONL line's or a pprinted config's opening (what
+                and "{'" not in raw  # _line reads in a quiet parser), not any brace
                 and "NCCL" not in raw
                 and ("step" not in raw or _STEP_ANYWHERE_RE.search(raw) is None)
                 and ("/" not in raw or _PAIR_KEY_RE.search(raw) is None)
-                and "Traceback (most" not in raw  # CrashScanner.OPENERS and
-                and "Error executing job" not in raw  # LaunchReader.OPENERS, inline:
-                and "-m " not in raw  # (a generator here costs more than the test)
+                and ("Traceback (most" not in raw or _TRACEBACK_START_RE.search(raw) is None)
+                and "Error executing job" not in raw  # CrashScanner.OPENERS and
+                and "-m " not in raw  # LaunchReader.OPENERS, inline (a generator costs more)
                 and "main_" not in raw
             ):
                 skipped += 1  # no step, config, JSONL, metrics, traceback or command here
@@ -646,7 +652,13 @@ class VerlStreamParser:
             self.steps += 1
             # nan/inf are read (verl prints them) but kept out of the record: absent = no data,
             # so no share, ratio or export ever sees a non-finite number.
-            finite_metrics = {k: v for k, v in metrics.items() if math.isfinite(v)}
+            # One C sum tells the usual all-finite step (nan or inf make it non-finite, as
+            # does an overflow, which only costs the filter).
+            finite_metrics = (
+                dict(metrics)
+                if math.isfinite(sum(metrics.values()))
+                else {k: v for k, v in metrics.items() if math.isfinite(v)}
+            )
             out.append(
                 VerlStep(host=self.host, t=t, step=step, metrics=finite_metrics, source=source)
             )
