@@ -32,7 +32,10 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
+import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -76,11 +79,19 @@ MFU_ZERO = re.compile(r"\bMFU (?:of |= ?|: ?)?0(?:\.0+)?(?: ?%)?(?![\d.])")
 
 
 def _diagnose_file(name: str) -> tuple[int, dict]:
-    """Exit code and JSON document of ``verl-top diagnose --verl-log FILE --json``."""
+    """Exit code and JSON document of ``verl-top diagnose --verl-log FILE --json``, on a copy
+    last written two hours ago: a fresh clone's files are seconds old, and a log written less
+    than a minute ago is followed live (with this machine's host samples), not judged as the
+    finished run it is."""
     out, err = io.StringIO(), io.StringIO()
-    argv = ["diagnose", "--verl-log", str(CORPUS / name), "--json", "--duration", DURATION_S]
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / name
+        path.write_bytes((CORPUS / name).read_bytes())
+        old = time.time() - 7200
+        os.utime(path, (old, old))
+        argv = ["diagnose", "--verl-log", str(path), "--json", "--duration", DURATION_S]
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(argv)
     return code, json.loads(out.getvalue())
 
 

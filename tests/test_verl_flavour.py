@@ -260,3 +260,25 @@ def test_the_gpu_sample_rules_run_when_samples_exist_even_on_a_tpu_job() -> None
             return ["a GPU"]
 
     assert device_guard(WithSamples(store, Thresholds()), 1, "gpu.idle") is None
+
+
+def test_a_tpu_job_watched_live_is_not_asked_for_gpu_samples(tmp_path: Path) -> None:
+    """A TPU job's log followed live: the local sampler gives host samples but no device
+    activity, and flow.host_stall said "needs GPU samples next to the host samples" (a
+    fresh-clone CI run, where the corpus log's mtime was seconds old, read it as live)."""
+    import io
+    import json
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from verl_top.cli import main
+
+    log = tmp_path / "tpu.log"
+    log.write_bytes((REAL_LOGS / "tpu_fork_no_vllm_xla_hbm_oom.log").read_bytes())
+    out = io.StringIO()
+    argv = ["diagnose", "--verl-log", str(log), "--follow", "--duration", "1.5", "--json"]
+    with redirect_stdout(out), redirect_stderr(io.StringIO()):
+        main(argv)
+    checks = {c["rule"]: c for step in json.loads(out.getvalue())["steps"] for c in step["checks"]}
+    host_stall = checks["flow.host_stall"]
+    assert host_stall["status"] == "no_data"
+    assert "not read on TPUs" in host_stall["detail"] and "GPU samples" not in host_stall["detail"]

@@ -37,6 +37,7 @@ GPU_SAMPLE_RULES: dict[str, str] = {
     "map.unused_gpu": "the processes on each device",
     "map.rollout_replicas": "device activity during gen",
     "cfg.memory_headroom": "the device's memory size",
+    "flow.host_stall": "device activity next to the host samples",
 }
 # Rules about NCCL, which a TPU job does not use.
 NCCL_RULES = frozenset({"nccl.transport_socket", "nccl.busbw_low"})
