@@ -531,3 +531,27 @@ async def test_a_pane_redrawn_out_of_tick_redraws_the_header_with_it() -> None:
         await pilot.press("1")  # back to a pane already laid out: no resize redraws it
         await pilot.pause()
         assert f"GPUs {before + 3}" in plain(status)
+
+
+async def test_a_stale_pane_focus_message_does_not_bring_its_pane_back() -> None:
+    """Keys 3 then 4 pressed quickly under load: pane 3's queued "a widget here was focused"
+    message could be handled after the 4 had moved the focus into pane 4, and Textual then
+    made pane 3 active again (a loaded CI run's tmux walk-through waited 30 s for pane 4)."""
+    from textual.widgets import TabPane
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        await pilot.press("4")
+        await pilot.pause()
+        tabs = app.query_one(TabbedContent)
+        assert tabs.active == "pane-4" and app.focused is app.main_widget(4)
+        pane3 = app.query_one("#pane-3", TabPane)
+        pane3.post_message(TabPane.Focused(pane3))  # late: the focus is in pane 4 by now
+        await pilot.pause()
+        await pilot.pause()
+        assert tabs.active == "pane-4"
+        app.pane(3).focus()  # a focus that is still there does activate its pane
+        await pilot.pause()
+        await pilot.pause()
+        assert tabs.active == "pane-3"

@@ -39,7 +39,7 @@ from verl_top.ui.panes import PANE_CLASSES, Pane, ThroughputPane
 from verl_top.ui.process_screen import ProcessScreen
 from verl_top.ui.snapshot_action import SnapshotExporter
 from verl_top.ui.ui_state import UiSettingsSaver
-from verl_top.ui.widgets import severity_class
+from verl_top.ui.widgets import StepTabs, severity_class
 
 if TYPE_CHECKING:
     from verl_top.ui.probe_screen import ProbeRunner  # imported on key p only
@@ -165,7 +165,7 @@ class VerlTopApp(App):
 
     def compose(self) -> ComposeResult:
         yield VerlTopHeader(id="header")
-        with TabbedContent(id="tabs", initial="pane-1"):
+        with StepTabs(id="tabs", initial="pane-1"):
             for step, cls in enumerate(PANE_CLASSES, start=1):
                 with TabPane(tab_label(step, False), id=f"pane-{step}"):
                     yield cls(id=f"step{step}")

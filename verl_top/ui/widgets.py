@@ -18,7 +18,7 @@ from rich.style import Style
 from rich.text import Span, Text
 from textual.color import Color
 from textual.coordinate import Coordinate
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable, Static, TabbedContent, TabPane
 
 from verl_top.assessment import Assessment
 from verl_top.diagnosis.findings import Check, Finding, worth_text
@@ -761,3 +761,18 @@ class TableSync:
             table.coordinate_to_cell_key(Coordinate(i, 0)).row_key.value or ""
             for i in range(table.row_count)
         ]
+
+
+class StepTabs(TabbedContent):
+    """The five panes' tabs, ignoring a stale "a widget in this pane was focused" message.
+
+    Textual activates the pane of a programmatically focused widget through a queued message.
+    Keys pressed in quick succession under load (3 then 4) could see pane 3's message handled
+    after the 4 had moved the focus into pane 4: pane 3 came back and stayed (the tmux
+    walk-through waited 30 s for pane 4 on a loaded CI run)."""
+
+    def _on_tab_pane_focused(self, event: TabPane.Focused) -> None:
+        focused = self.screen.focused
+        if focused is not None and event.tab_pane not in focused.ancestors_with_self:
+            event.prevent_default()  # Textual's handler would activate the stale pane
+            event.stop()
