@@ -279,22 +279,33 @@ def test_an_escape_before_a_blank_is_read_only_after_a_markers_word(
     assert (log_sieve.LogSieve().hits(f"{line}\n".encode(), 1).index == [0]) is selected
 
 
-def test_the_app_follows_a_sieved_log_on_from_where_the_sieve_stopped(tmp_path: Path) -> None:
-    """A log that looked finished (the app opened on a long step's quiet minutes) is read
-    through the sieve, then followed: the step printed afterwards is read once, not the
-    history again."""
+def followed_after_sieve(
+    tmp_path: Path, fixture: str, count: int
+) -> tuple[Path, bytes, Store, Pipeline, LocalFollowSource]:
+    """A copy of a real log read through the sieve and then followed ``count`` polls, as the
+    app reads a log that looked finished (no ``pipeline.finish()``: the app follows on)."""
     path = tmp_path / "driver.log"
-    real = (FIXTURES / "real_logs" / "vlm_gui_cursor_custom_rollout_key.log").read_bytes()
+    real = (FIXTURES / "real_logs" / fixture).read_bytes()
     path.write_bytes(real)
     store = Store()
     pipeline = Pipeline(store)
     source = LocalFollowSource(
         [("verl", str(path), True)],
         interval=0.05,
-        count=20,
+        count=count,
         until_eof=True,
         then_follow=True,
         sinks=pipeline.sink,
+    )
+    return path, real, store, pipeline, source
+
+
+def test_the_app_follows_a_sieved_log_on_from_where_the_sieve_stopped(tmp_path: Path) -> None:
+    """A log that looked finished (the app opened on a long step's quiet minutes) is read
+    through the sieve, then followed: the step printed afterwards is read once, not the
+    history again."""
+    path, real, store, pipeline, source = followed_after_sieve(
+        tmp_path, "vlm_gui_cursor_custom_rollout_key.log", 20
     )
 
     async def run() -> None:
@@ -316,19 +327,8 @@ def test_a_wrapped_step_line_at_a_finished_logs_end_is_read_before_following_on(
     """The app reads a finished log through the sieve, then follows it: a step line wrapped
     onto the log's last line was held open for a next line that never comes (the app showed
     no data where diagnose named flow.rollout_bound on the real GH200 excerpt)."""
-    path = tmp_path / "driver.log"
-    path.write_bytes(
-        (FIXTURES / "real_logs" / "sglang_gh200_issue1208_wrapped_excerpt.log").read_bytes()
-    )
-    store = Store()
-    pipeline = Pipeline(store)
-    source = LocalFollowSource(
-        [("verl", str(path), True)],
-        interval=0.05,
-        count=4,
-        until_eof=True,
-        then_follow=True,
-        sinks=pipeline.sink,
+    _, _, store, pipeline, source = followed_after_sieve(
+        tmp_path, "sglang_gh200_issue1208_wrapped_excerpt.log", 4
     )
     asyncio.run(source.run(pipeline.emit))  # no pipeline.finish(): the app follows on
     assert [s.step for s in store.steps] == [2]
