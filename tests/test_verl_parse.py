@@ -463,3 +463,57 @@ def test_a_step_keeps_its_finite_metrics_whatever_their_sum() -> None:
         {"a/z": 2.5},
         {"a/x": 1.0, "a/y": 2.0, "a/z": 2.5},
     ]
+
+
+PLAIN_KEYS = ["timing_s/gen", "actor/lr", "a", "perf/mfu/actor", "k-1", "x.y(z)", "a b"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.sampled_from(PLAIN_KEYS), min_size=1, max_size=6, unique=True),
+    st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(VALUES), min_size=6, max_size=6),
+            st.sampled_from(["same", "dangling", "extra key", "dropped key", "odd key"]),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+)
+def test_a_step_line_read_by_its_layout_reads_as_without_it(
+    keys: list[str], lines: list[tuple[list[str], str]]
+) -> None:
+    """A stream's StepLayout (the pattern of its step lines' keys) changes no line's result:
+    lines with the layout's keys and any values, with a dangling separator, a key more or
+    less, or an odd key, read as parse_console_body reads them alone."""
+    layout = parse.StepLayout()
+    plain = [f"{k}:1.5" for k in keys]
+    for body in ("step:1 - " + " - ".join(plain), "step:2 - " + " - ".join(plain)):
+        assert repr(parse.parse_console_body(body, layout)) == repr(parse.parse_console_body(body))
+    for values, shape in lines:
+        pairs = [f"{k}:{v}" for k, v in zip(keys, values, strict=False)]
+        if shape == "extra key":
+            pairs.append("zz/extra:2.0")
+        elif shape == "dropped key" and len(pairs) > 1:
+            pairs.pop(0)
+        elif shape == "odd key":
+            pairs[0] = " " + pairs[0]
+        body = "step:3 - " + " - ".join(pairs) + (" -" if shape == "dangling" else "")
+        assert repr(parse.parse_console_body(body, layout)) == repr(parse.parse_console_body(body))
+
+
+def test_a_step_layout_reads_the_real_step_lines_of_a_run() -> None:
+    """After two lines with the same keys, a run's step lines are read by the layout's one
+    match (not pair by pair), with the same metrics."""
+    bodies = [
+        body
+        for line in GEMMA.read_text(encoding="utf-8").splitlines()
+        for _prefix, body in parse.logical_lines(line)
+        if body.startswith("step:")
+    ]
+    layout = parse.StepLayout()
+    results = [parse.parse_console_body(body, layout) for body in bodies]
+    assert results == [parse.parse_console_body(body) for body in bodies]
+    rest = bodies[-1][bodies[-1].index(" - ") :]
+    read = layout.read(rest)
+    assert read is not None and read[0] == results[-1][2]

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -198,11 +198,14 @@ def _valid_key(key: str) -> bool:
     return bool(key) and key == key.strip() and key.isprintable()
 
 
-def parse_console_body(body: str) -> tuple[str, int, dict[str, float]]:
+def parse_console_body(
+    body: str, layout: StepLayout | None = None
+) -> tuple[str, int, dict[str, float]]:
     """Classify and parse one prefix-free console line: ``(status, step, metrics)``.
 
     ``status`` is ``none`` (not a metrics line), ``ok``, ``truncated`` (usable, last pair
     dropped or dangling separator) or ``malformed`` (skipped). See the module docstring.
+    ``layout``: the stream's memo of its step lines' keys (a faster read, the same result).
     """
     body = body.strip()
     if not body.startswith("step:"):
@@ -219,15 +222,20 @@ def parse_console_body(body: str) -> tuple[str, int, dict[str, float]]:
         rest, truncated = rest[:-2], True
     if not rest.startswith(" - "):
         return MALFORMED, step, {}
-    tokens = rest[3:].split(" - ")
-    plain = _plain_pairs(tokens, rest)
+    plain = layout.read(rest) if layout is not None else None
+    tokens: list[str] = []
+    if plain is None:
+        tokens = rest[3:].split(" - ")
+        plain = _plain_pairs(tokens, rest)
+        if plain is not None and layout is not None:
+            layout.learn(tuple(plain[0]))
     if plain is not None:
         metrics, raws = plain
         if not truncated and _cut_three_decimals(raws[:-1], raws[-1]):
             metrics.popitem()  # the last pair was cut (8 complete ones or more stay)
             return TRUNCATED, step, metrics
         return (TRUNCATED if truncated else OK), step, metrics
-    return _console_pairs(tokens, step, truncated)
+    return _console_pairs(tokens, step, truncated)  # split above: the layout did not read it
 
 
 # The characters of plain numbers ("-1.5e-3"): a value made of only these is read by float()
@@ -235,7 +243,7 @@ def parse_console_body(body: str) -> tuple[str, int, dict[str, float]]:
 _NUMBER_CHARS_RE = re.compile(r"[0-9.eE+\-]*")
 
 
-def _plain_pairs(tokens: list[str], rest: str) -> tuple[dict[str, float], list[str]] | None:
+def _plain_pairs(tokens: list[str], rest: str) -> tuple[dict[str, float], Sequence[str]] | None:
     """Every ``key:number`` pair of a step line at once, when all are plain (the usual line):
     ASCII printable keys with no blank at their ends, numbers float() reads as _parse_value
     does. None sends the line to the pair-by-pair parse."""
@@ -260,6 +268,49 @@ def _plain_pairs(tokens: list[str], rest: str) -> tuple[dict[str, float], list[s
     if len(set(keys)) != len(keys):
         return None  # a key twice: the pair-by-pair parse keeps its order of events
     return dict(zip(keys, numbers, strict=True)), raws
+
+
+class StepLayout:
+    """The keys of a stream's plain step lines, in order, and a pattern that reads a line with
+    exactly those keys in one regex match (a run prints the same ~70 keys every step).
+
+    Only what ``_plain_pairs`` accepted is learned, and a line is read here only when each of
+    its values is made of the plain number characters and float() reads it, so the result is
+    ``_plain_pairs``'s: the keys already passed its checks (ASCII printable, none empty,
+    twice or with a blank at an end), and values hold no blank, so the separators are where
+    ``split(" - ")`` finds them. A pattern is compiled once a layout was seen twice in a row
+    (a validation step's extra keys cost no compile)."""
+
+    def __init__(self) -> None:
+        self._keys: tuple[str, ...] = ()
+        self._pattern: re.Pattern[str] | None = None
+        self._seen: tuple[str, ...] = ()
+
+    def read(self, rest: str) -> tuple[dict[str, float], Sequence[str]] | None:
+        """The pairs of ``rest`` (a step line after its head) when its keys are the layout's;
+        None when they are not or a value is not a plain number."""
+        if self._pattern is None:
+            return None
+        match = self._pattern.fullmatch(rest)
+        if match is None:
+            return None
+        raws = match.groups()
+        try:
+            return dict(zip(self._keys, map(float, raws), strict=True)), raws
+        except ValueError:  # "", "1e", "1-2": the pair-by-pair parse says what they are
+            return None
+
+    def learn(self, keys: tuple[str, ...]) -> None:
+        """The keys of a line ``_plain_pairs`` read: the layout once seen twice in a row."""
+        if keys == self._keys:
+            return
+        if keys != self._seen:
+            self._seen = keys
+            return
+        self._keys = keys
+        self._pattern = re.compile(
+            "".join(" - " + re.escape(key) + r":([0-9.eE+\-]*)" for key in keys)
+        )
 
 
 def _console_pairs(
@@ -287,7 +338,7 @@ def _console_pairs(
     return (TRUNCATED if truncated else OK), step, metrics
 
 
-def _cut_three_decimals(previous: list[str], last: str) -> bool:
+def _cut_three_decimals(previous: Sequence[str], last: str) -> bool:
     """In a ``.3f``-era line (all other values with 3 decimals) a last value without them was cut."""
     if len(previous) < MIN_THREE_DEC_PAIRS or _THREE_DEC_RE.fullmatch(last):
         return False
@@ -381,6 +432,7 @@ class VerlStreamParser:
         self._text_chars = 0
         self._last_values: dict[str, Any] | None = None
         self._pending: tuple[str, str] | None = None  # (prefix, body) of a step line, maybe wrapped
+        self._layout = StepLayout()  # the keys its step lines print (a faster read)
         self._block: tuple[int, dict[str, float]] | None = None  # "step: N" + key: value lines
         self._nccl: NcclStreamParser | None = None  # made at the first NCCL line
         self._crash = CrashScanner(host, path)  # the driver's tracebacks (verl/crash.py)
@@ -606,7 +658,7 @@ class VerlStreamParser:
         prefix, body = self._pending
         self._pending = None
         self._note_actor(prefix)
-        status, step, metrics = parse_console_body(body)
+        status, step, metrics = parse_console_body(body, self._layout)
         self._step(status, step, metrics, "console", t, out, body)
 
     def _block_line(self, body: str) -> bool:
@@ -654,8 +706,9 @@ class VerlStreamParser:
             # so no share, ratio or export ever sees a non-finite number.
             # One C sum tells the usual all-finite step (nan or inf make it non-finite, as
             # does an overflow, which only costs the filter).
+            # The dict is the parse's own (no copy: nothing else holds it).
             finite_metrics = (
-                dict(metrics)
+                metrics
                 if math.isfinite(sum(metrics.values()))
                 else {k: v for k, v in metrics.items() if math.isfinite(v)}
             )
