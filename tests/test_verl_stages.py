@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from verl_top.model import VerlStep
 from verl_top.verl.parse import parse_file
@@ -12,6 +14,7 @@ from verl_top.verl.stages import (
     STAGE_NAMES,
     TIMING_PREFIXES,
     StepView,
+    TimingPlans,
     core_step_time,
     split_timings,
     stage_bands,
@@ -169,3 +172,51 @@ def test_a_step_reads_alike_under_every_timing_prefix() -> None:
     for prefix in TIMING_PREFIXES:
         renamed = {k.replace("timing_s/", prefix, 1): v for k, v in step.items()}
         assert split_timings(renamed) == base, prefix
+
+
+# Timers the catalogue knows (nested, detail, outside the step, mode-dependent), timers it
+# does not (rollout-named or not, with a "/"), the old prefix, per-token timings, non-timers.
+PLAN_KEYS = [
+    "timing_s/gen",
+    "timing_s/reshard",
+    "timing_s/sync_rollout_weights",
+    "timing_s/step",
+    "timing_s/update_weights",
+    "timing_s/timing_s/param_sync",
+    "timing_s/generate_async",
+    "timing_s/generate_sequences",
+    "timing_s/agent_loop/tool_calls/max",
+    "timing_s/testing",
+    "timing_s/update_actor",
+    "timing/gen",
+    "timing/update_actor",
+    "timing_s/my_rollout",
+    "timing_s/sample_more",
+    "timing_s/custom",
+    "timing_s/a/b",
+    "timing_s/",
+    "actor/lr",
+    "timing_per_token_ms/gen",
+    "perf/throughput",
+]
+PLAN_VALUES = [0.5, 3.0, 120.0, 400.0, 0.0, -1.0, float("nan"), float("inf"), 1e308]
+PLAN_MODES = [None, "sync", "one_step_off", "fully_async", "colocate_async", "legacy", "other"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.sampled_from(PLAN_KEYS), min_size=1, max_size=10, unique=True),
+    st.lists(st.lists(st.sampled_from(PLAN_VALUES), min_size=10, max_size=10), min_size=1),
+    st.sampled_from(PLAN_MODES),
+)
+def test_timing_plans_split_as_split_timings(
+    keys: list[str], rows: list[list[float]], mode: str | None
+) -> None:
+    """TimingPlans (each key layout read through the catalogue once) gives what
+    split_timings gives for every step of that layout, whatever the values (nan, inf, a
+    rollout timer longer or shorter than gen)."""
+    plans = TimingPlans(limit=2)
+    for values in rows:
+        for layout in (keys, keys[::-1]):
+            metrics = dict(zip(layout, values, strict=False))
+            assert repr(plans.split(metrics, mode)) == repr(split_timings(metrics, mode))

@@ -36,6 +36,7 @@ from verl_top.verl.stages import (
     EXTRA_STAGES,
     STAGE_BY_NAME,
     TIMING_PREFIXES,
+    TimingPlans,
     core_names,
     role_of,
     split_timings,
@@ -103,14 +104,21 @@ class StepView:
         ]
 
 
-def step_view(step: int, t: float, metrics: dict[str, float], mode: str | None = None) -> StepView:
+def step_view(
+    step: int,
+    t: float,
+    metrics: dict[str, float],
+    mode: str | None = None,
+    plans: TimingPlans | None = None,
+) -> StepView:
     """Read one step's metrics: stage times, step time without periodic work, throughput.
 
     Every ``timing_s/<name>`` outside the catalogue is a stage too (``split_timings``); timers
     nested in another (v0.5 ``reshard`` in ``gen``) and the profiler's bookkeeping are not.
-    ``mode`` is the trainer mode (async modes read ``timing_s/gen`` as the stage ``wait``).
+    ``mode`` is the trainer mode (async modes read ``timing_s/gen`` as the stage ``wait``);
+    ``plans``: the key layouts already read (many steps: the same result, sooner).
     """
-    timings = split_timings(metrics, mode)
+    timings = plans.split(metrics, mode) if plans is not None else split_timings(metrics, mode)
     core_list = [
         n
         for n in core_names(timings.times, timings.nested)
@@ -157,6 +165,7 @@ class StepMemo:
     def __init__(self) -> None:
         self._views: dict[int, tuple[Any, StepView]] = {}
         self._mode: Any = None
+        self._plans = TimingPlans()
 
     def views(self, steps: Iterable[Any], mode: Any = None) -> list[StepView]:
         """The views of ``steps`` (step numbers > 0) read in trainer ``mode``, oldest first."""
@@ -168,7 +177,7 @@ class StepMemo:
                 continue
             hit = old.get(id(s))
             if hit is None or hit[0] is not s:
-                hit = (s, step_view(s.step, s.t, s.metrics, mode))
+                hit = (s, step_view(s.step, s.t, s.metrics, mode, self._plans))
             new[id(s)] = hit
             out.append(hit[1])
         self._views, self._mode = new, mode

@@ -225,6 +225,14 @@ def split_timings(metrics: Mapping[str, float], mode: str | None = None) -> Stag
     logged a rollout-named timer no longer than ``gen`` is taken as nested inside it.
     NaN and infinite timings are left out.
     """
+    out = _place_timers(metrics, mode)
+    _nest_in_gen(out)
+    return out
+
+
+def _place_timers(metrics: Mapping[str, float], mode: str | None) -> StageTimes:
+    """``split_timings`` but for its last step (rollout-named timers nested in ``gen``): where
+    each timer goes depends on the keys alone (and on which values are finite)."""
     cat = catalogue()
     out = StageTimes()
     named: list[tuple[str, float]] = []
@@ -261,12 +269,83 @@ def split_timings(metrics: Mapping[str, float], mode: str | None = None) -> Stag
             continue
         out.times[name] = value
         out.unknown[name] = "rollout" if is_rollout_name(name) else UNKNOWN_ROLE
+    return out
+
+
+def _nest_in_gen(out: StageTimes) -> None:
+    """When ``gen`` is logged, a rollout-named timer outside the catalogue no longer than
+    ``gen`` is taken as nested inside it."""
     gen = out.times.get("gen")
     if gen is not None:
         for name, role in out.unknown.items():
             if role == "rollout" and out.times[name] <= gen:
                 out.nested[name] = "gen"
-    return out
+
+
+@dataclass(frozen=True)
+class _TimingPlan:
+    """Where ``_place_timers`` puts each key of a step with these keys, as key positions: the
+    same for every step of a run (its ~70 keys), so the catalogue is asked once."""
+
+    times: tuple[tuple[str, int], ...]
+    other: tuple[tuple[str, int], ...]
+    per_token_ms: tuple[tuple[str, int], ...]
+    nested: dict[str, str]
+    unknown: dict[str, str]
+    timers: tuple[int, ...]  # every timer key's position: a non-finite value voids the plan
+
+    @classmethod
+    def of(cls, keys: tuple[str, ...], mode: str | None) -> _TimingPlan:
+        """The plan of ``keys``, found by placing each key's position as its value."""
+        placed = _place_timers({key: float(i) for i, key in enumerate(keys)}, mode)
+
+        def at(values: dict[str, float]) -> tuple[tuple[str, int], ...]:
+            return tuple((name, int(i)) for name, i in values.items())
+
+        timers = sorted(int(i) for i in (*placed.times.values(), *placed.other.values()))
+        return cls(
+            at(placed.times),
+            at(placed.other),
+            at(placed.per_token_ms),
+            placed.nested,
+            placed.unknown,
+            tuple(timers),
+        )
+
+    def apply(self, values: list[float]) -> StageTimes | None:
+        """The StageTimes of a step whose values (in key order) are ``values``; None when a
+        timer is not finite (``_place_timers`` leaves it out: the plan does not hold)."""
+        if not math.isfinite(sum(values[i] for i in self.timers)):
+            return None
+        out = StageTimes(
+            times={name: values[i] for name, i in self.times},
+            nested=dict(self.nested),
+            other={name: values[i] for name, i in self.other},
+            per_token_ms={name: values[i] for name, i in self.per_token_ms},
+            unknown=dict(self.unknown),
+        )
+        _nest_in_gen(out)
+        return out
+
+
+class TimingPlans:
+    """``split_timings`` for the many steps of a run: each layout of keys (and trainer mode)
+    is read through the catalogue once (an evaluation reads up to 5000 steps)."""
+
+    def __init__(self, limit: int = 64) -> None:
+        self._plans: dict[tuple[tuple[str, ...], str | None], _TimingPlan] = {}
+        self._limit = limit  # layouts kept (a run has one or two; a fork's extra keys a few)
+
+    def split(self, metrics: Mapping[str, float], mode: str | None = None) -> StageTimes:
+        """What ``split_timings(metrics, mode)`` returns."""
+        keys = tuple(metrics)
+        plan = self._plans.get((keys, mode))
+        if plan is None:
+            if len(self._plans) >= self._limit:
+                self._plans.clear()
+            plan = self._plans[keys, mode] = _TimingPlan.of(keys, mode)
+        out = plan.apply(list(metrics.values()))
+        return out if out is not None else split_timings(metrics, mode)
 
 
 def core_names(times: Mapping[str, float], nested: Mapping[str, str]) -> list[str]:
