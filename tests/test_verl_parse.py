@@ -517,3 +517,13 @@ def test_a_step_layout_reads_the_real_step_lines_of_a_run() -> None:
     rest = bodies[-1][bodies[-1].index(" - ") :]
     read = layout.read(rest)
     assert read is not None and read[0] == results[-1][2]
+
+
+def test_a_step_layout_stops_compiling_when_the_keys_keep_changing() -> None:
+    """A log whose keys change every other line compiles at most MAX_COMPILES patterns (each
+    ~3 ms) and still reads every line as without a layout."""
+    layout = parse.StepLayout()
+    for n in range(3 * parse.StepLayout.MAX_COMPILES):
+        body = f"step:{n} - a/x:1.5 - k{n // 2}/y:2.5"
+        assert parse.parse_console_body(body, layout) == parse.parse_console_body(body)
+    assert layout.compiles == parse.StepLayout.MAX_COMPILES

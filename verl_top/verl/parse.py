@@ -279,12 +279,16 @@ class StepLayout:
     ``_plain_pairs``'s: the keys already passed its checks (ASCII printable, none empty,
     twice or with a blank at an end), and values hold no blank, so the separators are where
     ``split(" - ")`` finds them. A pattern is compiled once a layout was seen twice in a row
-    (a validation step's extra keys cost no compile)."""
+    (a validation step's extra keys cost no compile), at most ``MAX_COMPILES`` times a stream
+    (~3 ms each for 70 keys: a log whose keys keep changing is read pair by pair)."""
+
+    MAX_COMPILES = 32
 
     def __init__(self) -> None:
         self._keys: tuple[str, ...] = ()
         self._pattern: re.Pattern[str] | None = None
         self._seen: tuple[str, ...] = ()
+        self.compiles = 0
 
     def read(self, rest: str) -> tuple[dict[str, float], Sequence[str]] | None:
         """The pairs of ``rest`` (a step line after its head) when its keys are the layout's;
@@ -304,9 +308,10 @@ class StepLayout:
         """The keys of a line ``_plain_pairs`` read: the layout once seen twice in a row."""
         if keys == self._keys:
             return
-        if keys != self._seen:
+        if keys != self._seen or self.compiles >= self.MAX_COMPILES:
             self._seen = keys
             return
+        self.compiles += 1
         self._keys = keys
         self._pattern = re.compile(
             "".join(" - " + re.escape(key) + r":([0-9.eE+\-]*)" for key in keys)
