@@ -53,6 +53,10 @@ def assert_same(data: dict[str, Any]) -> None:
     if kept is not None:
         assert slow[0] == "ok" and slow[2] == [], f"fast kept what the slow path changed: {data}"
         assert typed(kept) == slow[1]
+        # The instance the compiled check fills is the one the dataclass would build.
+        assert type(kept) is RECORD_TYPES[data["type"]]
+        assert vars(kept) == vars(protocol.validate(data, fast=False))
+        assert list(vars(kept)) == [f.name for f in dataclasses.fields(kept)]
 
 
 def wire(rtype: str) -> dict[str, Any]:

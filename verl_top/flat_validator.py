@@ -70,6 +70,19 @@ def _accepts(kind: str, k: int, optional: bool, enum: bool) -> str:
     return f"x is None or ({ok})" if optional else ok
 
 
+def _fills_directly(cls: type) -> bool:
+    """True when the dataclass's __init__ only stores its arguments (not frozen, no slots,
+    no ``__post_init__``), so filling the instance dict makes the same object."""
+    params = getattr(cls, "__dataclass_params__", None)
+    return (
+        params is not None
+        and params.init
+        and not params.frozen
+        and not hasattr(cls, "__post_init__")
+        and not hasattr(cls, "__slots__")
+    )
+
+
 def compile_flat(cls: type, fields: Sequence[FlatField]) -> FlatCheck | None:
     """The compiled check of record type ``cls`` (its fields, in dataclass order, as judged by
     ``fields``), or None when a field is not a scalar: that type keeps the slow path."""
@@ -97,7 +110,16 @@ def compile_flat(cls: type, fields: Sequence[FlatField]) -> FlatCheck | None:
         lines.append("        return None")
         lines.append(f"    a{k} = x")
         args.append(f"{f.name}=a{k}")
-    lines.append(f"    return cls({', '.join(args)})")
+    if _fills_directly(cls):
+        # What the dataclass's __init__ would do, without a keyword call of ~23 arguments:
+        # the instance dict filled in field order (~1 us less per GPU sample).
+        namespace["new"] = object.__new__
+        lines.append("    record = new(cls)")
+        lines.append("    fields = record.__dict__")
+        lines.extend(f"    fields[{f.name!r}] = a{k}" for k, f in enumerate(fields))
+        lines.append("    return record")
+    else:
+        lines.append(f"    return cls({', '.join(args)})")
     exec("\n".join(lines), namespace)  # noqa: S102 - source made of our own field names only
     check: FlatCheck = namespace["check"]
     return check

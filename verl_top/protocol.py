@@ -440,15 +440,15 @@ def validate(data: Any, issues: list[str] | None = None, *, fast: bool = True) -
     version = data.get("v", VERSION)
     if isinstance(version, bool) or not isinstance(version, int) or not 0 < version <= VERSION:
         raise Rejected("version", f"unsupported protocol version {_show(version)}")
+    # A GPU sample (or other all-scalar record) whose every field is already clean is kept as
+    # is by its compiled check (host and t included); anything else is judged field by field.
+    check = _flat_check(cls) if fast and type(data) is dict else None
+    if check is not None and (record := check(data)) is not None:
+        return record  # cls(...) of the compiled check
     if not isinstance(data.get("host", ""), str):
         raise Rejected(f"drop:{rtype}.host", "host must be a string")
     if not isinstance(data.get("t", 0.0), int | float):
         raise Rejected(f"drop:{rtype}.t", "t must be a number")
-    # A GPU sample (or other all-scalar record) whose every field is already clean is kept as
-    # is by its compiled check; anything else is judged field by field below.
-    check = _flat_check(cls) if fast and type(data) is dict else None
-    if check is not None and (record := check(data)) is not None:
-        return record  # cls(...) of the compiled check
     found: list[str] = [] if issues is None else issues
     return cls(**_clean_fields(cls, data, rtype, found))
 
