@@ -90,6 +90,7 @@ def _client(gpus: int, quick_gpus: int, duration: int) -> Case:
         quick=("--gpus", str(quick_gpus), "--duration", "2", "--warmup", "0.5", "--no-prefill"),
         metrics=(
             Metric("CPU % of a core", _row("cpu_pct")),
+            Metric("ingest % core", _row("ingest_cpu_pct")),  # decode + pipeline + store
             Metric("pane 1 CPU p50 ms", _row("pane_cpu_ms_p50")),
             Metric("pane 1 CPU p95 ms", _row("pane_cpu_ms_p95")),
             Metric("pane 1 p95 ms (wall)", _row("pane_ms_p95")),

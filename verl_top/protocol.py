@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from verl_top.flat_validator import FlatCheck, FlatField, compile_flat
 from verl_top.model import HOST_STATES, PROC_STATES, RECORD_TYPES, Dropped, Record
 from verl_top.untrusted import (
     MAX_TEXT,
@@ -254,6 +255,23 @@ def _specs(cls: type) -> tuple[_Spec, ...]:
     return specs
 
 
+_FLAT: dict[type, FlatCheck | None] = {}
+
+
+def _flat_check(cls: type) -> FlatCheck | None:
+    """The compiled check of a record type whose fields are all scalars (flat_validator.py),
+    or None: built once per type from the same specs the slow path reads."""
+    if cls not in _FLAT:
+        fields = [
+            FlatField(
+                s.name, s.kind, s.optional, s.lo, s.hi, s.enum, TEXT_LIMITS.get(s.name, MAX_TEXT)
+            )
+            for s in _specs(cls)
+        ]
+        _FLAT[cls] = compile_flat(cls, fields)
+    return _FLAT[cls]
+
+
 _BAD = object()
 
 
@@ -405,12 +423,14 @@ def _show(raw: Any) -> str:
     return clean_text(repr(raw), 60)
 
 
-def validate(data: Any, issues: list[str] | None = None) -> Record:
+def validate(data: Any, issues: list[str] | None = None, *, fast: bool = True) -> Record:
     """The record of a foreign wire dict, every field checked (see docs/protocol.md).
 
     Raises Rejected (a ValueError) when the line is no record or a key field (host, t, a GPU
     index, a step number, ...) is bad. Other bad fields become "no data" and their reasons are
-    appended to ``issues``. Never raises anything else, whatever ``data`` holds.
+    appended to ``issues``. Never raises anything else, whatever ``data`` holds. ``fast=False``
+    judges every field by the spec table, never by a compiled check (the reference that
+    tests/test_flat_validator.py holds the compiled checks to).
     """
     if not isinstance(data, dict):
         raise Rejected("json", "not a JSON object")
@@ -420,6 +440,11 @@ def validate(data: Any, issues: list[str] | None = None) -> Record:
     version = data.get("v", VERSION)
     if isinstance(version, bool) or not isinstance(version, int) or not 0 < version <= VERSION:
         raise Rejected("version", f"unsupported protocol version {_show(version)}")
+    # A GPU sample (or other all-scalar record) whose every field is already clean is kept as
+    # is by its compiled check (host and t included); anything else is judged field by field.
+    check = _flat_check(cls) if fast and type(data) is dict else None
+    if check is not None and (record := check(data)) is not None:
+        return record  # cls(...) of the compiled check
     if not isinstance(data.get("host", ""), str):
         raise Rejected(f"drop:{rtype}.host", "host must be a string")
     if not isinstance(data.get("t", 0.0), int | float):

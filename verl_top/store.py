@@ -544,9 +544,9 @@ class Store:
         self._touch(rec, received)
 
     def _on_gpu(self, rec: GpuSample, received: float | None) -> None:
-        self._touch(rec, received)
-        g = self.gpu(rec.host, rec.index)
-        if g is None:
+        h = self._touch(rec, received)
+        g = h.gpus.get(rec.index)  # a known GPU: no second host lookup (4096 samples/s)
+        if g is None and (g := self.gpu(rec.host, rec.index)) is None:
             return
         g.latest = rec
         reasons = rec.clock_reasons

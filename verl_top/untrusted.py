@@ -32,6 +32,8 @@ import math
 import re
 from typing import Any
 
+import orjson
+
 # Bounds on foreign text. Long enough for a verl step line or a full command line.
 MAX_TEXT = 512  # names, titles, reasons, fields
 MAX_LINE = 64 * 1024  # one log line (a verl step line with 200 metrics is ~12 KB)
@@ -379,9 +381,28 @@ def loads(
     if ("[" in text or "{" in text) and not _depth_ok(text, max_depth):
         raise UntrustedJSONError(f"JSON nested deeper than {max_depth}")
     try:
-        return _JSON.decode(text)
+        return _decode(text)
     except (ValueError, RecursionError) as exc:
         raise UntrustedJSONError(f"not JSON: {exc}"[:200]) from exc
+
+
+# orjson reads a document ~6x faster than the json module (a GPU sample's line: ~2 us against
+# ~11 us; at 4096 GPUs that is 4096 lines a second, issue 30) and gives the same values, except
+# that it refuses what ``_JSON`` maps or keeps (NaN/Infinity, 1e400, a lone surrogate: then
+# ``_JSON`` decides) and makes an integer beyond 64 bits a float. A document with a run of 19
+# digits anywhere (the shortest integer that may not fit) goes to ``_JSON`` for that reason.
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_NINETEEN_DIGITS = b"0" * 19
+
+
+def _decode(text: str) -> Any:
+    """``_JSON.decode(text)``, faster where orjson reads the document the same way."""
+    if _NINETEEN_DIGITS not in text.encode("utf-8", "surrogatepass").translate(_DIGITS_AS_ZERO):
+        try:
+            return orjson.loads(text)
+        except ValueError:  # orjson.JSONDecodeError: _JSON gives the value, or the reason
+            pass
+    return _JSON.decode(text)
 
 
 def _no_number(_name: str) -> None:
