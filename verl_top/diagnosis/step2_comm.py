@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import math
+from collections import Counter
 from dataclasses import dataclass
 
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
@@ -404,22 +404,27 @@ class NodeWait:
         return self.waiting / max(1, self.seconds)
 
 
-def _per_second(view: View, gpus: list[GpuEntry]) -> dict[int, list[float]]:
-    """A node's activity values by whole second: each GPU's in turn, oldest first."""
+def _per_second(view: View, gpus: list[GpuEntry]) -> dict[int, tuple[float, float]]:
+    """A node's activity by whole second: (mean, max) of its GPUs' values in that second."""
     series = [view.gpu_series(g, "activity") for g in gpus]
-    per_s: dict[int, list[float]] = {}
     if series and all(ts == series[0][0] for ts, _ in series):
         # One agent tick samples all GPUs of a node: one time axis. With one point per
-        # second, a second's values are the GPUs' values at that point, in GPU order.
+        # second, a second's values are the GPUs' values at that point, in GPU order; the
+        # sums and maxima of those rows are taken in C.
         keys = list(map(int, series[0][0]))
         if len(set(keys)) == len(keys):
-            for k, row in zip(keys, zip(*(vs for _, vs in series), strict=True), strict=True):
-                vals = list(row)
-                if math.isnan(sum(vals)):
-                    vals = [v for v in vals if v == v]  # NaN = missing
-                if vals:
-                    per_s[k] = vals
-            return per_s
+            rows = list(zip(*(vs for _, vs in series), strict=True))
+            n = len(series)
+            out: dict[int, tuple[float, float]] = {}
+            for k, row, total, top in zip(keys, rows, map(sum, rows), map(max, rows), strict=True):
+                if total != total:  # a NaN (missing) in the row: the values present
+                    vals = [v for v in row if v == v]
+                    if vals:
+                        out[k] = (sum(vals) / len(vals), max(vals))
+                else:
+                    out[k] = (total / n, top)
+            return out
+    per_s: dict[int, list[float]] = {}
     for ts, vs in series:
         for k, v in zip(map(int, ts), vs, strict=True):
             if v == v:
@@ -427,40 +432,32 @@ def _per_second(view: View, gpus: list[GpuEntry]) -> dict[int, list[float]]:
                     per_s[k].append(v)
                 else:
                     per_s[k] = [v]
-    return per_s
+    return {k: (sum(vals) / len(vals), max(vals)) for k, vals in per_s.items()}
 
 
 def node_waits(view: View, th: Thresholds) -> dict[str, NodeWait]:
     """Per node, the seconds of the window where all its GPUs were below ``sync_wait_idle_pct``
     while another node's mean was above ``sync_wait_busy_pct``. Empty with < 2 GPU nodes."""
-    buckets: dict[str, dict[int, list[float]]] = {}
+    buckets: dict[str, dict[int, tuple[float, float]]] = {}
     for h in view.hosts():
         per_s = _per_second(view, list(h.gpus.values()))
         if per_s:
             buckets[h.name] = per_s
     if len(buckets) < 2:
         return {}
-    # Per second, the two highest node means with their nodes: "the busiest other node" is the
-    # top one, or the second when the top one is the node itself (hosts x seconds of work, not
-    # hosts^2 x seconds).
-    top: dict[int, tuple[tuple[float, str], tuple[float, str] | None]] = {}
-    for host, mine in buckets.items():
-        for t, vals in mine.items():
-            m = (sum(vals) / len(vals), host)
-            best = top.get(t)
-            if best is None:
-                top[t] = (m, None)
-            elif m[0] > best[0][0]:
-                top[t] = (m, best[0])
-            elif best[1] is None or m[0] > best[1][0]:
-                top[t] = (best[0], m)
+    # "Another node is busy at t" is "the nodes busy at t, less this one if it is, are some":
+    # one count per second (hosts x seconds of work, not hosts^2 x seconds).
+    busy = th.sync_wait_busy_pct
+    busy_at: Counter[int] = Counter()
+    for mine in buckets.values():
+        busy_at.update([t for t, (m, _) in mine.items() if m > busy])
     out: dict[str, NodeWait] = {}
     for host, mine in buckets.items():
-        waiting: list[int] = []
-        for t in sorted(t for t, vals in mine.items() if max(vals) < th.sync_wait_idle_pct):
-            others = [m for m, h2 in filter(None, top.get(t, ())) if h2 != host]
-            if others and max(others) > th.sync_wait_busy_pct:
-                waiting.append(t)
+        waiting = sorted(
+            t
+            for t, (m, top) in mine.items()
+            if top < th.sync_wait_idle_pct and busy_at[t] > (m > busy)
+        )
         episodes = sum(1 for i, t in enumerate(waiting) if i == 0 or t - waiting[i - 1] > 2)
         out[host] = NodeWait(host, len(waiting), len(mine), episodes)
     return out
