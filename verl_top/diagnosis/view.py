@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -308,7 +309,7 @@ class View:
             )
         return self._times_of(ring, since), vs
 
-    def _window(self, ring: Ring, column: str, since: float) -> Sequence[float]:
+    def _window(self, ring: Ring, column: str, since: float) -> list[float] | array:
         """A ring column from ``since``, NaN kept: the list when a rule read it already, else
         a C array slice. Sums over the array make no float object per point to keep: at 4096
         GPUs those lists were most of an evaluation's cost (and its garbage)."""
@@ -681,7 +682,7 @@ class View:
 
     def _phase_span_values(
         self, entry: GpuEntry, column: str, keep: Callable[[str | None], bool]
-    ) -> Sequence[float]:
+    ) -> list[float] | array:
         """Values of ``column`` from ``phase_since`` at points whose phase passes ``keep``,
         missing ones (NaN) kept. Not to be mutated: one span over the whole window is the
         memoised column itself."""
@@ -689,10 +690,15 @@ class View:
         spans = self._phases(entry).spans(keep)
         if len(spans) == 1 and spans[0] == (0, len(vs)):
             return vs
-        out = vs[:0]  # a list or an array, as the window
+        if isinstance(vs, list):
+            out: list[float] = []
+            for i, j in spans:
+                out += vs[i:j]
+            return out
+        joined = array("d")
         for i, j in spans:
-            out += vs[i:j]
-        return out
+            joined += vs[i:j]
+        return joined
 
     # -- config, probes, logs -------------------------------------------------------------
     def config(self, *keys: str) -> tuple[str, Any] | None:
