@@ -80,14 +80,19 @@ def gpu_util_misleading(view: View, th: Thresholds) -> RuleResult:
     keep = _outside_gen  # one filter object for every GPU: the view shares its spans
     for g in view.gpus():
         util = view.gpu_phase_mean(g, "util_gpu", keep)
+        if util is None:
+            continue
+        busy = util >= th.misleading_util_pct
         sm = view.gpu_phase_mean(g, "sm_util", keep)
-        tensor = view.gpu_phase_mean(g, "tensor_util", keep)
-        if util is None or (sm is None and tensor is None):
+        # Below the util bar a GPU only counts as seen when GPM was read: its tensor util
+        # decides nothing once its SM util says so (a third of the rule's reading saved).
+        tensor = view.gpu_phase_mean(g, "tensor_util", keep) if busy or sm is None else None
+        if sm is None and tensor is None:
             continue
         seen += 1
         low_sm = sm is not None and sm < th.misleading_sm_pct
         low_tensor = tensor is not None and tensor < th.misleading_tensor_pct
-        if util >= th.misleading_util_pct and (low_sm or low_tensor):
+        if busy and (low_sm or low_tensor):
             flagged.append(
                 (
                     view.gpu_name(g),

@@ -404,8 +404,9 @@ class NodeWait:
         return self.waiting / max(1, self.seconds)
 
 
-def _per_second(view: View, gpus: list[GpuEntry]) -> dict[int, tuple[float, float]]:
-    """A node's activity by whole second: (mean, max) of its GPUs' values in that second."""
+def _per_second(view: View, gpus: list[GpuEntry]) -> tuple[list[int], list[float], list[float]]:
+    """A node's activity by whole second: the seconds, ascending, and in each the mean and
+    the maximum of its GPUs' values."""
     series = [view.gpu_series(g, "activity") for g in gpus]
     if series and all(ts == series[0][0] for ts, _ in series):
         # One agent tick samples all GPUs of a node: one time axis. With one point per
@@ -414,16 +415,13 @@ def _per_second(view: View, gpus: list[GpuEntry]) -> dict[int, tuple[float, floa
         keys = list(map(int, series[0][0]))
         if len(set(keys)) == len(keys):
             rows = list(zip(*(vs for _, vs in series), strict=True))
+            sums = list(map(sum, rows))
             n = len(series)
-            out: dict[int, tuple[float, float]] = {}
-            for k, row, total, top in zip(keys, rows, map(sum, rows), map(max, rows), strict=True):
-                if total != total:  # a NaN (missing) in the row: the values present
-                    vals = [v for v in row if v == v]
-                    if vals:
-                        out[k] = (sum(vals) / len(vals), max(vals))
-                else:
-                    out[k] = (total / n, top)
-            return out
+            if all(x == x for x in sums):
+                return _ascending(keys, [x / n for x in sums], list(map(max, rows)))
+            # A NaN (missing) in some rows: those seconds average the values present.
+            per_s = {k: [v for v in row if v == v] for k, row in zip(keys, rows, strict=True)}
+            return _summary(per_s)
     per_s: dict[int, list[float]] = {}
     for ts, vs in series:
         for k, v in zip(map(int, ts), vs, strict=True):
@@ -432,34 +430,53 @@ def _per_second(view: View, gpus: list[GpuEntry]) -> dict[int, tuple[float, floa
                     per_s[k].append(v)
                 else:
                     per_s[k] = [v]
-    return {k: (sum(vals) / len(vals), max(vals)) for k, vals in per_s.items()}
+    return _summary(per_s)
+
+
+def _summary(per_s: dict[int, list[float]]) -> tuple[list[int], list[float], list[float]]:
+    """(seconds, means, maxima) of the seconds that hold a value, ascending."""
+    kept = {k: vals for k, vals in per_s.items() if vals}
+    return _ascending(
+        list(kept),
+        [sum(vals) / len(vals) for vals in kept.values()],
+        [max(vals) for vals in kept.values()],
+    )
+
+
+def _ascending(
+    keys: list[int], means: list[float], tops: list[float]
+) -> tuple[list[int], list[float], list[float]]:
+    if all(a < b for a, b in zip(keys, keys[1:], strict=False)):
+        return keys, means, tops
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    return [keys[i] for i in order], [means[i] for i in order], [tops[i] for i in order]
 
 
 def node_waits(view: View, th: Thresholds) -> dict[str, NodeWait]:
     """Per node, the seconds of the window where all its GPUs were below ``sync_wait_idle_pct``
     while another node's mean was above ``sync_wait_busy_pct``. Empty with < 2 GPU nodes."""
-    buckets: dict[str, dict[int, tuple[float, float]]] = {}
+    buckets: dict[str, tuple[list[int], list[float], list[float]]] = {}
     for h in view.hosts():
         per_s = _per_second(view, list(h.gpus.values()))
-        if per_s:
+        if per_s[0]:
             buckets[h.name] = per_s
     if len(buckets) < 2:
         return {}
     # "Another node is busy at t" is "the nodes busy at t, less this one if it is, are some":
     # one count per second (hosts x seconds of work, not hosts^2 x seconds).
-    busy = th.sync_wait_busy_pct
+    busy, idle = th.sync_wait_busy_pct, th.sync_wait_idle_pct
     busy_at: Counter[int] = Counter()
-    for mine in buckets.values():
-        busy_at.update([t for t, (m, _) in mine.items() if m > busy])
+    for keys, means, _ in buckets.values():
+        busy_at.update([t for t, m in zip(keys, means, strict=True) if m > busy])
     out: dict[str, NodeWait] = {}
-    for host, mine in buckets.items():
-        waiting = sorted(
+    for host, (keys, means, tops) in buckets.items():
+        waiting = [
             t
-            for t, (m, top) in mine.items()
-            if top < th.sync_wait_idle_pct and busy_at[t] > (m > busy)
-        )
+            for t, m, top in zip(keys, means, tops, strict=True)
+            if top < idle and busy_at[t] > (m > busy)
+        ]
         episodes = sum(1 for i, t in enumerate(waiting) if i == 0 or t - waiting[i - 1] > 2)
-        out[host] = NodeWait(host, len(waiting), len(mine), episodes)
+        out[host] = NodeWait(host, len(waiting), len(keys), episodes)
     return out
 
 
