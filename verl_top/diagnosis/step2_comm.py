@@ -420,8 +420,9 @@ def _per_second(view: View, gpus: list[GpuEntry]) -> tuple[list[int], list[float
             if all(x == x for x in sums):
                 return _ascending(keys, [x / n for x in sums], list(map(max, rows)))
             # A NaN (missing) in some rows: those seconds average the values present.
-            per_s = {k: [v for v in row if v == v] for k, row in zip(keys, rows, strict=True)}
-            return _summary(per_s)
+            return _summary(
+                {k: [v for v in row if v == v] for k, row in zip(keys, rows, strict=True)}
+            )
     per_s: dict[int, list[float]] = {}
     for ts, vs in series:
         for k, v in zip(map(int, ts), vs, strict=True):
