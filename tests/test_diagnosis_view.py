@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from verl_top.diagnosis.step2_comm import NodeWait, node_waits
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, label_phase
-from verl_top.model import GpuSample, VerlStep
+from verl_top.model import GpuSample, HostSample, VerlStep
 from verl_top.store import Ring, Store, StoreLimits
 from verl_top.verl.stages import stage_bands
 
@@ -217,6 +217,8 @@ def test_window_fast_paths_equal_their_plain_definitions(
                 if index % 2 and j % 3 == 1:
                     label = LABELS[LABELS.index(label) - 1]
                 t += dt
+                if index == 0:  # the host's own CPU and iowait, on the first GPU's tick
+                    store.ingest(HostSample(host=f"n{h}", t=t, cpu_pct=util, iowait_pct=sm))
                 store.ingest(
                     GpuSample(
                         host=f"n{h}",
@@ -253,6 +255,10 @@ def test_window_fast_paths_equal_their_plain_definitions(
                 ]
                 assert want == linear
         assert view.gpu_distinct(g, "clock_reasons") == set(plain.gpu_values(g, "clock_reasons"))
+    for host in store.hosts.values():
+        for column in ("cpu_pct", "iowait_pct"):
+            want = _mean([v for _, v in plain.host_values(host, column)])
+            assert _same_number(view.host_mean(host, column), want)
     for idle, busy in ((10.0, 50.0), (95.0, 85.0)):
         th2 = Thresholds(window_s=15, sync_wait_idle_pct=idle, sync_wait_busy_pct=busy)
         assert node_waits(View(store, th2), th2) == _naive_node_waits(View(store, th2), th2)

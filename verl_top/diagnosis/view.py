@@ -415,6 +415,11 @@ class View:
         ts, vs = self._ring_series(host.history, column, self.since)
         return [(t, v) for t, v in zip(ts, vs, strict=True) if v == v]
 
+    def host_mean(self, host: HostEntry, column: str) -> float | None:
+        """Mean of a host column over the window (``host_values``' values, summed in place)."""
+        total, n = self._stats(host.history, column, self.since)
+        return total / n if n else None
+
     def gpu_host_count(self) -> int:
         """Hosts that report GPUs."""
         return sum(1 for h in self.store.hosts.values() if h.gpus)
