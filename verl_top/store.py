@@ -265,27 +265,23 @@ class Ring:
 
     def start_of(self, since: float | None) -> int | None:
         """How many held points are older than ``since`` when the times ascend, else None;
-        with ``times_from`` / ``column_from``, a reader of several columns of one window
+        with ``array_from`` / ``times_array_from``, a reader of several columns of one window
         finds its start once."""
         return self._start(since) if self.ascending() else None
 
-    def times_from(self, k: int) -> list[float]:
-        """The times of the held points from the ``k``-th on (``k`` from ``start_of``)."""
-        return self._from(self.times, k).tolist()
-
     def array_from(self, column: str, k: int) -> array:
-        """``column_from`` as a C array: summed or counted without a float object per point
-        held."""
+        """The values of ``column`` from the ``k``-th held point on (``k`` from ``start_of``),
+        NaN kept, as a C array: summed or compared without a float object per point held."""
         return self._from(self.cols[column], k)
+
+    def times_array_from(self, k: int) -> array:
+        """The times of the held points from the ``k``-th on, as ``array_from``."""
+        return self._from(self.times, k)
 
     @property
     def first_column(self) -> str:
         """A column name, for readers that want only the times of ``series``."""
         return next(iter(self.cols))
-
-    def column_from(self, column: str, k: int) -> list[float]:
-        """The values of ``column`` from the ``k``-th held point on, NaN kept."""
-        return self._from(self.cols[column], k).tolist()
 
     def recent_labels(self, since: float | None = None) -> list[str]:
         """Same labels as ``label_series(since)[1]``, sliced like ``recent_series``."""

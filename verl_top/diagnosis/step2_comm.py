@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
@@ -407,22 +408,18 @@ class NodeWait:
 def _per_second(view: View, gpus: list[GpuEntry]) -> tuple[list[int], list[float], list[float]]:
     """A node's activity by whole second: the seconds, ascending, and in each the mean and
     the maximum of its GPUs' values."""
+    axes = [view.gpu_axis(g) for g in gpus]
+    if axes and axes[0] is not None and axes.count(axes[0]) == len(axes):
+        # One agent tick samples all GPUs of a node (equal times, told apart by their bytes):
+        # the activity columns are zipped without a list of floats per GPU.
+        keys = list(map(int, view.gpu_times(gpus[0])))
+        if len(set(keys)) == len(keys):
+            return _rows_summary(keys, [view.gpu_column(g, "activity") for g in gpus])
     series = [view.gpu_series(g, "activity") for g in gpus]
-    if series and all(ts == series[0][0] for ts, _ in series):
-        # One agent tick samples all GPUs of a node: one time axis. With one point per
-        # second, a second's values are the GPUs' values at that point, in GPU order; the
-        # sums and maxima of those rows are taken in C.
+    if series and all(ts == series[0][0] for ts, _ in series):  # times that step back
         keys = list(map(int, series[0][0]))
         if len(set(keys)) == len(keys):
-            rows = list(zip(*(vs for _, vs in series), strict=True))
-            sums = list(map(sum, rows))
-            n = len(series)
-            if all(x == x for x in sums):
-                return _ascending(keys, [x / n for x in sums], list(map(max, rows)))
-            # A NaN (missing) in some rows: those seconds average the values present.
-            return _summary(
-                {k: [v for v in row if v == v] for k, row in zip(keys, rows, strict=True)}
-            )
+            return _rows_summary(keys, [vs for _, vs in series])
     per_s: dict[int, list[float]] = {}
     for ts, vs in series:
         for k, v in zip(map(int, ts), vs, strict=True):
@@ -432,6 +429,21 @@ def _per_second(view: View, gpus: list[GpuEntry]) -> tuple[list[int], list[float
                 else:
                     per_s[k] = [v]
     return _summary(per_s)
+
+
+def _rows_summary(
+    keys: list[int], columns: list[Sequence[float]]
+) -> tuple[list[int], list[float], list[float]]:
+    """(seconds, means, maxima) of GPUs on one time axis with one point per second: a
+    second's values are the GPUs' values at that point, in GPU order (sums and maxima of
+    the rows taken in C)."""
+    rows = list(zip(*columns, strict=True))
+    sums = list(map(sum, rows))
+    n = len(columns)
+    if all(x == x for x in sums):
+        return _ascending(keys, [x / n for x in sums], list(map(max, rows)))
+    # A NaN (missing) in some rows: those seconds average the values present.
+    return _summary({k: [v for v in row if v == v] for k, row in zip(keys, rows, strict=True)})
 
 
 def _summary(per_s: dict[int, list[float]]) -> tuple[list[int], list[float], list[float]]:

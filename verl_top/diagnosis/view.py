@@ -258,12 +258,14 @@ class View:
         self._gpus: list[GpuEntry] | None = None
         self._times: dict[tuple[int, float], list[float]] = {}
         self._start_k: dict[tuple[int, float], int | None] = {}
+        self._axes: dict[tuple[int, float], bytes | None] = {}
         self._columns: dict[tuple[int, str, float], list[float]] = {}
         self._values: dict[tuple[int, str, float], list[float]] = {}
         self._sums: dict[tuple[int, str, float], tuple[float, int]] = {}
         self._has: dict[str, bool] = {}
         self._phase_of: dict[int, _Phases] = {}
         self._phase_by_points: dict[tuple, list[tuple[list[float], list[str], _Phases]]] = {}
+        self._phase_by_axis: dict[bytes, list[tuple[list[str], _Phases]]] = {}
         self._wbands: list[tuple[float, float, str]] | None = None
         self._facts: JobFacts | None = None
         self._run_phases: list[Phase] | None = None
@@ -292,9 +294,21 @@ class View:
         if ts is None:
             k = self._start_of(ring, since)
             ts = self._times[key] = (
-                ring.series(ring.first_column, since)[0] if k is None else ring.times_from(k)
+                ring.series(ring.first_column, since)[0]
+                if k is None
+                else ring.times_array_from(k).tolist()
             )
         return ts
+
+    def _axis(self, ring: Ring, since: float) -> bytes | None:
+        """The window's times as bytes, None when the ring's times do not ascend. Equal bytes
+        mean equal times (ascending times hold no NaN), told by one memcmp without a float
+        object per point: the GPUs of a host are sampled at its agent's tick."""
+        key = (id(ring), since)
+        if key not in self._axes:
+            k = self._start_of(ring, since)
+            self._axes[key] = None if k is None else ring.times_array_from(k).tobytes()
+        return self._axes[key]
 
     def _ring_series(
         self, ring: Ring, column: str, since: float
@@ -305,7 +319,7 @@ class View:
         if vs is None:
             k = self._start_of(ring, since)
             vs = self._columns[key] = (
-                ring.series(column, since)[1] if k is None else ring.column_from(column, k)
+                ring.series(column, since)[1] if k is None else ring.array_from(column, k).tolist()
             )
         return self._times_of(ring, since), vs
 
@@ -368,6 +382,20 @@ class View:
     def gpu_series(self, entry: GpuEntry, column: str) -> tuple[list[float], list[float]]:
         """Times and values of a GPU column over the window, oldest first, NaN kept."""
         return self._ring_series(entry.history, column, self.since)
+
+    def gpu_axis(self, entry: GpuEntry) -> bytes | None:
+        """The GPU's window times as bytes (None when its times do not ascend): GPUs with
+        equal axes were sampled at the same times."""
+        return self._axis(entry.history, self.since)
+
+    def gpu_times(self, entry: GpuEntry) -> list[float]:
+        """The times of the GPU's points in the window, oldest first."""
+        return self._times_of(entry.history, self.since)
+
+    def gpu_column(self, entry: GpuEntry, column: str) -> Sequence[float]:
+        """A GPU column over the window, NaN kept, as a list or a C array (not to be
+        mutated): for readers that only iterate it."""
+        return self._window(entry.history, column, self.since)
 
     def gpu_points(self, entry: GpuEntry, column: str) -> list[tuple[float, float]]:
         """(t, value) of a GPU column over the window, missing values dropped."""
@@ -620,12 +648,22 @@ class View:
         if hit is not None:
             return hit
         since = self.phase_since()
-        ts = self._times_of(ring, since)
         if entry.key in self._standalone_rollout():
             # A standalone rollout pool generates all the time; the step's stage bands are the
             # trainer's timeline, not its.
-            hit = self._phase_of[id(ring)] = _Phases(["gen"] * len(ts))
+            hit = self._phase_of[id(ring)] = _Phases(["gen"] * len(self._times_of(ring, since)))
             return hit
+        axis = self._axis(ring, since)
+        if axis is not None:  # times as bytes: the times list is read for a new axis only
+            labels = ring.recent_labels(since) or [""] * (len(axis) // 8)
+            same_axis = self._phase_by_axis.setdefault(axis, [])
+            hit = next((p for l2, p in same_axis if l2 == labels), None)
+            if hit is None:
+                hit = _Phases(self._phase_list(self._times_of(ring, since), labels))
+                same_axis.append((labels, hit))
+            self._phase_of[id(ring)] = hit
+            return hit
+        ts = self._times_of(ring, since)
         labels = ring.recent_labels(since) or [""] * len(ts)
         # Candidates share length, ends and end labels; comparing the lists in C confirms one
         # (hashing whole tuples of times and labels for every GPU cost more than the phases).
