@@ -6,7 +6,10 @@ state after an hour at 1 Hz). With ``--steps`` (default on) verl step lines are 
 20 s over the window, so the phase-aware rules work on stage bands as in a real job, not only
 on the replay labels. Each evaluation uses a fresh ``Engine`` and reads the same store.
 With ``--per-rule``, each rule's CPU in the engine's order on one fresh view per run (what it
-adds to the rules before it: the view keeps what they read), the costliest first.
+adds to the rules before it: the view keeps what they read), the costliest first. With
+``--lag``, ``runs`` more evaluations in a worker thread with the cyclic GC paused, as
+``monitor.judge`` runs them, while the main thread sleeps 2 ms at a time: how late it wakes
+is how long the evaluation held the GIL at a stretch (a frame of the UI waits as long).
 
     python benchmarks/engine_cost.py --gpus 256,1024 --runs 5 --json-out engine.json
     python benchmarks/engine_cost.py --gpus 1024,4096 --runs 3 --per-rule
@@ -18,6 +21,7 @@ import argparse
 import gc
 import os
 import sys
+import threading
 import time
 from typing import Any
 
@@ -89,9 +93,39 @@ def per_rule(store: Store, runs: int) -> dict[str, float]:
     return dict(sorted(((k, median(v)) for k, v in cpu.items()), key=lambda kv: -kv[1]))
 
 
-def measure(gpus: int, runs: int, steps: bool, rules: bool = False) -> dict[str, Any]:
+def gil_waits(store: Store, runs: int) -> list[float]:
+    """Per evaluation in a worker thread (GC paused, as ``monitor.judge``): the longest a
+    thread sleeping 2 ms at a time woke late, in ms."""
+    out = []
+    for _ in range(runs):
+        gc.collect()
+        late: list[float] = []
+        worker = threading.Thread(target=_paused_evaluation, args=(store,))
+        worker.start()
+        while worker.is_alive():
+            t0 = time.perf_counter()
+            time.sleep(0.002)
+            late.append(time.perf_counter() - t0 - 0.002)
+        worker.join()
+        out.append(max(late, default=0.0) * 1000)
+    return out
+
+
+def _paused_evaluation(store: Store) -> None:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        Engine().evaluate(store)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def measure(
+    gpus: int, runs: int, steps: bool, rules: bool = False, lag: bool = False
+) -> dict[str, Any]:
     """Fill a store and time ``runs`` evaluations (wall and CPU); each rule's too with
-    ``rules``."""
+    ``rules``, the longest GIL hold seen from another thread with ``lag``."""
     store = fill(gpus, steps)
     walls, cpus = [], []
     verdict = None
@@ -111,6 +145,7 @@ def measure(gpus: int, runs: int, steps: bool, rules: bool = False) -> dict[str,
         "cpu_ms_p50": median(cpus),
         "findings": [f.rule for f in verdict.findings],
         "rules_cpu_ms_p50": per_rule(store, runs) if rules else {},
+        "gil_wait_ms_max": max(gil_waits(store, runs)) if lag else None,
     }
 
 
@@ -121,15 +156,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=5, help="evaluations per size")
     p.add_argument("--no-steps", action="store_true", help="no verl step lines in the store")
     p.add_argument("--per-rule", action="store_true", help="also time each rule (table)")
+    p.add_argument(
+        "--lag", action="store_true", help="also: longest GIL hold seen from another thread"
+    )
     p.add_argument("--json-out", default=None, metavar="FILE")
     args = p.parse_args(argv)
     rows = [
-        measure(int(g), args.runs, not args.no_steps, args.per_rule) for g in args.gpus.split(",")
+        measure(int(g), args.runs, not args.no_steps, args.per_rule, args.lag)
+        for g in args.gpus.split(",")
     ]
     load = os.getloadavg()
     print(
         table(
-            ["GPUs", "steps", "runs", "wall ms p50", "wall ms min", "CPU ms p50"],
+            [
+                "GPUs",
+                "steps",
+                "runs",
+                "wall ms p50",
+                "wall ms min",
+                "CPU ms p50",
+                "GIL wait ms max",
+            ],
             [
                 [
                     r["gpus"],
@@ -138,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                     r["wall_ms_p50"],
                     r["wall_ms_min"],
                     r["cpu_ms_p50"],
+                    r["gil_wait_ms_max"],
                 ]
                 for r in rows
             ],
