@@ -290,10 +290,10 @@ class TimedEngine:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.engine, name)  # thresholds, and whatever else the monitor reads
 
-    def evaluate(self, store: Any) -> Any:
+    def evaluate(self, store: Any, *args: Any) -> Any:
         t0, c0 = time.perf_counter(), time.thread_time()
         try:
-            return self.engine.evaluate(store)
+            return self.engine.evaluate(store, *args)
         finally:
             if self.timings.measuring:
                 self.timings.engine_ms.append((time.perf_counter() - t0) * 1000)

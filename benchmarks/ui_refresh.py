@@ -52,9 +52,9 @@ class OnceEngine:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.engine, name)
 
-    def evaluate(self, store: Any) -> Any:
+    def evaluate(self, store: Any, *args: Any) -> Any:
         if self.verdict is None:
-            self.verdict = self.engine.evaluate(store)
+            self.verdict = self.engine.evaluate(store, *args)
         return self.verdict
 
 

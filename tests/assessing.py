@@ -3,6 +3,8 @@ Assessments; the monitor makes them in the product)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from verl_top.assessment import Assessment
 from verl_top.diagnosis.engine import Engine
 from verl_top.diagnosis.findings import Verdict
@@ -23,6 +25,6 @@ class FixedEngine(Engine):
         self.verdict = verdict if verdict is not None else Verdict(None, None, "")
         self.calls = 0
 
-    def evaluate(self, store: Store) -> Verdict:
+    def evaluate(self, store: Store, between: Callable[[], object] | None = None) -> Verdict:
         self.calls += 1
         return self.verdict

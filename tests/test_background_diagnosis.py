@@ -8,15 +8,16 @@ import asyncio
 import gc
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from ui_data import T0, build_store
 
-from verl_top.diagnosis.engine import Engine
+from verl_top.diagnosis.engine import STEP_RULES, Engine
 from verl_top.inputs import Inputs
 from verl_top.model import GpuSample, HostState
-from verl_top.monitor import Monitor, judge
+from verl_top.monitor import FrameGate, Monitor, judge
 from verl_top.sources.pipeline import Pipeline
 from verl_top.store import Store
 
@@ -33,11 +34,11 @@ class SlowEngine:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.engine, name)
 
-    def evaluate(self, store: Store) -> Any:
+    def evaluate(self, store: Store, between: Callable[[], object] | None = None) -> Any:
         self.threads.append(threading.current_thread().name)
         self.started.set()
         time.sleep(self.seconds)  # like a 4096-GPU evaluation, without burning the CPU
-        return self.engine.evaluate(store)
+        return self.engine.evaluate(store, between)
 
 
 def test_writes_held_while_a_reader_works_are_applied_in_order() -> None:
@@ -115,11 +116,11 @@ class GcWatchingEngine:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.engine, name)
 
-    def evaluate(self, store: Store) -> Any:
+    def evaluate(self, store: Store, between: Callable[[], object] | None = None) -> Any:
         self.collector_on.append(gc.isenabled())
         if self.fail:
             raise RuntimeError("a broken rule")
-        return self.engine.evaluate(store)
+        return self.engine.evaluate(store, between)
 
 
 def test_an_evaluation_pauses_the_cyclic_collector_and_leaves_no_cyclic_garbage() -> None:
@@ -145,3 +146,52 @@ def test_an_evaluation_pauses_the_cyclic_collector_and_leaves_no_cyclic_garbage(
     with pytest.raises(RuntimeError):
         judge(broken, store)  # type: ignore[arg-type]
     assert gc.isenabled()  # restored when a rule raises
+
+
+def test_an_evaluation_gives_way_between_rules_and_judges_the_same() -> None:
+    # The hook runs before every rule and cannot change what the rules find.
+    store = build_store()
+    calls: list[int] = []
+    want = Engine().evaluate(store)
+    got = Engine().evaluate(store, lambda: calls.append(1))
+    assert len(calls) == sum(len(rules) for rules in STEP_RULES.values())  # one per rule
+    assert got.bottleneck_rule == want.bottleneck_rule
+    assert [(f.rule, f.title) for f in got.findings] == [(f.rule, f.title) for f in want.findings]
+
+
+async def _gated(monitor: Monitor, engine: SlowEngine) -> tuple[bool, bool]:
+    """Close the gate, start an evaluation; whether it ended while closed, and after opening."""
+    monitor.gate.close()
+    monitor.assess()
+    await asyncio.to_thread(engine.started.wait, 5)
+    await asyncio.sleep(0.6)  # the evaluation's own sleep (0.05 s) is long over
+    while_closed = monitor.assessment.verdict is not None
+    monitor.gate.open()
+    deadline = time.monotonic() + 10
+    while monitor.assessment.verdict is None and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    return while_closed, monitor.assessment.verdict is not None
+
+
+def test_a_background_evaluation_waits_while_a_frame_is_drawn() -> None:
+    # Sharing the GIL, a frame drawn during an evaluation took twice its time: the worker
+    # waits at its next rule while the app draws (FrameGate), and goes on once it is open.
+    store = build_store()
+    engine = SlowEngine(0.05)
+    inputs = Inputs(store=store, pipeline=Pipeline(store, parsers={}), mode="LIVE")
+    monitor = Monitor(inputs, engine, period_s=5.0, background=True)
+    monitor.gate = FrameGate(max_wait_s=30.0)
+    try:
+        while_closed, after = asyncio.run(_gated(monitor, engine))
+    finally:
+        monitor.close()
+    assert not while_closed and after
+
+
+def test_a_frame_that_is_never_painted_does_not_stop_the_diagnosis() -> None:
+    gate = FrameGate(max_wait_s=0.05)
+    gate.close()
+    t0 = time.monotonic()
+    assert gate.wait() is False and time.monotonic() - t0 < 1.0
+    gate.open()
+    assert gate.wait() is True and gate.is_open

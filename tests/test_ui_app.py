@@ -555,3 +555,26 @@ async def test_a_stale_pane_focus_message_does_not_bring_its_pane_back() -> None
         await pilot.pause()
         await pilot.pause()
         assert tabs.active == "pane-3"
+
+
+async def test_a_tick_closes_the_diagnosis_gate_until_its_frame_is_painted() -> None:
+    """A background evaluation gives way while a tick draws its frame (monitor.FrameGate):
+    the gate is closed while the pane is refreshed and open again once the frame is painted,
+    so an evaluation waits for the frame, never for longer."""
+    app = make_app(build_store())
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        pane = app.pane(1)
+        seen: list[bool] = []
+        original = pane.refresh_pane
+
+        def watched(store: Any, assessment: Any) -> None:
+            seen.append(app.monitor.gate.is_open)
+            original(store, assessment)
+
+        pane.refresh_pane = watched  # type: ignore[method-assign]
+        app.refresh_now()
+        assert seen == [False]  # drawn with the gate closed
+        await pilot.pause()
+        await pilot.pause()
+        assert app.monitor.gate.is_open  # painted: the evaluation may go on

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import dataclasses
 import gc
+import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
@@ -46,6 +47,9 @@ LIVE_PERIOD_S = 5.0
 MAX_SHARE = 0.25
 # Headless runs look at the data this often (wall seconds) while they collect.
 HEADLESS_TICK_S = 1.0
+# The longest an evaluation waits for a frame to be drawn before it goes on (a frame that is
+# never painted, e.g. the app closing, must not stop the diagnosis).
+FRAME_WAIT_S = 0.5
 RELEASE_SLICE = 500  # held writes applied per turn of the event loop after an evaluation
 # A replay read at full speed is also looked at every this many seconds of *data*, so its lead
 # history (a hang that came and went) is the one the app would have shown; an evaluation that
@@ -133,6 +137,7 @@ class Monitor:
         self.background = background
         self._executor: ThreadPoolExecutor | None = None
         self._job: Future[Verdict] | None = None
+        self.gate = FrameGate()  # closed by the app while it draws a frame
         self.engine = engine if engine is not None else Engine()
         self.period_s = period_s
         self._clock = clock
@@ -219,7 +224,7 @@ class Monitor:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="verl-top-diagnosis")
         store.hold()
         started = self._clock()
-        job = self._job = self._executor.submit(judge, self.engine, store)
+        job = self._job = self._executor.submit(judge, self.engine, store, self.gate.wait)
 
         def done(_: Future[Verdict]) -> None:  # in the worker: hand over to the loop
             loop.call_soon_threadsafe(self._background_done, job, started)
@@ -425,8 +430,44 @@ def _cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def judge(engine: Engine, store: Store) -> Verdict:
-    """``engine.evaluate(store)`` with the cyclic collector paused.
+class FrameGate:
+    """Lets an evaluation in the worker thread give way while the event loop draws a frame.
+
+    The two threads share the GIL, which passes between them every 5 ms
+    (``sys.getswitchinterval``): a frame drawn while an evaluation runs took about twice its
+    own time (pane 1's p95 at 1024 GPUs was 2-3x its p50). The app closes the gate when a tick
+    starts and opens it once the frame is painted; the evaluation waits, without the GIL,
+    before its next rule. A rule under way runs to its end, and no wait exceeds ``max_wait_s``.
+    """
+
+    def __init__(self, max_wait_s: float = FRAME_WAIT_S) -> None:
+        self.max_wait_s = max_wait_s
+        self._open = threading.Event()
+        self._open.set()
+
+    def close(self) -> None:
+        """A frame is being drawn: evaluations pause at their next rule."""
+        self._open.clear()
+
+    def open(self) -> None:
+        """The frame is painted: evaluations go on."""
+        self._open.set()
+
+    @property
+    def is_open(self) -> bool:
+        """True when no frame is being drawn."""
+        return self._open.is_set()
+
+    def wait(self) -> bool:
+        """Block (in the worker thread) while a frame is drawn, at most ``max_wait_s``.
+
+        True when the gate was open or opened in time."""
+        return self._open.wait(self.max_wait_s)
+
+
+def judge(engine: Engine, store: Store, between: Callable[[], object] | None = None) -> Verdict:
+    """``engine.evaluate(store)`` with the cyclic collector paused (``between``: called
+    before each rule, see ``FrameGate``).
 
     An evaluation reads every GPU's window into lists of floats (~100 000 lists, millions of
     floats at 4096 GPUs) that live until it ends. Collections triggered meanwhile, by either
@@ -435,7 +476,9 @@ def judge(engine: Engine, store: Store) -> Verdict:
     form no cycles, so reference counting frees them when the evaluation ends; what the
     event loop allocates meanwhile is collected at its next collection."""
     with _cyclic_gc_paused():
-        return engine.evaluate(store)
+        if between is None:
+            return engine.evaluate(store)
+        return engine.evaluate(store, between)
 
 
 def _has_data(store: Store) -> bool:

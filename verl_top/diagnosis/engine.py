@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from verl_top.diagnosis import (
@@ -44,12 +45,19 @@ STEP_RULES: dict[int, list[Rule]] = {
 }
 
 
-def run_rules(view: View, th: Thresholds) -> tuple[list[Finding], list[Check]]:
-    """Every rule of every step; a finding also yields a Check with status 'finding'."""
+def run_rules(
+    view: View, th: Thresholds, between: Callable[[], object] | None = None
+) -> tuple[list[Finding], list[Check]]:
+    """Every rule of every step; a finding also yields a Check with status 'finding'.
+
+    ``between`` is called before each rule: where an evaluation in a worker thread gives way
+    to the frames the event loop draws (monitor.FrameGate)."""
     findings: list[Finding] = []
     checks: list[Check] = []
     for step, rules in STEP_RULES.items():
         for rule in rules:
+            if between is not None:
+                between()
             name = rule.__name__.replace("_", ".", 1)
             try:
                 # A rule the job's device cannot feed says so instead of judging (guards.py).
@@ -87,11 +95,14 @@ class Engine:
         self.thresholds = thresholds or Thresholds()
         self._steps = StepMemo()  # a cache of a pure reading: the verdict does not depend on it
 
-    def evaluate(self, store: Store) -> Verdict:
-        """Run all rules over ``store`` (never mutated) and return the verdict at ``store.now``."""
+    def evaluate(self, store: Store, between: Callable[[], object] | None = None) -> Verdict:
+        """Run all rules over ``store`` (never mutated) and return the verdict at ``store.now``.
+
+        ``between`` is called before each rule (see ``run_rules``); it cannot change the verdict.
+        """
         th = self.thresholds
         view = View(store, th, self._steps)
-        findings, checks = run_rules(view, th)
+        findings, checks = run_rules(view, th, between)
         timed = any(s.stage_times for s in view.steps())
         inputs = describe_inputs(view)
         nothing = not inputs["gpus"] and not timed

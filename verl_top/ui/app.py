@@ -288,6 +288,9 @@ class VerlTopApp(App):
             # would otherwise fail on self.screen (ScreenStackError) and panic the app.
             return
         store = self.store
+        # An evaluation in the worker thread waits while this frame is drawn (redraw opens the
+        # gate once it is painted): sharing the GIL, both took twice as long.
+        self.monitor.gate.close()
         if self.live and self.inputs.mode == "LIVE":
             store.mark_stale(stale_after=max(MIN_STALE_S, 3 * self.refresh_s))
         if self._fixed is None:
@@ -314,6 +317,9 @@ class VerlTopApp(App):
         if self._header is None or not self.screen_stack:
             return
         store, assessment = self.store, self.assessment
+        gate = self.monitor.gate
+        gate.close()
+        self.call_after_refresh(gate.open)  # after the paint: the frame ends there
         with self.batch_update():
             self._header.update_header(
                 store,
