@@ -106,6 +106,17 @@ CASES: tuple[Case, ...] = (
     _client(1024, 16, 60),
     _client(4096, 32, 30),
     Case(
+        name="engine",
+        script="engine_cost.py",
+        args=("--gpus", "1024", "--runs", "7", "--lag"),
+        quick=("--gpus", "16", "--runs", "1", "--lag"),
+        metrics=(
+            Metric("one evaluation: CPU ms p50", _row("cpu_ms_p50")),
+            Metric("  wall ms min", _row("wall_ms_min")),
+            Metric("  longest GIL hold ms (wall)", _row("gil_wait_ms_max")),
+        ),
+    ),
+    Case(
         name="pane",
         script="ui_refresh.py",
         args=("128", "--rounds", "30"),

@@ -1,7 +1,7 @@
 """The fast reads the diagnosis relies on give exactly what the plain reads give.
 
 ``Ring.recent_*`` bisect and slice in C, ``View`` memoises windows and paints stage bands over a
-GPU's points, and ``node_waits`` keeps the two busiest nodes per second: each is checked here
+GPU's points, and ``node_waits`` counts the busy nodes per second: each is checked here
 against the straightforward definition, including the cases that defeat the shortcuts (times
 that step back, NaN, rings that wrap, bands that overlap).
 """
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from verl_top.diagnosis.step2_comm import NodeWait, node_waits
 from verl_top.diagnosis.thresholds import Thresholds
 from verl_top.diagnosis.view import View, label_phase
-from verl_top.model import GpuSample, VerlStep
+from verl_top.model import GpuSample, HostSample, VerlStep
 from verl_top.store import Ring, Store, StoreLimits
 from verl_top.verl.stages import stage_bands
 
@@ -177,3 +177,88 @@ def test_node_waits_equal_the_pairwise_definition() -> None:
     th = Thresholds(sync_wait_idle_pct=95, sync_wait_busy_pct=85)
     got = node_waits(View(store, th), th)
     assert got == _naive_node_waits(View(store, th), th) and got["n3"].waiting == 0
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _same_number(a: float | None, b: float | None) -> bool:
+    return a == b or (a is not None and b is not None and math.isnan(a) and math.isnan(b))
+
+
+gpu_point = st.tuples(
+    st.sampled_from([0.5, 1.0, 1.0, 1.0, 2.0, -3.0]),  # time step from the previous point
+    st.sampled_from([0.0, 3.0, 55.5, 90.0, 97.25, NAN]),  # NVML util
+    st.sampled_from([None, None, 1.0, 40.0, NAN]),  # GPM SM util (the activity when present)
+    st.sampled_from([0, 0, 8, 1 << 3 | 1 << 5, None]),  # clock-event reasons
+    st.sampled_from(LABELS),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    hosts=st.lists(st.lists(st.lists(gpu_point, max_size=30), min_size=1, max_size=3), max_size=3),
+    same_axis=st.booleans(),
+    steps=st.booleans(),
+)
+def test_window_fast_paths_equal_their_plain_definitions(
+    hosts: list[list[list[tuple]]], same_axis: bool, steps: bool
+) -> None:
+    """The view's summed and shared readings (means over C arrays, spans shared by filter
+    and by host, window starts found once) give what the plain list readings give, with
+    missing values, times that step back, and GPUs of a host on one time axis or not."""
+    store = Store(StoreLimits(points=24))  # rings wrap: windows cross the wrap point
+    for h, gpus in enumerate(hosts):
+        for index, points in enumerate(gpus):
+            t = 1000.0 + (0 if same_axis else 0.3 * index)
+            for j, (dt, util, sm, reasons, label) in enumerate(gpus[0] if same_axis else points):
+                # Odd GPUs label some points otherwise: same times, other phases inside.
+                if index % 2 and j % 3 == 1:
+                    label = LABELS[LABELS.index(label) - 1]
+                t += dt
+                if index == 0:  # the host's own CPU and iowait, on the first GPU's tick
+                    store.ingest(HostSample(host=f"n{h}", t=t, cpu_pct=util, iowait_pct=sm))
+                store.ingest(
+                    GpuSample(
+                        host=f"n{h}",
+                        t=t,
+                        index=index,
+                        util_gpu=util if index % 2 == 0 else util / 2,
+                        sm_util=sm,
+                        clock_reasons=reasons,
+                        label=label,
+                    )
+                )
+    if steps and store.now:
+        for n, at in enumerate((store.now - 12.0, store.now - 1.5), 1):
+            store.ingest(VerlStep(host="n0", t=at, step=n, metrics=STEP))
+    th = Thresholds(window_s=15)
+    view, plain = View(store, th), View(store, th)
+    every = list(store.iter_gpus())
+    assert view.gpus() == [g for g in every if plain.gpu_values(g, "activity")]
+    assert view.has_column("sm_util") == any(plain.gpu_values(g, "sm_util") for g in every)
+    filters = (lambda p: p == "gen", lambda p: p != "gen", {"ref", None}.__contains__)
+    for g in every:
+        for column in ("activity", "util_gpu", "sm_util", "throttled"):
+            assert _same_number(view.gpu_mean(g, column), _mean(plain.gpu_values(g, column)))
+            for keep in filters:
+                want = plain.gpu_phase_points(g, column, keep)
+                assert _same_number(view.gpu_phase_mean(g, column, keep), _mean(want))
+                since = plain.phase_since()
+                ts, vs = g.history.series(column, since)
+                labels = g.history.label_series(since)[1]
+                linear = [
+                    v
+                    for t, v, lab in zip(ts, vs, labels, strict=True)
+                    if keep(_linear_phase(plain, t, lab)) and v == v
+                ]
+                assert want == linear
+        assert view.gpu_distinct(g, "clock_reasons") == set(plain.gpu_values(g, "clock_reasons"))
+    for host in store.hosts.values():
+        for column in ("cpu_pct", "iowait_pct"):
+            want = _mean([v for _, v in plain.host_values(host, column)])
+            assert _same_number(view.host_mean(host, column), want)
+    for idle, busy in ((10.0, 50.0), (95.0, 85.0)):
+        th2 = Thresholds(window_s=15, sync_wait_idle_pct=idle, sync_wait_busy_pct=busy)
+        assert node_waits(View(store, th2), th2) == _naive_node_waits(View(store, th2), th2)

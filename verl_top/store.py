@@ -263,6 +263,26 @@ class Ring:
             return self.series(column, since)[1]
         return self._from(self.cols[column], self._start(since)).tolist()
 
+    def start_of(self, since: float | None) -> int | None:
+        """How many held points are older than ``since`` when the times ascend, else None;
+        with ``array_from`` / ``times_array_from``, a reader of several columns of one window
+        finds its start once."""
+        return self._start(since) if self.ascending() else None
+
+    def array_from(self, column: str, k: int) -> array:
+        """The values of ``column`` from the ``k``-th held point on (``k`` from ``start_of``),
+        NaN kept, as a C array: summed or compared without a float object per point held."""
+        return self._from(self.cols[column], k)
+
+    def times_array_from(self, k: int) -> array:
+        """The times of the held points from the ``k``-th on, as ``array_from``."""
+        return self._from(self.times, k)
+
+    @property
+    def first_column(self) -> str:
+        """A column name, for readers that want only the times of ``series``."""
+        return next(iter(self.cols))
+
     def recent_labels(self, since: float | None = None) -> list[str]:
         """Same labels as ``label_series(since)[1]``, sliced like ``recent_series``."""
         if self.labels is None:

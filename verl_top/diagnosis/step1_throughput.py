@@ -64,6 +64,10 @@ def gpu_idle(view: View, th: Thresholds) -> RuleResult:
     )
 
 
+def _outside_gen(phase: str | None) -> bool:
+    return phase != "gen"  # decode is memory-bound by nature
+
+
 def gpu_util_misleading(view: View, th: Thresholds) -> RuleResult:
     """NVML util looks busy while GPM SM or tensor util shows little real work, outside gen."""
     if not (view.has_column("sm_util") or view.has_column("tensor_util")):
@@ -73,17 +77,22 @@ def gpu_util_misleading(view: View, th: Thresholds) -> RuleResult:
     phase_known = bool(view.stage_bands())
     flagged: list[tuple[str, float, float, float]] = []
     seen = 0
+    keep = _outside_gen  # one filter object for every GPU: the view shares its spans
     for g in view.gpus():
-        keep = lambda p: p != "gen"  # noqa: E731  decode is memory-bound by nature
-        util = mean(view.gpu_phase_points(g, "util_gpu", keep))
-        sm = mean(view.gpu_phase_points(g, "sm_util", keep))
-        tensor = mean(view.gpu_phase_points(g, "tensor_util", keep))
-        if util is None or (sm is None and tensor is None):
+        util = view.gpu_phase_mean(g, "util_gpu", keep)
+        if util is None:
+            continue
+        busy = util >= th.misleading_util_pct
+        sm = view.gpu_phase_mean(g, "sm_util", keep)
+        # Below the util bar a GPU only counts as seen when GPM was read: its tensor util
+        # decides nothing once its SM util says so (a third of the rule's reading saved).
+        tensor = view.gpu_phase_mean(g, "tensor_util", keep) if busy or sm is None else None
+        if sm is None and tensor is None:
             continue
         seen += 1
         low_sm = sm is not None and sm < th.misleading_sm_pct
         low_tensor = tensor is not None and tensor < th.misleading_tensor_pct
-        if util >= th.misleading_util_pct and (low_sm or low_tensor):
+        if busy and (low_sm or low_tensor):
             flagged.append(
                 (
                     view.gpu_name(g),
@@ -138,11 +147,11 @@ def gpu_throttle(view: View, th: Thresholds) -> RuleResult:
     fracs: dict[str, float] = {}
     reasons: set[str] = set()
     for g in view.gpus():
-        vals = view.gpu_values(g, "throttled")
-        if vals:
-            fracs[view.gpu_name(g)] = sum(vals) / len(vals)
+        frac = view.gpu_mean(g, "throttled")
+        if frac is not None:
+            fracs[view.gpu_name(g)] = frac
             mask = 0
-            for bits in set(view.gpu_values(g, "clock_reasons")):  # OR: each mask once
+            for bits in view.gpu_distinct(g, "clock_reasons"):  # OR: each mask once
                 mask |= int(bits)
             reasons.update(n for n in clock_reason_names(mask) if n not in ("idle", "app_clocks"))
     if not fracs:

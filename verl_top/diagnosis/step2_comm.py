@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import math
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from verl_top.diagnosis.findings import Finding, Rule, RuleResult, no_data, passed, scale
@@ -404,22 +405,22 @@ class NodeWait:
         return self.waiting / max(1, self.seconds)
 
 
-def _per_second(view: View, gpus: list[GpuEntry]) -> dict[int, list[float]]:
-    """A node's activity values by whole second: each GPU's in turn, oldest first."""
+def _per_second(view: View, gpus: list[GpuEntry]) -> tuple[list[int], list[float], list[float]]:
+    """A node's activity by whole second: the seconds, ascending, and in each the mean and
+    the maximum of its GPUs' values."""
+    axes = [view.gpu_axis(g) for g in gpus]
+    if axes and axes[0] is not None and axes.count(axes[0]) == len(axes):
+        # One agent tick samples all GPUs of a node (equal times, told apart by their bytes):
+        # the activity columns are zipped without a list of floats per GPU.
+        keys = list(map(int, view.gpu_times(gpus[0])))
+        if len(set(keys)) == len(keys):
+            return _rows_summary(keys, [view.gpu_column(g, "activity") for g in gpus])
     series = [view.gpu_series(g, "activity") for g in gpus]
-    per_s: dict[int, list[float]] = {}
-    if series and all(ts == series[0][0] for ts, _ in series):
-        # One agent tick samples all GPUs of a node: one time axis. With one point per
-        # second, a second's values are the GPUs' values at that point, in GPU order.
+    if series and all(ts == series[0][0] for ts, _ in series):  # times that step back
         keys = list(map(int, series[0][0]))
         if len(set(keys)) == len(keys):
-            for k, row in zip(keys, zip(*(vs for _, vs in series), strict=True), strict=True):
-                vals = list(row)
-                if math.isnan(sum(vals)):
-                    vals = [v for v in vals if v == v]  # NaN = missing
-                if vals:
-                    per_s[k] = vals
-            return per_s
+            return _rows_summary(keys, [vs for _, vs in series])
+    per_s: dict[int, list[float]] = {}
     for ts, vs in series:
         for k, v in zip(map(int, ts), vs, strict=True):
             if v == v:
@@ -427,42 +428,68 @@ def _per_second(view: View, gpus: list[GpuEntry]) -> dict[int, list[float]]:
                     per_s[k].append(v)
                 else:
                     per_s[k] = [v]
-    return per_s
+    return _summary(per_s)
+
+
+def _rows_summary(
+    keys: list[int], columns: list[Sequence[float]]
+) -> tuple[list[int], list[float], list[float]]:
+    """(seconds, means, maxima) of GPUs on one time axis with one point per second: a
+    second's values are the GPUs' values at that point, in GPU order (sums and maxima of
+    the rows taken in C)."""
+    rows = list(zip(*columns, strict=True))
+    sums = list(map(sum, rows))
+    n = len(columns)
+    if all(x == x for x in sums):
+        return _ascending(keys, [x / n for x in sums], list(map(max, rows)))
+    # A NaN (missing) in some rows: those seconds average the values present.
+    return _summary({k: [v for v in row if v == v] for k, row in zip(keys, rows, strict=True)})
+
+
+def _summary(per_s: dict[int, list[float]]) -> tuple[list[int], list[float], list[float]]:
+    """(seconds, means, maxima) of the seconds that hold a value, ascending."""
+    kept = {k: vals for k, vals in per_s.items() if vals}
+    return _ascending(
+        list(kept),
+        [sum(vals) / len(vals) for vals in kept.values()],
+        [max(vals) for vals in kept.values()],
+    )
+
+
+def _ascending(
+    keys: list[int], means: list[float], tops: list[float]
+) -> tuple[list[int], list[float], list[float]]:
+    if all(a < b for a, b in zip(keys, keys[1:], strict=False)):
+        return keys, means, tops
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    return [keys[i] for i in order], [means[i] for i in order], [tops[i] for i in order]
 
 
 def node_waits(view: View, th: Thresholds) -> dict[str, NodeWait]:
     """Per node, the seconds of the window where all its GPUs were below ``sync_wait_idle_pct``
     while another node's mean was above ``sync_wait_busy_pct``. Empty with < 2 GPU nodes."""
-    buckets: dict[str, dict[int, list[float]]] = {}
+    buckets: dict[str, tuple[list[int], list[float], list[float]]] = {}
     for h in view.hosts():
         per_s = _per_second(view, list(h.gpus.values()))
-        if per_s:
+        if per_s[0]:
             buckets[h.name] = per_s
     if len(buckets) < 2:
         return {}
-    # Per second, the two highest node means with their nodes: "the busiest other node" is the
-    # top one, or the second when the top one is the node itself (hosts x seconds of work, not
-    # hosts^2 x seconds).
-    top: dict[int, tuple[tuple[float, str], tuple[float, str] | None]] = {}
-    for host, mine in buckets.items():
-        for t, vals in mine.items():
-            m = (sum(vals) / len(vals), host)
-            best = top.get(t)
-            if best is None:
-                top[t] = (m, None)
-            elif m[0] > best[0][0]:
-                top[t] = (m, best[0])
-            elif best[1] is None or m[0] > best[1][0]:
-                top[t] = (best[0], m)
+    # "Another node is busy at t" is "the nodes busy at t, less this one if it is, are some":
+    # one count per second (hosts x seconds of work, not hosts^2 x seconds).
+    busy, idle = th.sync_wait_busy_pct, th.sync_wait_idle_pct
+    busy_at: Counter[int] = Counter()
+    for keys, means, _ in buckets.values():
+        busy_at.update([t for t, m in zip(keys, means, strict=True) if m > busy])
     out: dict[str, NodeWait] = {}
-    for host, mine in buckets.items():
-        waiting: list[int] = []
-        for t in sorted(t for t, vals in mine.items() if max(vals) < th.sync_wait_idle_pct):
-            others = [m for m, h2 in filter(None, top.get(t, ())) if h2 != host]
-            if others and max(others) > th.sync_wait_busy_pct:
-                waiting.append(t)
+    for host, (keys, means, tops) in buckets.items():
+        waiting = [
+            t
+            for t, m, top in zip(keys, means, tops, strict=True)
+            if top < idle and busy_at[t] > (m > busy)
+        ]
         episodes = sum(1 for i, t in enumerate(waiting) if i == 0 or t - waiting[i - 1] > 2)
-        out[host] = NodeWait(host, len(waiting), len(mine), episodes)
+        out[host] = NodeWait(host, len(waiting), len(keys), episodes)
     return out
 
 

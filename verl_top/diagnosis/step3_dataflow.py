@@ -43,20 +43,14 @@ def _rollout_gpu_state(
 
     From the stage bands when the steps have arrival times; else, when the rollout is most of
     every step, the window means stand for it (said so in ``where``)."""
-    keep = set(names)
-    acts = [
-        m
-        for g in view.gpus()
-        if (m := mean(view.gpu_phase_points(g, "activity", lambda p: p in keep))) is not None
-    ]
+    keep = set(names).__contains__  # one filter for every GPU: the view shares its spans
+    acts = [m for g in view.gpus() if (m := view.gpu_phase_mean(g, "activity", keep)) is not None]
     where = "during the rollout (stage bands)"
     if not acts and share >= 0.8:
         acts = [m for g in view.gpus() if (m := view.gpu_mean(g, "activity")) is not None]
         where = f"over the {view.window_text} (rollout is {fmt_pct(share)} of each step)"
     cores = [
-        c
-        for h in view.hosts()
-        if h.gpus and (c := mean([v for _, v in view.host_values(h, "cpu_max_core")])) is not None
+        c for h in view.hosts() if h.gpus and (c := view.host_mean(h, "cpu_max_core")) is not None
     ]
     return mean(acts), (max(cores) if cores else None), where
 
@@ -303,9 +297,9 @@ def flow_logprob_slow(view: View, th: Thresholds) -> RuleResult:
 
 def _host_state(view: View, h) -> tuple | None:
     """(name, cpu %, iowait %, busiest core %, GPU activity %) means over the window."""
-    cpu = mean([v for _, v in view.host_values(h, "cpu_pct")])
-    io = mean([v for _, v in view.host_values(h, "iowait_pct")])
-    core = mean([v for _, v in view.host_values(h, "cpu_max_core")])
+    cpu = view.host_mean(h, "cpu_pct")
+    io = view.host_mean(h, "iowait_pct")
+    core = view.host_mean(h, "cpu_max_core")
     if cpu is None and io is None:
         return None
     act = mean([m for g in h.gpus.values() if (m := view.gpu_mean(g, "activity")) is not None])

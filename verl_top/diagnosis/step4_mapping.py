@@ -18,6 +18,18 @@ NEED_CONFIG = (
 )
 
 
+def _in_gen(phase: str | None) -> bool:
+    return phase == "gen"
+
+
+def _outside_gen(phase: str | None) -> bool:
+    return phase != "gen"
+
+
+# Module-level filters: the view keeps each filter's point spans, so every GPU reuses them.
+PHASE_FILTERS = (("gen", _in_gen), ("other", _outside_gen))
+
+
 def _roles(view: View) -> dict[tuple[str, int], str] | None:
     """GPU -> role ('' when no process) when process lists are known, else None."""
     if not any(h.procs is not None for h in view.hosts()):
@@ -46,8 +58,8 @@ def map_imbalance(view: View, th: Thresholds) -> RuleResult:
         role = roles.get(g.key, "") if roles is not None else "all"
         if roles is not None and not role:
             continue  # no process: map.unused_gpu covers it
-        for phase, keep in (("gen", lambda p: p == "gen"), ("other", lambda p: p != "gen")):
-            m = mean(view.gpu_phase_points(g, "activity", keep))
+        for phase, keep in PHASE_FILTERS:
+            m = view.gpu_phase_mean(g, "activity", keep)
             if m is not None:
                 groups.setdefault((role, phase), {})[view.gpu_name(g)] = m
     worst: tuple[float, str, str, str, float, float] | None = None
@@ -150,7 +162,7 @@ def map_rollout_replicas(view: View, th: Thresholds) -> RuleResult:
         )
     gen_means: dict[str, float] = {}
     for g in view.gpus():
-        m = mean(view.gpu_phase_points(g, "activity", lambda p: p == "gen"))
+        m = view.gpu_phase_mean(g, "activity", _in_gen)
         if m is not None:
             gen_means[view.gpu_name(g)] = m
     if not gen_means:

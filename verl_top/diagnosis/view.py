@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -216,9 +217,17 @@ class _Phases:
             i += n
         self.distinct = tuple(dict.fromkeys(phases))
         self._spans: dict[tuple[bool, ...], list[tuple[int, int]]] = {}
+        # By filter: a rule passes one filter for every GPU (a host's GPUs share this object).
+        self._by_keep: dict[Callable[[str | None], bool], list[tuple[int, int]]] = {}
 
     def spans(self, keep: Callable[[str | None], bool]) -> list[tuple[int, int]]:
         """(first, end) point ranges whose phase passes ``keep``, adjacent ones merged."""
+        hit = self._by_keep.get(keep)
+        if hit is None:
+            hit = self._by_keep[keep] = self._signature_spans(keep)
+        return hit
+
+    def _signature_spans(self, keep: Callable[[str | None], bool]) -> list[tuple[int, int]]:
         sig = tuple(bool(keep(p)) for p in self.distinct)
         hit = self._spans.get(sig)
         if hit is None:
@@ -257,12 +266,15 @@ class View:
         self._phase_since: float | None = None
         self._gpus: list[GpuEntry] | None = None
         self._times: dict[tuple[int, float], list[float]] = {}
+        self._start_k: dict[tuple[int, float], int | None] = {}
+        self._axes: dict[tuple[int, float], bytes | None] = {}
         self._columns: dict[tuple[int, str, float], list[float]] = {}
         self._values: dict[tuple[int, str, float], list[float]] = {}
-        self._means: dict[tuple[int, str], float | None] = {}
+        self._sums: dict[tuple[int, str, float], tuple[float, int]] = {}
         self._has: dict[str, bool] = {}
         self._phase_of: dict[int, _Phases] = {}
-        self._phase_by_points: dict[tuple[tuple[float, ...], tuple[str, ...]], _Phases] = {}
+        self._phase_by_points: dict[tuple, list[tuple[list[float], list[str], _Phases]]] = {}
+        self._phase_by_axis: dict[bytes, list[tuple[list[str], _Phases]]] = {}
         self._wbands: list[tuple[float, float, str]] | None = None
         self._facts: JobFacts | None = None
         self._run_phases: list[Phase] | None = None
@@ -276,21 +288,75 @@ class View:
         return f"last {self.th.window_s:.0f} s"
 
     # -- ring windows (memoised) ----------------------------------------------------------
+    def _start_of(self, ring: Ring, since: float) -> int | None:
+        """Where the window from ``since`` starts in the ring (None: times not ascending),
+        found once per ring and window and shared by its columns."""
+        key = (id(ring), since)
+        if key not in self._start_k:
+            self._start_k[key] = ring.start_of(since)
+        return self._start_k[key]
+
+    def _times_of(self, ring: Ring, since: float) -> list[float]:
+        """The times of a ring's points from ``since``, read once per ring and window."""
+        key = (id(ring), since)
+        ts = self._times.get(key)
+        if ts is None:
+            k = self._start_of(ring, since)
+            ts = self._times[key] = (
+                ring.series(ring.first_column, since)[0]
+                if k is None
+                else ring.times_array_from(k).tolist()
+            )
+        return ts
+
+    def _axis(self, ring: Ring, since: float) -> bytes | None:
+        """The window's times as bytes, None when the ring's times do not ascend. Equal bytes
+        mean equal times (ascending times hold no NaN), told by one memcmp without a float
+        object per point: the GPUs of a host are sampled at its agent's tick."""
+        key = (id(ring), since)
+        if key not in self._axes:
+            k = self._start_of(ring, since)
+            self._axes[key] = None if k is None else ring.times_array_from(k).tobytes()
+        return self._axes[key]
+
     def _ring_series(
         self, ring: Ring, column: str, since: float
     ) -> tuple[list[float], list[float]]:
-        """(times, values) of a ring column from ``since``, NaN kept; the times list is read
-        once per ring and window and shared by its columns."""
+        """(times, values) of a ring column from ``since``, NaN kept."""
         key = (id(ring), column, since)
         vs = self._columns.get(key)
-        ts = self._times.get(key[::2])
-        if ts is None:
-            ts, vs = ring.recent_series(column, since)
-            self._times[key[::2]] = ts
-            self._columns[key] = vs
-        elif vs is None:
-            vs = self._columns[key] = ring.recent_column(column, since)
-        return ts, vs
+        if vs is None:
+            k = self._start_of(ring, since)
+            vs = self._columns[key] = (
+                ring.series(column, since)[1] if k is None else ring.array_from(column, k).tolist()
+            )
+        return self._times_of(ring, since), vs
+
+    def _window(self, ring: Ring, column: str, since: float) -> list[float] | array:
+        """A ring column from ``since``, NaN kept: the list when a rule read it already, else
+        a C array slice. Sums over the array make no float object per point to keep: at 4096
+        GPUs those lists were most of an evaluation's cost (and its garbage)."""
+        vs = self._columns.get((id(ring), column, since))
+        if vs is not None:
+            return vs
+        k = self._start_of(ring, since)
+        return ring.series(column, since)[1] if k is None else ring.array_from(column, k)
+
+    def _stats(self, ring: Ring, column: str, since: float) -> tuple[float, int]:
+        """(sum, count) of a ring column's non-missing values from ``since``: the same sum as
+        ``sum(gpu_values(...))``, the values added in the same order."""
+        key = (id(ring), column, since)
+        hit = self._sums.get(key)
+        if hit is None:
+            vs = self._window(ring, column, since)
+            total = sum(vs)
+            if total != total:  # a NaN (missing) among them, or inf - inf: filter
+                vals = [v for v in vs if v == v]
+                hit = (sum(vals), len(vals))
+            else:
+                hit = (total, len(vs))
+            self._sums[key] = hit
+        return hit
 
     def gpu_values(self, entry: GpuEntry, column: str, since: float | None = None) -> list[float]:
         """Non-missing values of a GPU column from ``since`` (default: the window), oldest first."""
@@ -303,24 +369,42 @@ class View:
             hit = self._values[key] = [v for v in vs if v == v] if math.isnan(sum(vs)) else vs
         return hit
 
+    def gpu_distinct(self, entry: GpuEntry, column: str) -> set[float]:
+        """The distinct non-missing values of a GPU column over the window."""
+        return {v for v in set(self._window(entry.history, column, self.since)) if v == v}
+
     # -- GPUs -----------------------------------------------------------------------------
     def gpus(self) -> list[GpuEntry]:
         """GPUs with at least one sample in the window."""
         if self._gpus is None:
-            self._gpus = [g for g in self.store.iter_gpus() if self.gpu_values(g, "activity")]
+            since = self.since
+            self._gpus = [
+                g for g in self.store.iter_gpus() if self._stats(g.history, "activity", since)[1]
+            ]
         return list(self._gpus)
 
     def gpu_mean(self, entry: GpuEntry, column: str) -> float | None:
         """Mean of a GPU column over the window."""
-        key = (id(entry.history), column)
-        if key not in self._means:
-            vals = self.gpu_values(entry, column)
-            self._means[key] = sum(vals) / len(vals) if vals else None
-        return self._means[key]
+        total, n = self._stats(entry.history, column, self.since)
+        return total / n if n else None
 
     def gpu_series(self, entry: GpuEntry, column: str) -> tuple[list[float], list[float]]:
         """Times and values of a GPU column over the window, oldest first, NaN kept."""
         return self._ring_series(entry.history, column, self.since)
+
+    def gpu_axis(self, entry: GpuEntry) -> bytes | None:
+        """The GPU's window times as bytes (None when its times do not ascend): GPUs with
+        equal axes were sampled at the same times."""
+        return self._axis(entry.history, self.since)
+
+    def gpu_times(self, entry: GpuEntry) -> list[float]:
+        """The times of the GPU's points in the window, oldest first."""
+        return self._times_of(entry.history, self.since)
+
+    def gpu_column(self, entry: GpuEntry, column: str) -> Sequence[float]:
+        """A GPU column over the window, NaN kept, as a list or a C array (not to be
+        mutated): for readers that only iterate it."""
+        return self._window(entry.history, column, self.since)
 
     def gpu_points(self, entry: GpuEntry, column: str) -> list[tuple[float, float]]:
         """(t, value) of a GPU column over the window, missing values dropped."""
@@ -330,7 +414,9 @@ class View:
     def has_column(self, column: str) -> bool:
         """True when any GPU has ``column`` in the window (e.g. GPM sm_util)."""
         if column not in self._has:
-            self._has[column] = any(self.gpu_values(g, column) for g in self.store.iter_gpus())
+            self._has[column] = any(
+                self._stats(g.history, column, self.since)[1] for g in self.store.iter_gpus()
+            )
         return self._has[column]
 
     def gpu_name(self, entry: GpuEntry) -> str:
@@ -365,6 +451,11 @@ class View:
         """(t, value) of a host column over the window."""
         ts, vs = self._ring_series(host.history, column, self.since)
         return [(t, v) for t, v in zip(ts, vs, strict=True) if v == v]
+
+    def host_mean(self, host: HostEntry, column: str) -> float | None:
+        """Mean of a host column over the window (``host_values``' values, summed in place)."""
+        total, n = self._stats(host.history, column, self.since)
+        return total / n if n else None
 
     def gpu_host_count(self) -> int:
         """Hosts that report GPUs."""
@@ -566,17 +657,31 @@ class View:
         if hit is not None:
             return hit
         since = self.phase_since()
-        ts = self._ring_series(ring, "activity", since)[0]
         if entry.key in self._standalone_rollout():
             # A standalone rollout pool generates all the time; the step's stage bands are the
             # trainer's timeline, not its.
-            hit = self._phase_of[id(ring)] = _Phases(["gen"] * len(ts))
+            hit = self._phase_of[id(ring)] = _Phases(["gen"] * len(self._times_of(ring, since)))
             return hit
+        axis = self._axis(ring, since)
+        if axis is not None:  # times as bytes: the times list is read for a new axis only
+            labels = ring.recent_labels(since) or [""] * (len(axis) // 8)
+            same_axis = self._phase_by_axis.setdefault(axis, [])
+            hit = next((p for l2, p in same_axis if l2 == labels), None)
+            if hit is None:
+                hit = _Phases(self._phase_list(self._times_of(ring, since), labels))
+                same_axis.append((labels, hit))
+            self._phase_of[id(ring)] = hit
+            return hit
+        ts = self._times_of(ring, since)
         labels = ring.recent_labels(since) or [""] * len(ts)
-        key = (tuple(ts), tuple(labels))
-        hit = self._phase_by_points.get(key)
+        # Candidates share length, ends and end labels; comparing the lists in C confirms one
+        # (hashing whole tuples of times and labels for every GPU cost more than the phases).
+        key = (len(ts), ts[0], ts[-1], labels[0], labels[-1]) if ts else (0,)
+        same = self._phase_by_points.setdefault(key, [])
+        hit = next((p for t2, l2, p in same if t2 == ts and l2 == labels), None)
         if hit is None:
-            hit = self._phase_by_points[key] = _Phases(self._phase_list(ts, labels))
+            hit = _Phases(self._phase_list(ts, labels))
+            same.append((ts, labels, hit))
         self._phase_of[id(ring)] = hit
         return hit
 
@@ -613,11 +718,39 @@ class View:
         self, entry: GpuEntry, column: str, keep: Callable[[str | None], bool]
     ) -> list[float]:
         """Values of ``column`` in the window at times whose phase passes ``keep``."""
-        vs = self._ring_series(entry.history, column, self.phase_since())[1]
-        out: list[float] = []
-        for i, j in self._phases(entry).spans(keep):
-            out += vs[i:j]
-        return [v for v in out if v == v] if math.isnan(sum(out)) else out
+        out = self._phase_span_values(entry, column, keep)
+        return [v for v in out if v == v] if math.isnan(sum(out)) else list(out)
+
+    def gpu_phase_mean(
+        self, entry: GpuEntry, column: str, keep: Callable[[str | None], bool]
+    ) -> float | None:
+        """``mean(gpu_phase_points(entry, column, keep))``, summing the points once."""
+        out = self._phase_span_values(entry, column, keep)
+        total = sum(out)
+        if total != total:  # a NaN (missing) among them, or inf - inf: the filtered reading
+            out = [v for v in out if v == v]
+            return sum(out) / len(out) if out else None
+        return total / len(out) if out else None
+
+    def _phase_span_values(
+        self, entry: GpuEntry, column: str, keep: Callable[[str | None], bool]
+    ) -> list[float] | array:
+        """Values of ``column`` from ``phase_since`` at points whose phase passes ``keep``,
+        missing ones (NaN) kept. Not to be mutated: one span over the whole window is the
+        memoised column itself."""
+        vs = self._window(entry.history, column, self.phase_since())
+        spans = self._phases(entry).spans(keep)
+        if len(spans) == 1 and spans[0] == (0, len(vs)):
+            return vs
+        if isinstance(vs, list):
+            out: list[float] = []
+            for i, j in spans:
+                out += vs[i:j]
+            return out
+        joined = array("d")
+        for i, j in spans:
+            joined += vs[i:j]
+        return joined
 
     # -- config, probes, logs -------------------------------------------------------------
     def config(self, *keys: str) -> tuple[str, Any] | None:
