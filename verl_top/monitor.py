@@ -161,6 +161,11 @@ class Monitor:
 
     # -- evaluation ------------------------------------------------------------------------
 
+    @property
+    def evaluating(self) -> bool:
+        """True while an evaluation runs in the worker thread."""
+        return self._job is not None
+
     def due(self) -> bool:
         """True when the store changed since the last evaluation and the period has passed,
         or the first verl steps or the job's config arrived since (new evidence: judged now,

@@ -27,6 +27,7 @@ from verl_top.assessment import Assessment
 from verl_top.diagnosis.engine import Engine
 from verl_top.hang_stacks import HangStacks
 from verl_top.inputs import Inputs
+from verl_top.long_lived import LongLivedHeap
 from verl_top.monitor import LIVE_PERIOD_S, Monitor
 from verl_top.sources.base import Source
 from verl_top.stacks import PAUSE_NOTE
@@ -139,6 +140,9 @@ class VerlTopApp(App):
         live_period = LIVE_PERIOD_S if live and inputs.mode == "LIVE" else 0.0
         # Live, the engine runs off the event loop (a worker thread): no frame waits for it.
         self.monitor = Monitor(inputs, engine, period_s=live_period, background=live_period > 0)
+        # What a live session holds for its life is frozen out of full collections once it
+        # settled (verl_top/long_lived.py): a full pass over it was the slowest frames.
+        self.long_lived = LongLivedHeap()
         # A fixed assessment (headless screenshots) is shown as it is; else the monitor's.
         self._fixed = assessment
         self.assessment: Assessment = assessment or self.monitor.assessment
@@ -203,8 +207,10 @@ class VerlTopApp(App):
         self.focus_main()
 
     def on_unmount(self) -> None:
-        """Stop the diagnosis worker (an evaluation still running finishes first)."""
+        """Stop the diagnosis worker (an evaluation still running finishes first) and give the
+        frozen objects back to the collector."""
         self.monitor.close()
+        self.long_lived.release()
 
     async def _run_source(self, src: Source) -> None:
         """Run one source; a failure becomes a note and a notification, never a crash."""
@@ -310,6 +316,9 @@ class VerlTopApp(App):
         self.redraw()
         self._show_notes()
         self.refresh_count += 1
+        if self.live and self.long_lived.due(len(store.hosts) + store.gpu_count()):
+            if not self.monitor.evaluating:  # else the next tick (its lists are short-lived)
+                self.call_after_refresh(self.long_lived.freeze)  # after the frame
 
     def redraw(self) -> None:
         """Draw the header and what is on top from the store as it is now, in one batch: a

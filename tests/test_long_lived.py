@@ -1,0 +1,72 @@
+"""A live session's long-lived objects are frozen out of full collections once it settled
+(verl_top/long_lived.py): a full pass over them was pane 1's slowest frames at 1024 GPUs."""
+
+from __future__ import annotations
+
+import gc
+
+from test_ui_app import SIZE, make_app, started
+from ui_data import build_store
+
+from verl_top.long_lived import LongLivedHeap
+
+
+def _ticks(heap: LongLivedHeap, sizes: list[int]) -> list[int]:
+    """The ticks (0-based) at which a freeze was due, freezing (bookkeeping only) each time."""
+    due = []
+    for i, size in enumerate(sizes):
+        if heap.due(size):
+            due.append(i)
+            heap.freezes += 1
+            heap._frozen_at = size
+    return due
+
+
+def test_a_freeze_is_due_once_the_session_settled_and_again_only_after_it_grew() -> None:
+    heap = LongLivedHeap(settle_ticks=3, growth=1.25, max_freezes=3)
+    assert _ticks(heap, [0] * 6) == []  # nothing connected: nothing to freeze
+    # 8 GPUs + 1 host settle; a host more (18) is not a quarter more... 27 is
+    sizes = [9] * 5 + [10] * 5 + [18] * 5 + [27] * 5
+    assert _ticks(heap, sizes) == [3, 13, 18]
+    heap = LongLivedHeap(settle_ticks=3, growth=1.25, max_freezes=3)
+    assert _ticks(heap, [9, 10, 9, 10, 9, 10, 9]) == []  # never settles: never frozen
+    heap = LongLivedHeap(settle_ticks=1, growth=1.0, max_freezes=2)
+    assert _ticks(heap, [5, 5, 6, 6, 7, 7, 8, 8]) == [1, 3]  # at most max_freezes
+
+
+def test_freeze_moves_the_heap_out_of_collections_and_release_gives_it_back() -> None:
+    heap = LongLivedHeap(settle_ticks=1)
+    assert gc.get_freeze_count() == 0
+    heap.due(4)
+    assert heap.due(4)
+    try:
+        heap.freeze()
+        assert gc.get_freeze_count() > 1000 and heap.freezes == 1
+        assert not heap.due(4)  # frozen at this size
+    finally:
+        heap.release()
+    assert gc.get_freeze_count() == 0 and heap.freezes == 0
+
+
+async def test_a_live_app_freezes_once_settled_and_unfreezes_when_it_closes() -> None:
+    app = make_app(build_store(), live=True)
+    app.long_lived = LongLivedHeap(settle_ticks=2)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        for _ in range(4):
+            app.refresh_now()
+            await pilot.pause()
+        await pilot.pause()
+        assert app.long_lived.freezes == 1 and gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0  # the app closed: nothing stays frozen
+
+
+async def test_an_app_that_is_not_live_never_freezes() -> None:
+    app = make_app(build_store())
+    app.long_lived = LongLivedHeap(settle_ticks=1)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        for _ in range(4):
+            app.refresh_now()
+            await pilot.pause()
+        assert app.long_lived.freezes == 0 and gc.get_freeze_count() == 0
