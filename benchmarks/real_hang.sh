@@ -35,7 +35,13 @@ worker_pid() {  # the first process whose title starts with ray::WorkerDict
   local p
   for p in /proc/[0-9]*; do
     case "$( { tr '\0' ' ' < "$p/cmdline"; } 2> /dev/null)" in
-      ray::WorkerDict*) echo "${p#/proc/}"; return 0 ;;
+      ray::WorkerDict*)
+        # FAKE_JOB: only this run's stand-in (the test suite starts other WorkerDict stand-ins
+        # beside it; stopping one of those would lose it and this run would stop nothing)
+        if [ "$FAKE_JOB" = 1 ]; then
+          { tr '\0' '\n' < "$p/environ"; } 2> /dev/null | grep -qxF "REAL_HANG_RUN=$R" || continue
+        fi
+        echo "${p#/proc/}"; return 0 ;;
     esac
   done
   return 1
@@ -112,7 +118,7 @@ fake_job() {
   # (the interpreter itself, not a launcher script that would exec it with its own argv[0])
   local py
   py=$(python3 -c 'import sys; print(sys.executable)')
-  ( exec -a "ray::WorkerDict.critic_$STOP_METHOD" "$py" -c 'import time
+  ( export REAL_HANG_RUN=$R; exec -a "ray::WorkerDict.critic_$STOP_METHOD" "$py" -c 'import time
 while True: time.sleep(0.05)' ) &
   local WORKER=$!
   local n=1 end=$(( $(date +%s) + WATCH_S ))

@@ -141,6 +141,30 @@ class FakeNvml:
         return m
 
 
+def _parent(pid: int) -> int:
+    """A process's parent pid from /proc (0 once it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+@pytest.fixture(autouse=True)
+def only_this_tests_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent's job scan reads the whole node: other tests of the suite run
+    ``ray::WorkerDict`` stand-ins beside these (xdist workers), which the agent would rightly
+    report. Here the node's job processes are this test's own children only."""
+    discover = procs.JobScanner.discover
+    me = os.getpid()
+
+    def own_children(self: procs.JobScanner) -> None:
+        discover(self)
+        self._jobs = {pid for pid in self._jobs if _parent(pid) == me}
+
+    monkeypatch.setattr(procs.JobScanner, "discover", own_children)
+
+
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
     f = FakeNvml()

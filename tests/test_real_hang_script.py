@@ -43,17 +43,26 @@ def test_the_script_stops_the_worker_in_its_method_resumes_it_and_packs_one_arch
         "PYTHONPATH": str(ROOT),
         "TMUX_TMPDIR": str(tmp_path),  # a tmux server of its own, gone with the test
     }
-    run = subprocess.run(
-        ["bash", str(ROOT / "benchmarks" / "real_hang.sh")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    # Another test's WorkerDict stand-in, started first (a lower pid, listed first in /proc), as
+    # the suite's job-scan tests run beside this one: the script must stop its own worker.
+    title = "ray::WorkerDict.critic_update_critic"
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    decoy = subprocess.Popen(["bash", "-c", 'exec -a "$0" "$@"', title, *sleeper])
+    try:
+        run = subprocess.run(
+            ["bash", str(ROOT / "benchmarks" / "real_hang.sh")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+    finally:
+        decoy.kill()
+        decoy.wait()
     assert run.returncode == 0, run.stderr[-2000:]
     r = tmp_path / "work" / "r"
     stop = hang_replay.read_stop(r / "stop.txt")
-    assert stop.title == "ray::WorkerDict.critic_update_critic"
+    assert stop.title == "ray::WorkerDict.critic_update_critic" and stop.pid != decoy.pid
     assert stop.cont_t is not None and 4.5 <= stop.cont_t - stop.stop_t <= 8
     # ps saw the worker stopped (T) between the signals, and running or sleeping after
     states: list[tuple[float, str]] = []
