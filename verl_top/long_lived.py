@@ -18,7 +18,7 @@ from __future__ import annotations
 import gc
 from dataclasses import dataclass
 
-SETTLE_TICKS = 10  # ticks with the same hosts and GPUs before a freeze
+SETTLE_TICKS = 3  # ticks (1 s each by default) with the same hosts and GPUs before a freeze
 GROWTH = 1.25  # the session must have grown this much since the last freeze
 MAX_FREEZES = 8
 
