@@ -349,3 +349,33 @@ def test_a_large_round_is_emitted_in_order_with_turns_of_the_event_loop_between_
     asyncio.run(main())
     assert emitted == records  # every record, in order
     assert {n for n in seen if 0 < n < len(records)} == {EMIT_SLICE, 2 * EMIT_SLICE, 3 * EMIT_SLICE}
+
+
+def test_a_round_is_decoded_with_the_cyclic_collector_paused(
+    prom_cluster: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round's answers are regrouped into records with the collector paused (at 16384 GPUs
+    its allocations triggered a full collection every ~0.3 s, benchmarks/prom_app_scale.py);
+    it is back on after the round, also after one that failed."""
+    import gc
+
+    seen: list[bool] = []
+    real_round = PrometheusSource._round
+
+    async def watched(self: PrometheusSource, at: float):  # type: ignore[no-untyped-def]
+        seen.append(gc.isenabled())
+        out = await real_round(self, at)
+        seen.append(gc.isenabled())
+        return out
+
+    monkeypatch.setattr(PrometheusSource, "_round", watched)
+    assert gc.isenabled()
+    records = one_round(PrometheusSource(settings(prom_cluster["server"].url)))
+    assert any(isinstance(r, GpuSample) for r in records)
+    assert seen == [False, False] and gc.isenabled()
+    with socket.socket() as s:  # a port nothing listens on: the round fails
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    records = one_round(PrometheusSource(settings(dead)))
+    assert [r.state for r in records if isinstance(r, SourceStatus)] == ["down"]
+    assert seen[2:] == [False] and gc.isenabled()

@@ -23,17 +23,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import gc
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from verl_top.assessment import Assessment, LeadChange
 from verl_top.compare import Comparison, compare_runs, summarize
 from verl_top.diagnosis.engine import Engine
 from verl_top.diagnosis.findings import FAULT_RULES, SYMPTOM_RULES, Finding, Verdict
+from verl_top.gc_pause import cyclic_gc_paused
 from verl_top.inputs import Inputs
 from verl_top.model import Record
 from verl_top.status import job_status, waiting_for_first_step
@@ -422,19 +422,6 @@ class Monitor:
         return look
 
 
-@contextlib.contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector paused for the duration (the reference counts still free
-    what is dropped). Restores the collector's previous state, so nested uses are harmless."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 class FrameGate:
     """Lets an evaluation in the worker thread give way while the event loop draws a frame.
 
@@ -480,7 +467,7 @@ def judge(engine: Engine, store: Store, between: Callable[[], object] | None = N
     GIL, so the event loop stalled that long (benchmarks/client_scale.py, 4096 GPUs). They
     form no cycles, so reference counting frees them when the evaluation ends; what the
     event loop allocates meanwhile is collected at its next collection."""
-    with _cyclic_gc_paused():
+    with cyclic_gc_paused():
         if between is None:
             return engine.evaluate(store)
         return engine.evaluate(store, between)
