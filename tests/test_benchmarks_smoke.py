@@ -245,6 +245,12 @@ def _compare(args: list[str], tmp_path: Path) -> tuple[str, dict]:
     return run_bench("compare.py", ["--quick", *args], tmp_path, timeout=300)
 
 
+def test_prom_decode(tmp_path: Path) -> None:
+    stdout, data = run_bench("prom_decode.py", ["--series", "64", "--repeat", "2"], tmp_path)
+    assert "64 series" in stdout and "64 kept" in stdout  # every series read, none dropped
+    assert data["series"] == 64 and data["cpu_ms_min"] > 0
+
+
 def test_compare_runs_base_and_head_side_by_side(tmp_path: Path) -> None:
     """The regression guard checks out BASE in a worktree, runs both and prints the ratio table."""
     stdout, data = _compare(["HEAD", "--only", "pane,parsers,postmortem,agent"], tmp_path)

@@ -413,6 +413,9 @@ def _no_number(_name: str) -> None:
 
 _WS = re.compile(r"[ \t\n\r]*")
 _JSON = json.JSONDecoder(parse_constant=_no_number)
+_ITEM_STATES = frozenset(
+    {"item_or_end", "item", "item_after"}
+)  # JsonArrayStream._items takes these
 
 
 class _More(Exception):
@@ -455,6 +458,8 @@ class JsonArrayStream:
         self._stack: list[tuple[dict[str, Any], str]] = []  # open objects and the key being read
         self._root: dict[str, Any] | None = None
         self._retry_at = 0  # buffer length below which an incomplete token is not retried
+        self._mark = 0  # where the step being taken began (it is redone from there)
+        self._after = False  # text came after the document was complete
         self._other_chars = 0
         self._eof = False
 
@@ -466,6 +471,8 @@ class JsonArrayStream:
     def feed(self, text: str) -> None:
         """Take the next piece of the document."""
         if self.done:
+            # Text after a complete document is refused at finish as it is in the same piece.
+            self._after = self._after or (not self.truncated and bool(text.strip(" \t\n\r")))
             return
         self.chars += len(text)
         if self._pos:  # let go of what was read (positions move with it)
@@ -483,23 +490,26 @@ class JsonArrayStream:
             self._run()
         if self._root is None or not self.done:
             raise UntrustedJSONError("the JSON document ended early (cut or not JSON)")
-        if not self.truncated and self._buf[self._pos :].strip(" \t\n\r"):
+        if not self.truncated and (self._after or self._buf[self._pos :].strip(" \t\n\r")):
             raise UntrustedJSONError("text after the end of the JSON document")
         return self._root
 
     # the walk
 
     def _run(self) -> None:
-        start = self._pos
+        self._mark = self._pos
         try:
             while not self.done:
                 # Whitespace between tokens is consumed for good: a long run of it (a gzip
                 # bomb of spaces) is never scanned twice.
                 # _WS matches the empty string, so match() is never None (no check in this loop).
-                start = self._pos = _WS.match(self._buf, self._pos).end()  # type: ignore[union-attr]
-                self._step()
+                self._mark = self._pos = _WS.match(self._buf, self._pos).end()  # type: ignore[union-attr]
+                if self._state in _ITEM_STATES:
+                    self._items()
+                else:
+                    self._step()
         except _More:
-            self._pos = start  # a step is all or nothing: redo it when more text came
+            self._pos = self._mark  # a step is all or nothing: redo it when more text came
             pending = len(self._buf) - self._pos
             cap = self.max_item if self._state == "item" else self.max_other
             if pending > cap + 16:
@@ -579,20 +589,34 @@ class JsonArrayStream:
                 self._state = "key"
             else:
                 self._close_object()
-        elif state in ("item_or_end", "item"):
-            ch = self._skip_ws()
-            if ch == "]" and state == "item_or_end":
-                self._pos += 1
+
+    def _items(self) -> None:
+        """The array's items and the commas between them, one step after the other as the
+        other states are taken, in one loop: the hot path (a Prometheus answer holds a series
+        per GPU and metric). Each item or comma taken is a step done (``_mark``)."""
+        buf, ws = self._buf, _WS.match
+        while not self.truncated:
+            pos = self._pos = ws(buf, self._pos).end()  # type: ignore[union-attr]  # as in _run
+            if pos >= len(buf):
+                raise _More
+            ch, state = buf[pos], self._state
+            if state == "item_after":
+                if ch == ",":
+                    self._pos, self._state = pos + 1, "item"
+                elif ch == "]":
+                    self._pos = pos + 1
+                    self._close_array()
+                    return
+                else:
+                    self._expect(",]")  # the error, as the step would raise it
+            elif ch == "]" and state == "item_or_end":
+                self._pos = pos + 1
                 self._close_array()
                 return
-            item = self._decode()
-            self._take(item)
-            self._state = "item_after"
-        elif state == "item_after":
-            if self._expect(",]") == ",":
-                self._state = "item"
             else:
-                self._close_array()
+                self._take(self._decode())
+                self._state = "item_after"
+            self._mark = self._pos
 
     def _value(self) -> None:
         obj, key = self._stack[-1]

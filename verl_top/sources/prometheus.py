@@ -386,18 +386,45 @@ class LabelCleaner:
 
     def __init__(self, capacity: int = 200_000) -> None:
         self.capacity = capacity
-        self._memo: dict[tuple[str, int], str] = {}
+        self._memos: dict[int, dict[str, str]] = {}  # per length limit: value -> cleaned
 
     def __call__(self, value: str, limit: int) -> str:
-        key = (value, limit)
-        hit = self._memo.get(key)
-        if hit is None:
-            hit = clean_text(value, limit)
-            if len(value) <= 1024:  # a long value is rare; do not let it fill the memo
-                if len(self._memo) >= self.capacity:
-                    self._memo.clear()
-                self._memo[key] = hit
+        memo = self._memos.get(limit)
+        if memo is None:
+            memo = self._memos[limit] = {}
+        hit = memo.get(value)
+        return self._miss(memo, value, limit) if hit is None else hit
+
+    def _miss(self, memo: dict[str, str], value: str, limit: int) -> str:
+        hit = clean_text(value, limit)
+        if len(value) <= 1024:  # a long value is rare; do not let it fill the memo
+            if sum(len(m) for m in self._memos.values()) >= self.capacity:
+                for m in self._memos.values():
+                    m.clear()
+            memo[value] = hit
         return hit
+
+    def labels(self, metric: dict[Any, Any]) -> dict[str, str]:
+        """A series' labels cleaned: the first 64 of them whose name and value are strings,
+        names cut at 64 characters, values at 256 (one loop per series, the memos read
+        directly: this runs for every series of every answer)."""
+        names = self._memos.get(64)
+        if names is None:
+            names = self._memos[64] = {}
+        values = self._memos.get(256)
+        if values is None:
+            values = self._memos[256] = {}
+        out: dict[str, str] = {}
+        for k, v in list(metric.items())[:64]:
+            if isinstance(k, str) and isinstance(v, str):
+                name = names.get(k)
+                if name is None:
+                    name = self._miss(names, k, 64)
+                value = values.get(v)
+                if value is None:
+                    value = self._miss(values, v, 256)
+                out[name] = value
+        return out
 
 
 @dataclass
@@ -416,12 +443,7 @@ class SeriesReader:
     def __call__(self, row: Any) -> Series | None:
         if not isinstance(row, dict) or not isinstance(row.get("metric"), dict):
             return None
-        labels = {
-            self.clean(k, 64): self.clean(v, 256)
-            for k, v in list(row["metric"].items())[:64]
-            if isinstance(k, str) and isinstance(v, str)
-        }
-        series = Series(labels)
+        series = Series(self.clean.labels(row["metric"]))
         if "value" in row:  # an instant answer: one pair, the common case of every round
             pair = row["value"]
             if isinstance(pair, list) and len(pair) == 2 and self.budget > 0:
