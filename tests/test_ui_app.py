@@ -114,6 +114,23 @@ async def test_pane1_has_a_row_per_gpu_and_per_host() -> None:
         assert app.throughput.ordered_row_keys()[:3] == ["node01/0", "node01/1", "node01/2"]
 
 
+async def test_host_order_reverses_to_the_last_hosts_highest_gpu_first() -> None:
+    store = build_store()
+    app = make_app(store)
+    host_order = [
+        f"{h.name}/{i}" for h in store.hosts.values() for i in sorted(h.gpus)
+    ]  # the store's hosts in arrival order, each host's GPUs by index
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        pane = app.throughput
+        assert pane.sort_key == "host" and pane.ordered_row_keys() == host_order
+        await pilot.press("O")
+        await pilot.pause()
+        assert pane.sort_key == "host" and pane.sort_reverse
+        assert pane.ordered_row_keys() == host_order[::-1]
+        assert "sort: host ↓" in plain(app.query_one("#gpu-status", Static))
+
+
 async def test_sort_key_orders_rows_by_activity_and_reverses() -> None:
     store = build_store()
     app = make_app(store)

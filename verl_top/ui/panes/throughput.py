@@ -701,9 +701,9 @@ class ThroughputPane(Pane):
     def _sorted_keys(self, keys: list[str], summary: StoreSummary) -> list[str]:
         gpus = summary.gpus
         if self.sort_key == "host":
-            return sorted(
-                keys, key=lambda k: (gpus[k].host_pos, gpus[k].gpu_index), reverse=self.sort_reverse
-            )
+            # update_content lists the keys in host order (store.hosts, then GPU index), the
+            # order the summary numbers them in: sorting them again cost ~2 us a GPU a tick.
+            return keys[::-1] if self.sort_reverse else keys
         # Stable: ties keep host order; reverse puts the largest first.
         sign = -1.0 if self.sort_reverse else 1.0
         col = self.sort_key
