@@ -48,14 +48,19 @@ def test_freeze_moves_the_heap_out_of_collections_and_release_gives_it_back() ->
     assert gc.get_freeze_count() == 0 and heap.freezes == 0
 
 
+async def ticks(app, pilot, n: int) -> None:  # noqa: ANN001 - the app and its test pilot
+    """The app started, then ``n`` refresh ticks, each followed by its frame."""
+    await started(app, pilot)
+    for _ in range(n):
+        app.refresh_now()
+        await pilot.pause()
+
+
 async def test_a_live_app_freezes_once_settled_and_unfreezes_when_it_closes() -> None:
     app = make_app(build_store(), live=True)
     app.long_lived = LongLivedHeap(settle_ticks=2)
     async with app.run_test(size=SIZE) as pilot:
-        await started(app, pilot)
-        for _ in range(4):
-            app.refresh_now()
-            await pilot.pause()
+        await ticks(app, pilot, 4)
         await pilot.pause()
         assert app.long_lived.freezes == 1 and gc.get_freeze_count() > 0
     assert gc.get_freeze_count() == 0  # the app closed: nothing stays frozen
@@ -65,8 +70,5 @@ async def test_an_app_that_is_not_live_never_freezes() -> None:
     app = make_app(build_store())
     app.long_lived = LongLivedHeap(settle_ticks=1)
     async with app.run_test(size=SIZE) as pilot:
-        await started(app, pilot)
-        for _ in range(4):
-            app.refresh_now()
-            await pilot.pause()
+        await ticks(app, pilot, 4)
         assert app.long_lived.freezes == 0 and gc.get_freeze_count() == 0
