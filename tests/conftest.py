@@ -174,3 +174,29 @@ def prom_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         server.stop()
         for end in ends.values():
             end.stop()
+
+
+def _parent(pid: int) -> int:
+    """A process's parent pid from /proc (0 once it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+@pytest.fixture
+def own_job_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent's job scan reads the whole node, and other tests of the suite run
+    ``ray::WorkerDict`` stand-ins beside this one (xdist workers), which the agent rightly
+    reports. With this fixture the node's job processes are this test's own children only."""
+    from verl_top.agent import procs
+
+    discover = procs.JobScanner.discover
+    me = os.getpid()
+
+    def own_children(self: procs.JobScanner) -> None:
+        discover(self)
+        self._jobs = {pid for pid in self._jobs if _parent(pid) == me}
+
+    monkeypatch.setattr(procs.JobScanner, "discover", own_children)

@@ -23,6 +23,9 @@ import pytest
 from verl_top.agent import backends, main, nvml, procs, strides
 from verl_top.protocol import from_dict, to_dict
 
+# The agent scans the whole node for job processes: only this module's own count here.
+pytestmark = pytest.mark.usefixtures("own_job_processes")
+
 NOT_SUPPORTED = real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
 assert type(NOT_SUPPORTED).__name__ == "NVMLError_NotSupported"  # real subclass, by value
 
@@ -139,30 +142,6 @@ class FakeNvml:
         for name, fn in funcs.items():
             setattr(m, name, fn)
         return m
-
-
-def _parent(pid: int) -> int:
-    """A process's parent pid from /proc (0 once it is gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0
-    return int(stat.rsplit(")", 1)[1].split()[1])
-
-
-@pytest.fixture(autouse=True)
-def only_this_tests_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The agent's job scan reads the whole node: other tests of the suite run
-    ``ray::WorkerDict`` stand-ins beside these (xdist workers), which the agent would rightly
-    report. Here the node's job processes are this test's own children only."""
-    discover = procs.JobScanner.discover
-    me = os.getpid()
-
-    def own_children(self: procs.JobScanner) -> None:
-        discover(self)
-        self._jobs = {pid for pid in self._jobs if _parent(pid) == me}
-
-    monkeypatch.setattr(procs.JobScanner, "discover", own_children)
 
 
 @pytest.fixture

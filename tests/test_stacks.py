@@ -259,7 +259,7 @@ def test_split_target() -> None:
 
 
 async def test_node_screen_key_reads_stacks_and_the_snapshot_keeps_them(  # type: ignore[no-untyped-def]
-    tmp_path: Path, workers
+    tmp_path: Path, workers, own_job_processes
 ) -> None:
     """The live app on this machine (the real in-process agent lists the job's processes): t on
     the node screen reads their stacks, says py-spy pauses them, and a snapshot writes them."""
