@@ -147,3 +147,12 @@ def test_damaged_documents_read_alike(value: Any, cut: int, junk: str) -> None:
     text = json.dumps(value, allow_nan=True)
     damaged = text[:cut] + junk + text[cut:]
     assert fast(damaged) == reference(damaged)
+
+
+def test_without_orjson_the_json_module_reads_every_document(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A checkout run from its folder on a node without orjson (PYTHONPATH, as the GPU-machine
+    scripts run it) reads the same documents the same way."""
+    monkeypatch.setattr(untrusted, "orjson", None)
+    for text in [*EDGES, '{"v":1,"type":"hb","host":"n","t":1767225600.0}']:
+        assert fast(text) == reference(text)
+    assert untrusted.loads('{"a": [1, 2.5, "x"]}') == {"a": [1, 2.5, "x"]}

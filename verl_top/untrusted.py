@@ -30,9 +30,14 @@ from __future__ import annotations
 import json
 import math
 import re
+from types import ModuleType
 from typing import Any
 
-import orjson
+orjson: ModuleType | None
+try:
+    import orjson
+except ImportError:  # a checkout run from its folder without it (a GPU node): json reads the same
+    orjson = None
 
 # Bounds on foreign text. Long enough for a verl step line or a full command line.
 MAX_TEXT = 512  # names, titles, reasons, fields
@@ -397,7 +402,9 @@ _NINETEEN_DIGITS = b"0" * 19
 
 def _decode(text: str) -> Any:
     """``_JSON.decode(text)``, faster where orjson reads the document the same way."""
-    if _NINETEEN_DIGITS not in text.encode("utf-8", "surrogatepass").translate(_DIGITS_AS_ZERO):
+    if orjson is not None and _NINETEEN_DIGITS not in text.encode(
+        "utf-8", "surrogatepass"
+    ).translate(_DIGITS_AS_ZERO):
         try:
             return orjson.loads(text)
         except ValueError:  # orjson.JSONDecodeError: _JSON gives the value, or the reason
