@@ -420,9 +420,8 @@ def _no_number(_name: str) -> None:
 
 _WS = re.compile(r"[ \t\n\r]*")
 _JSON = json.JSONDecoder(parse_constant=_no_number)
-_ITEM_STATES = frozenset(
-    {"item_or_end", "item", "item_after"}
-)  # JsonArrayStream._items takes these
+# The states JsonArrayStream._items takes (the array's items and the commas between them).
+_ITEM_STATES = frozenset({"item_or_end", "item", "item_after"})
 
 
 class _More(Exception):

@@ -389,11 +389,15 @@ class LabelCleaner:
         self._memos: dict[int, dict[str, str]] = {}  # per length limit: value -> cleaned
 
     def __call__(self, value: str, limit: int) -> str:
+        memo = self._memo(limit)
+        hit = memo.get(value)
+        return self._miss(memo, value, limit) if hit is None else hit
+
+    def _memo(self, limit: int) -> dict[str, str]:
         memo = self._memos.get(limit)
         if memo is None:
             memo = self._memos[limit] = {}
-        hit = memo.get(value)
-        return self._miss(memo, value, limit) if hit is None else hit
+        return memo
 
     def _miss(self, memo: dict[str, str], value: str, limit: int) -> str:
         hit = clean_text(value, limit)
@@ -408,12 +412,7 @@ class LabelCleaner:
         """A series' labels cleaned: the first 64 of them whose name and value are strings,
         names cut at 64 characters, values at 256 (one loop per series, the memos read
         directly: this runs for every series of every answer)."""
-        names = self._memos.get(64)
-        if names is None:
-            names = self._memos[64] = {}
-        values = self._memos.get(256)
-        if values is None:
-            values = self._memos[256] = {}
+        names, values = self._memo(64), self._memo(256)
         out: dict[str, str] = {}
         for k, v in list(metric.items())[:64]:
             if isinstance(k, str) and isinstance(v, str):
