@@ -62,6 +62,17 @@ def wait_title(pid: int, start: str) -> None:
     raise AssertionError(f"pid {pid} never showed {start!r}")
 
 
+def wait_asleep(pid: int) -> None:
+    """Until /proc says the process sleeps: just after its exec a busy machine still shows R."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/stat") as fh:
+            if fh.read().rsplit(")", 1)[1].split()[0] == "S":
+                return
+        time.sleep(0.01)
+    raise AssertionError(f"pid {pid} never slept")
+
+
 def test_job_processes_found_by_title_with_state_method_and_since(started) -> None:  # type: ignore[no-untyped-def]
     critic = titled("ray::WorkerDict.critic_update_critic")
     driver = titled("ray::TaskRunner.run")
@@ -72,6 +83,7 @@ def test_job_processes_found_by_title_with_state_method_and_since(started) -> No
     for p, t in ((critic, "ray::"), (driver, "ray::"), (engine, "VLLM"), (idle, "ray::")):
         wait_title(p.pid, t)
     wait_title(plain.pid, "python3")
+    wait_asleep(critic.pid)
     a = agent()
     try:
         got = listing(a, 1000.0)
@@ -105,7 +117,7 @@ def test_a_zombie_keeps_its_title_and_shows_z(started) -> None:  # type: ignore[
     title = "ray::WorkerDict.ref_compute_ref_log_prob"
     code = (
         "import subprocess, time\n"
-        f"subprocess.Popen(['bash', '-c', 'exec -a {title} sleep 1.5'])\n"
+        f"subprocess.Popen(['bash', '-c', 'exec -a {title} sleep 3'])\n"
         "time.sleep(60)  # never waits for it: a zombie once it exits"
     )
     parent = subprocess.Popen([sys.executable, "-c", code])
@@ -118,11 +130,12 @@ def test_a_zombie_keeps_its_title_and_shows_z(started) -> None:  # type: ignore[
             kids = fh.read().split()
         child = int(kids[0]) if kids else None
     wait_title(child, title)
+    wait_asleep(child)
     a = agent()
     try:
         first = listing(a, 1.0)[child]
         assert first["state"] == "S" and first["method"] == "ref_compute_ref_log_prob"
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 8
         while (got := listing(a, 2.0).get(child, {})).get("state") != "Z":
             assert time.monotonic() < deadline, f"never seen as a zombie: {got}"
             time.sleep(0.1)
