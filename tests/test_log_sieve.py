@@ -3,7 +3,9 @@
 The sieve leaves lines undecoded when a quiet verl parser would skip them: on every real log the
 records, counts and verdict must equal those of reading each line; any line the parser would
 not skip must be selected, whatever escapes, controls or invisible characters it holds; the
-lines that reach the parser are clean; a runaway line costs no memory."""
+lines that reach the parser are clean; a runaway line costs no memory. Each holds for both
+ways of finding the lines: hyperscan's compiled scan (a dependency, so the default) and the
+``re`` passes (where hyperscan cannot be imported), which select the same lines."""
 
 from __future__ import annotations
 
@@ -30,6 +32,23 @@ REAL_LOGS = sorted(
     [*(FIXTURES / "real_logs").glob("*.log"), *(FIXTURES / "verl").glob("*.log")]
     + [*(FIXTURES / "verl").glob("*.txt"), *(FIXTURES / "verl").glob("*.jsonl")]
 )
+
+
+# Both ways of finding the lines, built once (a compiled scan takes ~20 ms to build).
+SIEVES = {"hyperscan": log_sieve.LogSieve(), "re": log_sieve.LogSieve(compiled=False)}
+MATCHERS = pytest.mark.parametrize("matcher", list(SIEVES))
+
+
+def use(matcher: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sieved reads find their lines with ``matcher`` (hyperscan must be there: a dependency)."""
+    assert log_sieve.compiled_markers() is not None, "hyperscan is a dependency: not importable"
+    if matcher == "re":
+        monkeypatch.setattr(log_sieve, "compiled_markers", lambda: None)
+
+
+def selected(matcher: str, line: str) -> bool:
+    """Whether the sieve selects this one line."""
+    return SIEVES[matcher].hits(f"{line}\n".encode()).index == [0]
 
 
 def read(path: Path, sieved: bool) -> tuple[Store, list[object]]:
@@ -60,10 +79,12 @@ def outcome(store: Store, seen: list[object]) -> tuple[object, ...]:
     )
 
 
+@MATCHERS
 @pytest.mark.parametrize("path", REAL_LOGS, ids=lambda p: p.name)
 def test_a_sieved_real_log_reads_as_every_line_read(
-    path: Path, monkeypatch: pytest.MonkeyPatch
+    path: Path, matcher: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    use(matcher, monkeypatch)
     fast = outcome(*read(path, sieved=True))
     monkeypatch.setattr(parse.VerlStreamParser, "_quiet", lambda self: False)
     assert fast == outcome(*read(path, sieved=False))  # every line decoded, cleaned, parsed
@@ -97,9 +118,11 @@ def hostile_log(tmp_path: Path, runaway: int = 0) -> Path:
     return path
 
 
+@MATCHERS
 def test_hostile_lines_are_found_and_cleaned_as_when_every_line_is_read(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, matcher: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    use(matcher, monkeypatch)
     path = hostile_log(tmp_path)
     fed: list[str] = []
     real_feed = parse.VerlStreamParser.feed
@@ -159,14 +182,52 @@ def test_every_line_a_quiet_parser_would_read_is_selected(lines: list[str]) -> N
     cleaned, whatever escapes, controls and invisible characters split its markers."""
     lines = [line.replace("\n", "") for line in lines]
     block = "".join(line + "\n" for line in lines).encode("utf-8", "surrogatepass")
-    selected = set(log_sieve.LogSieve().hits(block, len(lines)).index)
+    compiled = set(SIEVES["hyperscan"].hits(block).index)
+    chosen = set(SIEVES["re"].hits(block).index)
+    assert compiled == chosen  # valid UTF-8: the two ways select the same lines
     for i, line in enumerate(clean_lines([line.removesuffix("\r") for line in lines])):
         parser = parse.VerlStreamParser("h", "x.log")
         parser.first_unmatched = "x"  # quiet: a line without a marker is only counted
         with mock.patch.object(parse, "logical_lines", wraps=parse.logical_lines) as looked:
             parser.feed([line], 0.0, more=True)
         if looked.called:
-            assert i in selected, (lines[i], line)
+            assert i in compiled, (lines[i], line)
+
+
+# Bytes no text encodes: a lead byte without its tail, a tail without its lead, never UTF-8.
+BROKEN = [b"\xff", b"\xc2", b"\xe2\x80", b"\x80", b"\x9b", b"\xf0\x9f", b"\xed\xa0\x80"]
+PIECES = [x.encode() for x in MARKERS + REMOVED + AROUND] + BROKEN
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(PIECES), max_size=7).map(b"".join), max_size=8))
+def test_on_any_bytes_the_compiled_scan_is_sound_and_takes_no_more_than_re(
+    lines: list[bytes],
+) -> None:
+    """Invalid UTF-8 around markers and escapes, many hits a block (each compiled scan stops
+    at its line's first match and starts again on the next line): every line the quiet
+    parser would read is selected, with its bounds; the line count is the block's; the ``re``
+    path, which tests removable characters on the non-ASCII bytes alone, takes at least
+    these lines."""
+    lines = [line.replace(b"\n", b"") for line in lines]
+    block = b"".join(line + b"\n" for line in lines)
+    compiled, chosen = SIEVES["hyperscan"].hits(block), SIEVES["re"].hits(block)
+    assert compiled.lines == chosen.lines == len(lines)
+    assert set(compiled.index) <= set(chosen.index)
+    spans, pos = [], 0
+    for line in lines:
+        spans.append((pos, pos + len(line)))
+        pos += len(line) + 1
+    assert [spans[i] for i in compiled.index] == list(
+        zip(compiled.start, compiled.end, strict=True)
+    )
+    for i, text in enumerate(log_sieve._texts(block, spans)):
+        parser = parse.VerlStreamParser("h", "x.log")
+        parser.first_unmatched = "x"  # quiet
+        with mock.patch.object(parse, "logical_lines", wraps=parse.logical_lines) as looked:
+            parser.feed([text], 0.0, more=True)
+        if looked.called:
+            assert i in compiled.index, (lines[i], text)
 
 
 def opens_traceback(cleaned: str) -> bool:
@@ -197,18 +258,18 @@ WORKER_TRACEBACK = (
         ("progress 3%\rTraceback (most recent call last):", True),
     ],
 )
-def test_only_a_traceback_that_may_open_is_read(line: str, opens: bool) -> None:
+@MATCHERS
+def test_only_a_traceback_that_may_open_is_read(line: str, opens: bool, matcher: str) -> None:
     """The driver's traceback (at a line's, a head's or a \\r piece's start) is read by the
     sieve and the quiet parser; a worker's per-sample ``ERROR:<time>:Traceback`` is counted by
     both (the crash scanner never opens on it): 16 % fewer lines read in the benchmark log."""
-    selected = log_sieve.LogSieve().hits(f"{line}\n".encode(), 1).index == [0]
     (cleaned,) = clean_lines([line])
     parser = parse.VerlStreamParser("h", "x.log")
     parser.first_unmatched = "x"  # quiet
     parser.feed([cleaned], 0.0, more=True)
     assert opens_traceback(cleaned) is opens  # what the crash scanner does with the line
     assert parser.quiet() is not opens  # the quiet test lets it through exactly then
-    assert selected is opens
+    assert selected(matcher, line) is opens
 
 
 @settings(max_examples=300, deadline=None)
@@ -240,22 +301,24 @@ RAY = "\x1b[36m(CursorLoopWorker pid=7)\x1b[0m "
         ("{\x1b[0m'actor': 1}", True),  # cleaned: {'actor': 1}
     ],
 )
-def test_only_a_brace_that_opens_jsonl_or_a_config_is_read(line: str, read: bool) -> None:
+@MATCHERS
+def test_only_a_brace_that_opens_jsonl_or_a_config_is_read(
+    line: str, read: bool, matcher: str
+) -> None:
     """A brace matters to a quiet parser only as the opening of a JSONL record or a pprinted
     config; the sieve and the quiet test leave the others (format strings in tracebacks,
     printed samples) unread: 25 112 -> 77 brace lines in the benchmark log."""
-    selected = log_sieve.LogSieve().hits(f"{line}\n".encode(), 1).index == [0]
     (cleaned,) = clean_lines([line])
     parser = parse.VerlStreamParser("h", "x.log")
     parser.first_unmatched = "x"  # quiet
     with mock.patch.object(parse, "logical_lines", wraps=parse.logical_lines) as looked:
         parser.feed([cleaned], 0.0, more=True)
     assert looked.called is read
-    assert selected is read
+    assert selected(matcher, line) is read
 
 
 @pytest.mark.parametrize(
-    ("line", "selected"),
+    ("line", "read"),
     [
         # a traceback frame Ray folded: the code before " [repeated" follows a name, not a
         # marker's word (the benchmark log: 6987 such lines were read before)
@@ -270,13 +333,14 @@ def test_only_a_brace_that_opens_jsonl_or_a_config_is_read(line: str, read: bool
         ("job\x1b[1m ok", False),
     ],
 )
+@MATCHERS
 def test_an_escape_before_a_blank_is_read_only_after_a_markers_word(
-    line: str, selected: bool
+    line: str, read: bool, matcher: str
 ) -> None:
     """Removing a colour code before a blank joins the text around it: only after a word a
     marker has before a blank ("step", "Traceback", "Error", "executing", "-m") can that make
     a marker, so only there is the line read."""
-    assert (log_sieve.LogSieve().hits(f"{line}\n".encode(), 1).index == [0]) is selected
+    assert selected(matcher, line) is read
 
 
 def followed_after_sieve(
