@@ -10,8 +10,10 @@ ways of finding the lines: hyperscan's compiled scan (a dependency, so the defau
 from __future__ import annotations
 
 import asyncio
+import io
 import tracemalloc
 from pathlib import Path
+from typing import BinaryIO
 from unittest import mock
 
 import pytest
@@ -139,6 +141,66 @@ def test_hostile_lines_are_found_and_cleaned_as_when_every_line_is_read(
     assert 112 in steps  # the last line, without a newline: the file is finished
     monkeypatch.setattr(parse.VerlStreamParser, "_quiet", lambda self: False)
     assert fast == outcome(*read(path, sieved=False))
+
+
+class Unseekable(io.RawIOBase):
+    """A file read through a pipe's interface: it cannot seek (the sieve carries the partial
+    line after a block's last newline to the next block instead)."""
+
+    def __init__(self, path: Path) -> None:
+        self._fh = open(path, "rb")  # noqa: SIM115 - closed with the wrapper
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:  # type: ignore[no-untyped-def]  # noqa: ANN001
+        return self._fh.readinto(buf)
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()
+
+
+def sieved_direct(path: Path, fh: BinaryIO) -> tuple[list[object], dict[str, object]]:
+    """The records and counts of one ``SievedRead`` of ``fh`` (``path``'s bytes)."""
+    store = Store()
+    pipeline = Pipeline(store)
+    seen: list[object] = []
+    pipeline.listeners.append(seen.append)
+    sink = pipeline.sink("local", str(path), "verl")
+    assert sink is not None
+    read = log_sieve.SievedRead(fh, sink)
+    assert asyncio.run(read.run()) == path.stat().st_size
+    pipeline.finish()
+    (stats,) = store.log_stats.values()
+    assert read.stats.bytes == path.stat().st_size  # each byte counted once
+    return seen, {k: v for k, v in stats.items() if k not in ("host", "path")}
+
+
+@MATCHERS
+@pytest.mark.parametrize("block", [997, 4096, 65536])
+def test_small_blocks_read_alike_whether_the_file_seeks_or_not(
+    tmp_path: Path, block: int, matcher: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocks smaller than the real log's step lines and configs (lines cross blocks, some
+    span several): the partial line after a block's last newline is read again with the
+    next block where the file seeks and carried where it does not; both deliver what reading
+    every line delivers, with the same counts."""
+    use(matcher, monkeypatch)
+    path = hostile_log(tmp_path)
+    monkeypatch.setattr(log_sieve, "BLOCK", block)
+    with open(path, "rb") as fh:
+        seeking = sieved_direct(path, fh)
+    with io.BufferedReader(Unseekable(path)) as fh:
+        assert not fh.seekable()
+        carried = sieved_direct(path, fh)
+    assert seeking == carried
+    monkeypatch.setattr(parse.VerlStreamParser, "_quiet", lambda self: False)
+    with open(path, "rb") as fh:
+        assert seeking == sieved_direct(path, fh)  # every line decoded, cleaned, parsed
+    assert {103, 104, 105, 106, 108, 109, 112} <= {
+        r.step for r in seeking[0] if isinstance(r, parse.VerlStep)
+    }
 
 
 def test_a_runaway_line_is_skipped_and_counted_without_holding_it(tmp_path: Path) -> None:

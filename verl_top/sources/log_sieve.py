@@ -21,6 +21,7 @@ start or end, or between ``)`` and a blank) is read like a marker line.
 from __future__ import annotations
 
 import asyncio
+import io
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -180,12 +181,12 @@ class _Scan:
         found.append(end)
         return True  # stop: the rest of this line is taken anyway
 
-    def lines(self, block: bytes, at: int, out: list[int]) -> None:
-        """Add to ``out`` a byte of each line of ``block`` after ``at`` that holds a match:
-        the match's last byte (a newline only where the match ends with its line's)."""
-        view = memoryview(block)
+    def lines(self, view: memoryview, block: bytes, at: int, out: list[int]) -> None:
+        """Add to ``out`` a byte of each line of ``view`` (``block``'s whole lines) after
+        ``at`` that holds a match: the match's last byte (a newline only where the match ends
+        with its line's)."""
         found: list[int] = []
-        while 0 <= at < len(block):
+        while 0 <= at < len(view):
             try:
                 self._db.scan(view[at:], self._first, context=found, scratch=self._scratch)
             except self._stopped:
@@ -210,15 +211,17 @@ class _CompiledMarkers:
             _Scan(hyperscan, list(_HS_ESCAPES)),
         )
 
-    def positions(self, block: bytes) -> list[int]:
-        """A byte of each line of ``block`` (whole lines) that holds a match (not in order)."""
+    def positions(self, block: bytes, end: int) -> list[int]:
+        """A byte of each line of ``block[:end]`` (whole lines) that holds a match (not in
+        order)."""
         out: list[int] = []
         at = 0  # the block's start, or the newline before a line
         if block.startswith(_TRACEBACK):  # no byte before it: the patterns need one
             out.append(0)
             at = block.find(b"\n")
-        self._scans[0].lines(block, at, out)
-        self._scans[1].lines(block, 0, out)
+        view = memoryview(block)[:end]
+        self._scans[0].lines(view, block, at, out)
+        self._scans[1].lines(view, block, 0, out)
         return out
 
 
@@ -293,11 +296,14 @@ class LogSieve:
         keep = {*_CONTROL_BYTES, *self._removable}
         self._gate = bytes(b for b in range(256) if b not in keep)
 
-    def hits(self, block: bytes) -> _Hits:
-        """The lines of ``block`` (whole lines, each ending in a newline) that hold a marker
-        or something cleaning would remove around one."""
+    def hits(self, block: bytes, end: int | None = None) -> _Hits:
+        """The lines of ``block[:end]`` (whole lines, each ending in a newline; ``end`` None:
+        all of it) that hold a marker or something cleaning would remove around one."""
+        end = len(block) if end is None else end
         if self._compiled is not None:
-            return _lines_at(block, self._compiled.positions(block))
+            return _lines_at(block, self._compiled.positions(block, end), end)
+        if end < len(block):
+            block = block[:end]  # the re path's passes take no bounds
         positions: list[int] = []
         for pattern in _MARKERS:
             positions += [m.start() for m in pattern.finditer(block)]
@@ -306,7 +312,7 @@ class LogSieve:
         positions += [
             m.start() for m in _RISKY_ESCAPE.finditer(block) if _may_join(block, m.start())
         ]
-        hits = _lines_at(block, positions)
+        hits = _lines_at(block, positions, len(block))
         rest = block.translate(None, self._ascii)
         if len(rest) > hits.lines:  # more than its newlines
             _merge(hits, _spans_of(block, self._removable_lines(rest)))
@@ -356,8 +362,9 @@ def _may_open(block: bytes, pos: int) -> bool:
     return esc >= 0 and _ESCAPE_TAIL.fullmatch(block, esc, pos) is not None
 
 
-def _lines_at(block: bytes, positions: list[int]) -> _Hits:
-    """The distinct lines holding ``positions``, in order, and the block's line count."""
+def _lines_at(block: bytes, positions: list[int], stop: int) -> _Hits:
+    """The distinct lines holding ``positions``, in order, and the line count of
+    ``block[:stop]``."""
     out = _Hits()
     line, prev, last_end = 0, 0, -1
     for pos in sorted(positions):
@@ -369,7 +376,7 @@ def _lines_at(block: bytes, positions: list[int]) -> _Hits:
         out.start.append(block.rfind(b"\n", 0, pos) + 1)
         out.end.append(end)
         prev, last_end = pos, end
-    out.lines = line + block.count(b"\n", prev)
+    out.lines = line + block.count(b"\n", prev, stop)
     return out
 
 
@@ -417,54 +424,65 @@ class SievedRead:
         self.stats = SieveStats()
         self._carry = b""
         self._skipping = False  # inside a line over MAX_PARTIAL: dropped to its newline
+        self._seekable = fh.seekable()
 
     async def run(self) -> int:
-        """Read to the end; returns the offset reached (the file's end). A last line without
-        a newline counts as a line (the file is finished)."""
+        """Read to the end; returns the offset reached (the file's end; for a file that
+        cannot seek, the bytes read). A last line without a newline counts as a line (the
+        file is finished)."""
         while True:
             data = self.fh.read(BLOCK)
             if not data:
                 break
             self.stats.bytes += len(data)
-            block = self._whole_lines(data)
-            if block:
-                self._block(block)
+            block, end = self._whole_lines(data)
+            if end:
+                self._block(block, end)
                 self.sink.counted()
             await asyncio.sleep(0)  # one block at a time: the app's loop stays free
         if self._carry and not self._skipping:  # as the follower flushes it: no \r at its end
-            self._block(self._carry.rstrip(b"\r") + b"\n")
+            last = self._carry.rstrip(b"\r") + b"\n"
+            self._block(last, len(last))
         self._carry = b""
         # The log is finished: a step line held in case it wraps onto the next line is whole
         # (the app follows on and would hold it forever; diagnose ended it at its end).
         self.sink.finish()
         self.sink.counted()
-        return self.fh.tell()
+        return self.fh.tell() if self._seekable else self.stats.bytes
 
-    def _whole_lines(self, data: bytes) -> bytes:
-        """The whole lines that ``data`` completes (runaway lines dropped and counted)."""
+    def _whole_lines(self, data: bytes) -> tuple[bytes, int]:
+        """The whole lines that ``data`` completes, as ``data[:end]`` (runaway lines dropped
+        and counted). The partial line after them is read again with the next block where
+        the file can seek (no 1 MiB copy to join it to the next block), else carried."""
         if self._skipping:
             nl = data.find(b"\n")
             if nl < 0:
-                return b""
+                return b"", 0
             data, self._skipping = data[nl + 1 :], False
         data = self._carry + data if self._carry else data
         cut = data.rfind(b"\n")
-        self._carry = data[cut + 1 :]
+        tail = len(data) - cut - 1
+        if self._seekable and cut >= 0 and 0 < tail <= MAX_PARTIAL:
+            self.fh.seek(-tail, io.SEEK_CUR)
+            self.stats.bytes -= tail
+            self._carry = b""
+        else:
+            self._carry = data[cut + 1 :]
         if len(self._carry) > MAX_PARTIAL:
             self._carry, self._skipping = b"", True
             self.stats.skipped_long += 1
-        block = data[: cut + 1]
-        first = block.find(b"\n")
+        first = data.find(b"\n", 0, cut + 1)
         # Only the first line can exceed MAX_PARTIAL (it may have been carried): the follower
         # drops a line of more than MAX_PARTIAL characters.
-        if first > MAX_PARTIAL and len(block[:first].decode("utf-8", "replace")) > MAX_PARTIAL:
+        if first > MAX_PARTIAL and len(data[:first].decode("utf-8", "replace")) > MAX_PARTIAL:
             self.stats.skipped_long += 1
-            block = block[first + 1 :]
-        return block
+            return data[first + 1 : cut + 1], cut - first
+        return data, cut + 1
 
-    def _block(self, block: bytes) -> None:
-        """Give the lines of ``block`` to the sink: the quiet ones counted, the rest fed."""
-        hits = self.sieve.hits(block)
+    def _block(self, block: bytes, stop: int) -> None:
+        """Give the lines of ``block[:stop]`` to the sink: the quiet ones counted, the rest
+        fed."""
+        hits = self.sieve.hits(block, stop)
         n = hits.lines
         self.stats.lines += n
         texts = _texts(block, list(zip(hits.start, hits.end, strict=True))) if hits.index else []
