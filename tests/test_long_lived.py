@@ -66,6 +66,41 @@ async def test_a_live_app_freezes_once_settled_and_unfreezes_when_it_closes() ->
     assert gc.get_freeze_count() == 0  # the app closed: nothing stays frozen
 
 
+async def test_the_heap_is_frozen_between_two_evaluations_even_when_they_follow_each_other() -> (
+    None
+):
+    """Each tick the store changed and an evaluation started in the worker thread as soon as
+    the last ended (16384 GPUs): the freeze comes before the tick starts the next one, never
+    while one runs."""
+    store = build_store()
+    app = make_app(store, live=True)
+    app.monitor.period_s = 0.0  # due at every change of the store
+    app.long_lived = LongLivedHeap(settle_ticks=2)
+    seen: list[bool] = []  # whether an evaluation ran at each freeze
+    freeze = app.long_lived.freeze
+
+    def watched() -> None:
+        seen.append(app.monitor.evaluating)
+        freeze()
+
+    app.long_lived.freeze = watched  # type: ignore[method-assign]
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        started_evaluations = 0
+        for _ in range(6):
+            store.version += 1  # new data: the next tick starts an evaluation
+            while not app.monitor.due():  # (a cheap evaluation's share of time is kept low)
+                await pilot.pause(0.01)
+            app.refresh_now()
+            started_evaluations += app.monitor.evaluating
+            await pilot.pause()
+            while app.monitor.evaluating:  # it ends before the next tick
+                await pilot.pause(0.01)
+        assert started_evaluations == 6  # each tick started one
+        assert seen == [False] and app.long_lived.freezes == 1
+    assert gc.get_freeze_count() == 0
+
+
 async def test_an_app_that_is_not_live_never_freezes() -> None:
     app = make_app(build_store())
     app.long_lived = LongLivedHeap(settle_ticks=1)

@@ -351,6 +351,78 @@ def test_a_large_round_is_emitted_in_order_with_turns_of_the_event_loop_between_
     assert {n for n in seen if 0 < n < len(records)} == {EMIT_SLICE, 2 * EMIT_SLICE, 3 * EMIT_SLICE}
 
 
+def test_the_gpu_key_memo_answers_as_gpu_of_and_stays_bounded() -> None:
+    """GpuKeys reads the four labels gpu_of reads: whatever the other labels hold, each label
+    set gets gpu_of's key, the first time and from the memo; the memo never outgrows its
+    capacity."""
+    import itertools
+
+    from verl_top.sources.prometheus import GpuKeys, gpu_of
+
+    keys = GpuKeys(capacity=50)
+    choices = {
+        "gpu": [None, "0", "3", "\u0663", "1_0", "99999"],
+        "Hostname": [None, "", "n1", "\x1b[31mn2"],
+        "hostname": [None, "n3", " n4 "],
+        "instance": [None, "n1:9400", "[::1]:9400", "a:b:c", "10.0.0.1:9400", "n\u200b5"],
+    }
+    label_sets = []
+    for n, combo in enumerate(itertools.product(*choices.values())):
+        labels = {k: v for k, v in zip(choices, combo, strict=True) if v is not None}
+        labels["UUID"] = f"GPU-{n}"  # not read for the key
+        label_sets.append(labels)
+    for labels in label_sets * 2:  # every set twice: once computed, once (maybe) remembered
+        assert keys(labels) == gpu_of(labels), labels
+        assert len(keys._memo) <= 50
+
+
+def test_a_rounds_gpu_records_are_made_with_turns_of_the_event_loop_between(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The regrouping of a large round (0.8 s at 16384 GPUs) gives the loop a turn per metric
+    and per EMIT_SLICE GPUs, and makes what one piece would: a hello per host, a sample per
+    GPU with its values."""
+    from verl_top.sources.prometheus import Series, gpu_sample, gpu_values
+
+    hosts, per_host = 3 * EMIT_SLICE // 8 + 1, 8
+    source = PrometheusSource(settings("http://127.0.0.1:9"))
+    info = [
+        Series({"Hostname": f"h{h}", "gpu": str(g), "UUID": f"u{h}-{g}", "modelName": "H100"})
+        for h in range(hosts)
+        for g in range(per_host)
+    ]
+    answers = {"_info": info}
+    for name in ("util_gpu", "temp_c"):
+        answers[name] = [Series(dict(s.labels)) for s in info]
+        for k, s in enumerate(answers[name]):
+            s.times.append(1.0)
+            s.values.append(float(k % 90))
+    turns: list[int] = []
+
+    async def main() -> list:
+        async def other_work() -> None:  # a frame or a key press waiting for the loop
+            while True:
+                turns.append(1)
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(other_work())
+        await asyncio.sleep(0)
+        turns.clear()
+        out = await source._gpu_records(answers, 5.0)
+        task.cancel()
+        return out
+
+    records = asyncio.run(main())
+    gpus = hosts * per_host
+    assert len(turns) >= 2 + gpus // EMIT_SLICE  # a turn per metric and per slice of GPUs
+    hellos = [r for r in records if isinstance(r, Hello)]
+    samples = [r for r in records if isinstance(r, GpuSample)]
+    assert len(hellos) == hosts and len(samples) == gpus
+    values = gpu_values({k: v for k, v in answers.items() if k != "_info"})
+    assert samples == [gpu_sample(s.host, s.index, 5.0, values) for s in samples]
+    assert [(s.host, s.index) for s in samples] == sorted((s.host, s.index) for s in samples)
+
+
 def test_a_round_is_decoded_with_the_cyclic_collector_paused(
     prom_cluster: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -137,6 +137,7 @@ class Monitor:
         self.background = background
         self._executor: ThreadPoolExecutor | None = None
         self._job: Future[Verdict] | None = None
+        self._after: list[Callable[[], None]] = []  # called as the running evaluation ends
         self.gate = FrameGate()  # closed by the app while it draws a frame
         self.engine = engine if engine is not None else Engine()
         self.period_s = period_s
@@ -236,12 +237,20 @@ class Monitor:
 
         job.add_done_callback(done)
 
+    def after_evaluation(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, on the loop, as the evaluation now running ends (none runs
+        then); never if the monitor closes first."""
+        self._after.append(callback)
+
     def _background_done(self, job: Future[Verdict], started: float) -> None:
         """The worker's verdict, taken on the loop; then the held writes are applied."""
         if job is not self._job:
             return  # already taken (settle or close waited for it)
         self._job = None
         self._take_result(job, started)
+        after, self._after = self._after, []
+        for callback in after:
+            callback()
         self._release()
 
     def _take_result(self, job: Future[Verdict], started: float) -> None:

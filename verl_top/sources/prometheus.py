@@ -675,11 +675,35 @@ class GpuFacts:
     workload: str = ""
 
 
-def gpu_facts(series: Iterable[Series]) -> dict[tuple[str, int], GpuFacts]:
+class GpuKeys:
+    """``gpu_of`` with a bounded memo. A round asks ~12 metrics, and each answer has a series
+    per GPU with the same labels: at 16384 GPUs the keys were ~40 % of the regrouping. The
+    key depends on four labels only (``gpu``, ``Hostname``, ``hostname``, ``instance``)."""
+
+    def __init__(self, capacity: int = 200_000) -> None:
+        self.capacity = capacity
+        self._memo: dict[tuple[str | None, ...], tuple[str, int] | None] = {}
+
+    def __call__(self, labels: Mapping[str, str]) -> tuple[str, int] | None:
+        get = labels.get
+        ident = (get("gpu"), get("Hostname"), get("hostname"), get("instance"))
+        memo = self._memo
+        if ident in memo:
+            return memo[ident]
+        key = gpu_of(labels)
+        if len(memo) >= self.capacity:
+            memo.clear()
+        memo[ident] = key
+        return key
+
+
+def gpu_facts(
+    series: Iterable[Series], key_of: Callable[[Mapping[str, str]], Any] = gpu_of
+) -> dict[tuple[str, int], GpuFacts]:
     """GPU key -> facts, from the info query (first series of a GPU wins)."""
     out: dict[tuple[str, int], GpuFacts] = {}
     for s in series:
-        key = gpu_of(s.labels)
+        key = key_of(s.labels)
         if key is None:
             continue
         facts = out.setdefault(key, GpuFacts())
@@ -693,14 +717,16 @@ def gpu_facts(series: Iterable[Series]) -> dict[tuple[str, int], GpuFacts]:
 Values = dict[str, dict[Any, float | None]]  # metric field -> series key -> value
 
 
-def gpu_values(answers: Mapping[str, list[Series]]) -> Values:
+def gpu_values(
+    answers: Mapping[str, list[Series]], key_of: Callable[[Mapping[str, str]], Any] = gpu_of
+) -> Values:
     """Per field, per GPU key: the value of an instant answer (scaled)."""
     out: Values = {}
     for name, series in answers.items():
         scale = METRIC_SCALE[name]
         col: dict[Any, float | None] = {}
         for s in series:
-            key = gpu_of(s.labels)
+            key = key_of(s.labels)
             if key is None or key in col or not s.values:
                 continue
             v = s.last()
@@ -775,6 +801,7 @@ class PrometheusSource:
         self.rounds = 0
         self.queries_last = 0
         self._known = _Known()
+        self._gpu_keys = GpuKeys()
         self._last_info: dict[str, list[Series]] = {}  # the DCGM identities, for the join
         self._sem = asyncio.Semaphore(max(1, settings.parallel))
         sel = settings.selector
@@ -918,7 +945,7 @@ class PrometheusSource:
         node_job = None if not node_exprs else (lambda: self._ask_all(node_exprs, at))
         answers, errors, node = await self._ask_gpus_first(exprs, at, node_job)
         self._last_info = {"_info": answers["_info"]}
-        records = self._gpu_records(answers, at)
+        records = await self._gpu_records(answers, at)
         records += rollout_records(answers, at)
         return records, errors, node
 
@@ -980,11 +1007,25 @@ class PrometheusSource:
         self._known.node_hosts = joined
         return out
 
-    def _gpu_records(self, answers: Mapping[str, list[Series]], at: float) -> list[Record]:
-        facts = gpu_facts(answers["_info"])
-        gpu_answers = {k: v for k, v in answers.items() if k in self.gpu_exprs}
-        values = gpu_values(gpu_answers)
-        samples = {(h, i): gpu_sample(h, i, at, values) for h, i in sorted(facts)}
+    async def _gpu_records(self, answers: Mapping[str, list[Series]], at: float) -> list[Record]:
+        """The round's GPU records. The regrouping (~0.8 s of CPU at 16384 GPUs) is done a
+        metric and ``EMIT_SLICE`` GPUs per turn of the event loop: in one piece it held every
+        frame and key press that long. It reads only the answers; what the source remembers
+        (``_hellos``) changes at the end, so a round given up at its deadline leaves nothing
+        half-told."""
+        keys = self._gpu_keys
+        facts = gpu_facts(answers["_info"], keys)
+        values: Values = {}
+        for name, series in answers.items():
+            if name in self.gpu_exprs:
+                values.update(gpu_values({name: series}, keys))
+                await asyncio.sleep(0)
+        order = sorted(facts)
+        samples: dict[tuple[str, int], GpuSample] = {}
+        for start in range(0, len(order), EMIT_SLICE):
+            for h, i in order[start : start + EMIT_SLICE]:
+                samples[(h, i)] = gpu_sample(h, i, at, values)
+            await asyncio.sleep(0)
         out: list[Record] = self._hellos(facts, values, at, samples)
         out += samples.values()
         out += self._xid_events(values.get("xid", {}), at)

@@ -143,6 +143,7 @@ class VerlTopApp(App):
         # What a live session holds for its life is frozen out of full collections once it
         # settled (verl_top/long_lived.py): a full pass over it was the slowest frames.
         self.long_lived = LongLivedHeap()
+        self._freeze_waits = False  # a freeze waits for the running evaluation to end
         # A fixed assessment (headless screenshots) is shown as it is; else the monitor's.
         self._fixed = assessment
         self.assessment: Assessment = assessment or self.monitor.assessment
@@ -317,8 +318,18 @@ class VerlTopApp(App):
         self._show_notes()
         self.refresh_count += 1
         if self.live and self.long_lived.due(len(store.hosts) + store.gpu_count()):
-            if not self.monitor.evaluating:  # else the next tick (its lists are short-lived)
+            if not self.monitor.evaluating:  # else as it ends (its lists are short-lived)
                 self.call_after_refresh(self.long_lived.freeze)  # after the frame
+            elif not self._freeze_waits:
+                # At 16384 GPUs an evaluation starts as the last one ends: one was running at
+                # every tick, and the heap was never frozen (full passes of 60-370 ms).
+                self._freeze_waits = True
+                self.monitor.after_evaluation(self._freeze_between_evaluations)
+
+    def _freeze_between_evaluations(self) -> None:
+        """The evaluation that was running ended (none runs now): freeze what was due."""
+        self._freeze_waits = False
+        self.long_lived.freeze()
 
     def redraw(self) -> None:
         """Draw the header and what is on top from the store as it is now, in one batch: a
