@@ -267,13 +267,16 @@ def test_on_any_bytes_the_compiled_scan_is_sound_and_takes_no_more_than_re(
     lines: list[bytes],
 ) -> None:
     """Invalid UTF-8 around markers and escapes, many hits a block (each compiled scan stops
-    at its line's first match and starts again on the next line): every line the quiet
+    at its line's first match and starts again on the next line; scanned in windows of whole
+    lines, the same lines whatever their size): every line the quiet
     parser would read is selected, with its bounds; the line count is the block's; the ``re``
     path, which tests removable characters on the non-ASCII bytes alone, takes at least
     these lines."""
     lines = [line.replace(b"\n", b"") for line in lines]
     block = b"".join(line + b"\n" for line in lines)
     compiled, chosen = SIEVES["hyperscan"].hits(block), SIEVES["re"].hits(block)
+    with mock.patch.object(log_sieve, "MIN_WINDOW", 8):  # windows of a line or two
+        assert SIEVES["hyperscan"].hits(block) == compiled
     assert compiled.lines == chosen.lines == len(lines)
     assert set(compiled.index) <= set(chosen.index)
     spans, pos = [], 0
@@ -290,6 +293,23 @@ def test_on_any_bytes_the_compiled_scan_is_sound_and_takes_no_more_than_re(
             parser.feed([text], 0.0, more=True)
         if looked.called:
             assert i in compiled.index, (lines[i], text)
+
+
+@pytest.mark.parametrize("window", [8, 64, log_sieve.MIN_WINDOW])
+def test_a_marker_at_a_lines_start_is_found_wherever_a_scan_window_ends(window: int) -> None:
+    """Each marker at the very start of a line, after quiet lines shorter and longer than the
+    compiled scan's window (a window ends at a line's end; the next starts on its newline,
+    which a traceback opener needs before it): the same lines as the ``re`` path."""
+    quiet = [b"q", b"quiet line " * 3, b"x" * 100, b"(pid=1) " + b"y" * 5000]
+    lines = []
+    for marker in [*MARKERS, "\x1b7Traceback (most", "\x00", "\u200b"]:
+        for before in quiet:
+            lines += [before, marker.encode() + b" rest of it"]
+    block = b"\n".join(lines) + b"\n"
+    with mock.patch.object(log_sieve, "MIN_WINDOW", window):
+        compiled = SIEVES["hyperscan"].hits(block)
+    assert compiled == SIEVES["re"].hits(block)
+    assert compiled.index == list(range(1, len(lines), 2))  # every marker line, no quiet one
 
 
 def opens_traceback(cleaned: str) -> bool:

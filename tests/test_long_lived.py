@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import gc
+import time
+from collections.abc import Callable
 
+import pytest
 from test_ui_app import SIZE, make_app, started
 from ui_data import build_store
 
+from verl_top import monitor
 from verl_top.long_lived import LongLivedHeap
 
 
@@ -66,12 +70,13 @@ async def test_a_live_app_freezes_once_settled_and_unfreezes_when_it_closes() ->
     assert gc.get_freeze_count() == 0  # the app closed: nothing stays frozen
 
 
-async def test_the_heap_is_frozen_between_two_evaluations_even_when_they_follow_each_other() -> (
-    None
-):
+async def test_the_heap_is_frozen_between_two_evaluations_even_when_they_follow_each_other(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Each tick the store changed and an evaluation started in the worker thread as soon as
-    the last ended (16384 GPUs): the freeze comes before the tick starts the next one, never
-    while one runs."""
+    the last ended (16384 GPUs): the freeze that is due waits for the running evaluation to
+    end and comes then, never while one runs."""
+    monkeypatch.setattr(monitor, "MAX_SHARE", 1e9)  # due again as soon as one ended
     store = build_store()
     app = make_app(store, live=True)
     app.monitor.period_s = 0.0  # due at every change of the store
@@ -84,19 +89,24 @@ async def test_the_heap_is_frozen_between_two_evaluations_even_when_they_follow_
         freeze()
 
     app.long_lived.freeze = watched  # type: ignore[method-assign]
+
+    async def until(what: str, done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 30
+        while not done():
+            assert time.monotonic() < deadline, f"never {what}"
+            await pilot.pause(0.01)
+
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
         started_evaluations = 0
-        for _ in range(6):
+        for _ in range(5):
             store.version += 1  # new data: the next tick starts an evaluation
-            while not app.monitor.due():  # (a cheap evaluation's share of time is kept low)
-                await pilot.pause(0.01)
+            await until("due", app.monitor.due)
             app.refresh_now()
             started_evaluations += app.monitor.evaluating
             await pilot.pause()
-            while app.monitor.evaluating:  # it ends before the next tick
-                await pilot.pause(0.01)
-        assert started_evaluations == 6  # each tick started one
+            await until("ended", lambda: not app.monitor.evaluating)
+        assert started_evaluations == 5  # each tick started one
         assert seen == [False] and app.long_lived.freezes == 1
     assert gc.get_freeze_count() == 0
 
