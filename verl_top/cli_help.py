@@ -142,6 +142,7 @@ KEY_DEPENDENCIES = (
     ("asyncssh", "SSH to the nodes"),
     ("nvidia-ml-py", "NVML on this machine"),
     ("psutil", "host samples"),
+    ("hyperscan", "a finished log read fast; without it the same lines, slower"),
     ("torch", "only for `probe nccl`"),
 )
 

@@ -324,10 +324,17 @@ class VerlTopApp(App):
                 # At 16384 GPUs an evaluation starts as the last one ends: one was running at
                 # every tick, and the heap was never frozen (full passes of 60-370 ms).
                 self._freeze_waits = True
-                self.monitor.after_evaluation(self._freeze_between_evaluations)
+                self.monitor.after_evaluation(
+                    lambda: self.call_next(self._freeze_between_evaluations)
+                )
 
     def _freeze_between_evaluations(self) -> None:
-        """The evaluation that was running ended (none runs now): freeze what was due."""
+        """The evaluation that was running ended: freeze what was due in a turn of the loop
+        of its own (in the callback that takes the verdict, it made that callback the
+        longest wait at 4096 GPUs), unless the next evaluation started by then."""
+        if self.monitor.evaluating:
+            self.monitor.after_evaluation(self._freeze_between_evaluations)
+            return
         self._freeze_waits = False
         self.long_lived.freeze()
 
