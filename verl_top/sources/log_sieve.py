@@ -3,7 +3,8 @@
 A real log is mostly lines no parser needs (a reward function printing each sample, vLLM and
 Ray chatter). ``VerlStreamParser`` already skips them while it is *quiet* (no step line,
 metrics block, config, traceback or launch command open) by a test on each cleaned line; here
-that test is done on a whole block of the file's bytes at C speed, so those lines are never
+that test is done on a whole block of the file's bytes at C speed (one compiled hyperscan scan;
+where hyperscan cannot be imported, the same test as ``re`` passes), so those lines are never
 decoded, cleaned or looked at in Python. Only the lines that may pass the test are decoded
 and cleaned at the boundary (``untrusted.clean_lines``) and fed to the parser; every other
 line is counted. When the parser is not quiet (inside a traceback, a printed config, a
@@ -308,7 +309,8 @@ class LogSieve:
     def __init__(self, compiled: bool = True) -> None:
         """``compiled``: scan with hyperscan when it is installed (False: the ``re`` path)."""
         self._compiled = compiled_markers() if compiled else None
-        self._removable = _removable_by_lead()
+        # The re path's pieces (~4 ms of compiling: not made when the compiled scan runs).
+        self._removable = _removable_by_lead() if self._compiled is None else {}
         # What is left of a block without its printable ASCII (tabs, \r and escapes too):
         # its newlines, control bytes and non-ASCII characters, mostly nothing.
         self._ascii = bytes([0x09, 0x0D, 0x1B, *range(0x20, 0x7F)])

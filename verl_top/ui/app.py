@@ -317,23 +317,26 @@ class VerlTopApp(App):
         self.redraw()
         self._show_notes()
         self.refresh_count += 1
-        if self.live and self.long_lived.due(len(store.hosts) + store.gpu_count()):
+        due = self.live and self.long_lived.due(len(store.hosts) + store.gpu_count())
+        if due and not self._freeze_waits:  # (one already waiting freezes for this one)
             if not self.monitor.evaluating:  # else as it ends (its lists are short-lived)
                 self.call_after_refresh(self.long_lived.freeze)  # after the frame
-            elif not self._freeze_waits:
+            else:
                 # At 16384 GPUs an evaluation starts as the last one ends: one was running at
                 # every tick, and the heap was never frozen (full passes of 60-370 ms).
                 self._freeze_waits = True
-                self.monitor.after_evaluation(
-                    lambda: self.call_next(self._freeze_between_evaluations)
-                )
+                self._freeze_after_evaluation()
+
+    def _freeze_after_evaluation(self) -> None:
+        """Freeze once the running evaluation ended, in a turn of the loop of its own (not in
+        the callback that takes the verdict and applies the held writes)."""
+        self.monitor.after_evaluation(lambda: self.call_next(self._freeze_between_evaluations))
 
     def _freeze_between_evaluations(self) -> None:
-        """The evaluation that was running ended: freeze what was due in a turn of the loop
-        of its own (in the callback that takes the verdict, it made that callback the
-        longest wait at 4096 GPUs), unless the next evaluation started by then."""
+        """The evaluation that was running ended: freeze what was due, unless the next one
+        started by then (then as that one ends)."""
         if self.monitor.evaluating:
-            self.monitor.after_evaluation(self._freeze_between_evaluations)
+            self._freeze_after_evaluation()
             return
         self._freeze_waits = False
         self.long_lived.freeze()
