@@ -274,6 +274,7 @@ class Timings:
     pane_cpu_ms: list[float] = field(default_factory=list)
     engine_ms: list[float] = field(default_factory=list)
     engine_cpu_ms: list[float] = field(default_factory=list)
+    summary_ms: list[float] = field(default_factory=list)  # a tick's summary made in slices
     latency: list[tuple[float, int]] = field(default_factory=list)  # (seconds, samples)
     measuring: bool = False
 
@@ -298,6 +299,25 @@ class TimedEngine:
             if self.timings.measuring:
                 self.timings.engine_ms.append((time.perf_counter() - t0) * 1000)
                 self.timings.engine_cpu_ms.append((time.thread_time() - c0) * 1000)
+
+
+def time_sliced_summary(app: Any, timings: Timings) -> None:
+    """Time the summary a tick makes in slices before its refresh (wall, from its start to its
+    end: the loop's turns between included), where the app has one (not before issue 30)."""
+    summaries = getattr(app, "summaries", None)
+    sliced = getattr(summaries, "compute_sliced", None)
+    if sliced is None:
+        return
+
+    async def timed(store: Any, per_turn: int) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return await sliced(store, per_turn)
+        finally:
+            if timings.measuring:
+                timings.summary_ms.append((time.perf_counter() - t0) * 1000)
+
+    summaries.compute_sliced = timed
 
 
 def time_pane(app: Any, timings: Timings) -> None:
@@ -445,6 +465,7 @@ async def run_one(
         app.call_after_refresh(painted)
 
     app.refresh_now = timed_refresh  # type: ignore[method-assign]
+    time_sliced_summary(app, timings)
     first_data: float | None = None
     connected: float | None = None
     try:
@@ -514,7 +535,15 @@ async def run_one(
     result["latency_p50_s"] = weighted_percentile(timings.latency, 50)
     result["latency_p95_s"] = weighted_percentile(timings.latency, 95)
     result["latency_max_s"] = max((v for v, _ in timings.latency), default=None)
-    for key in ("refresh_ms", "paint_ms", "pane_ms", "pane_cpu_ms", "engine_ms", "engine_cpu_ms"):
+    for key in (
+        "refresh_ms",
+        "paint_ms",
+        "pane_ms",
+        "pane_cpu_ms",
+        "engine_ms",
+        "engine_cpu_ms",
+        "summary_ms",
+    ):
         vals = getattr(timings, key)
         result[f"{key}_p50"] = median(vals)
         result[f"{key}_p95"] = percentile(vals, 95)
@@ -623,6 +652,13 @@ def report(results: list[dict]) -> str:
             f" + {wire['host_share_b']:.0f} B of host/heartbeat lines per GPU"
             f" = {wire['total_b']:.0f} B per GPU per second at 1 Hz\n"
         )
+    for r in results:
+        if r.get("summary_ms_p95") is not None:
+            text += (
+                f"\n{r['gpus']} GPUs: the tick's summary made in slices before its refresh (not in"
+                f" refresh or pane): p50/p95 {_pair(r, 'summary_ms')} ms wall, turns of the"
+                " loop between\n"
+            )
     for r in results:
         status = r.get("status_line")
         if status:

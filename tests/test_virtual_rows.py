@@ -3,10 +3,12 @@ its running window means, and pane 1 building only the rows on screen."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 from typing import Any
 
+import pytest
 from textual.widgets import DataTable
 from ui_data import T0, build_store, scale_store
 
@@ -15,7 +17,9 @@ from verl_top.model import GpuSample
 from verl_top.sources.pipeline import Pipeline
 from verl_top.store import Ring, Store, mean
 from verl_top.store_summary import SummaryCache, WindowMean
+from verl_top.ui import app as app_module
 from verl_top.ui.app import VerlTopApp
+from verl_top.ui.header import cluster_activity
 from verl_top.ui.node_screen import NodeScreen
 
 SIZE = (160, 40)
@@ -104,6 +108,128 @@ async def test_the_app_and_pane_1_share_one_summary_per_tick() -> None:
         app.store.ingest(GpuSample(host="node01", t=T0 + 61, index=0, util_gpu=50.0))
         app.refresh_now()
         assert app.summaries.computed == before + 1
+
+
+def same_summary(a: Any, b: Any) -> None:
+    """Two summaries hold the same numbers for every GPU and host."""
+    assert a.gpus.keys() == b.gpus.keys() and a.hosts == b.hosts
+    for key, ga in a.gpus.items():
+        gb = b.gpus[key]
+        assert ga._replace(act=None) == gb._replace(act=None), key
+        assert (ga.act is None) == (gb.act is None), key
+        assert ga.act is None or math.isclose(ga.act, gb.act or 0.0, abs_tol=1e-9), key
+    assert (a.idle, a.throttled, a.indices) == (b.idle, b.throttled, b.indices)
+    assert a.cluster_act is not None and math.isclose(a.cluster_act, b.cluster_act or 0.0)
+
+
+async def test_a_summary_made_in_slices_is_the_summary_and_gives_the_loop_turns() -> None:
+    """Issue 30: at 4096 GPUs the summary held the loop for half a tick; made in slices it
+    gives the loop a turn every ``per_turn`` GPUs and holds the same numbers."""
+    store = scale_store(hosts=16, samples=30)  # 128 GPUs
+    turns = 0
+    running = True
+
+    async def count_turns() -> None:
+        nonlocal turns
+        while running:
+            turns += 1
+            await asyncio.sleep(0)
+
+    counter = asyncio.create_task(count_turns())
+    await asyncio.sleep(0)
+    start = turns
+    sliced = await SummaryCache().compute_sliced(store, per_turn=16)
+    during = turns - start
+    running = False
+    await counter
+    assert during >= 128 // 16 - 1  # a turn after every 16 GPUs (two hosts)
+    same_summary(sliced, SummaryCache().get(store))
+    assert sliced.covers(store)
+    # The cache keeps it as the store's summary while the store does not move on.
+    cache = SummaryCache()
+    made = await cache.compute_sliced(store, per_turn=64)
+    assert cache.fresh(store) and cache.get(store) is made and cache.computed == 1
+
+
+def test_a_summary_no_longer_covers_a_store_whose_hosts_or_gpus_changed() -> None:
+    store = build_store()
+    summary = SummaryCache().get(store)
+    assert summary.covers(store)
+    store.ingest(GpuSample(host="node01", t=T0 + 61, index=9, util_gpu=0.0))  # a GPU more
+    assert not summary.covers(store)
+    other = build_store()
+    summary = SummaryCache().get(other)
+    del other.hosts["node01"].gpus[7]  # as many GPUs as before on no host but one: fewer
+    other.hosts["node01"].gpus[8] = other.hosts["node02"].gpus[0]  # now as many, not the same
+    assert not summary.covers(other)
+
+
+async def test_a_tick_at_scale_draws_with_the_summary_it_made_in_slices(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The live tick from ``SLICED_SUMMARY_GPUS`` on: one summary per tick, made in slices,
+    drawn by pane 1 and the header (whose activity is the summary's)."""
+    monkeypatch.setattr(app_module, "SLICED_SUMMARY_GPUS", 64)
+    monkeypatch.setattr(app_module, "SUMMARY_SLICE", 16)
+    store = scale_store(hosts=16, samples=30)  # 128 GPUs
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        made = []
+        original = app.summaries.compute_sliced
+
+        async def spy(st: Store, per_turn: int) -> Any:
+            made.append(per_turn)
+            return await original(st, per_turn)
+
+        app.summaries.compute_sliced = spy  # type: ignore[method-assign]
+        before = app.summaries.computed
+        store.ingest(GpuSample(host="gpu000", t=store.now + 1, index=0, util_gpu=50.0))
+        await app._tick()
+        assert made == [16] and app.summaries.computed == before + 1
+        assert app.summaries.pinned is None  # pinned for that tick only
+        header = str(app.query_one("#status-line").render())
+        act = cluster_activity(store)
+        assert act is not None and f"activity {act:.0f}%" in header
+        # Nothing new: the summary held is the store's, no slices.
+        await app._tick()
+        assert made == [16] and app.summaries.computed == before + 1
+
+
+async def test_a_host_that_comes_while_the_summary_is_sliced_is_drawn_on_that_tick(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A summary made in slices can miss a host that came between two turns: the tick then
+    draws with a summary made whole (no GPU of pane 1 without its summary)."""
+    monkeypatch.setattr(app_module, "SLICED_SUMMARY_GPUS", 64)
+    monkeypatch.setattr(app_module, "SUMMARY_SLICE", 16)
+    store = scale_store(hosts=16, samples=30)
+    newcomer = scale_store(hosts=17, samples=30).hosts["gpu016"]
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        original = app.summaries.compute_sliced
+        sliced: list[Any] = []
+
+        async def host_arrives(st: Store, per_turn: int) -> Any:
+            async def arrive() -> None:
+                st.hosts["gpu016"] = newcomer
+                st.version += 1
+
+            arriving = asyncio.create_task(arrive())  # runs at the first turn of the slices
+            summary = await original(st, per_turn)
+            await arriving
+            sliced.append(summary)
+            return summary
+
+        app.summaries.compute_sliced = host_arrives  # type: ignore[method-assign]
+        store.ingest(GpuSample(host="gpu000", t=store.now + 1, index=0, util_gpu=50.0))
+        await app._tick()
+        await pilot.pause()
+        assert len(sliced) == 1 and "gpu016/0" not in sliced[0].gpus  # it missed the host
+        table = app.query_one("#gpu-table", DataTable)
+        assert table.row_count == 17 * 8
+        assert "gpu016/0" in app.summaries.get(store).gpus
 
 
 # -- VirtualRows: only what is on screen is built -------------------------------------------

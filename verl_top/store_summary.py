@@ -8,6 +8,7 @@ not each walk the store again. A GPU whose ring did not move keeps its previous 
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -156,6 +157,19 @@ class StoreSummary:
     idle: int = 0  # idle live GPUs
     throttled: int = 0  # throttled live GPUs
     cluster_act: float | None = None  # mean latest activity over live GPUs (the header's)
+    indices: dict[str, frozenset[int]] = field(default_factory=dict)  # host -> its GPUs here
+
+    def covers(self, store: Store) -> bool:
+        """True when every host of ``store`` is here with the same GPUs: the panes read the
+        summary of each (one made in slices can miss a host or GPU that came meanwhile)."""
+        indices = self.indices
+        if len(indices) != len(store.hosts):
+            return False
+        for name, h in store.hosts.items():
+            own = indices.get(name)
+            if own is None or h.gpus.keys() != own:
+                return False
+        return True
 
 
 def _num(v: float | None) -> float:
@@ -175,6 +189,11 @@ def summarize_gpu(
     return GpuSummary(key, host_pos, g.index, act, live, idle, throttled, s)
 
 
+def _key_of(store: Store) -> tuple[int, float, float]:
+    """What a summary depends on: the store's version, its window, its clock."""
+    return (store.version, store.limits.window_s, store.now)
+
+
 class SummaryCache:
     """Keeps the summary of the latest store version; recomputes at most once per change.
 
@@ -188,51 +207,100 @@ class SummaryCache:
         self._windows: dict[str, WindowMean] = {}
         self._hosts: dict[str, tuple[frozenset[int], list[tuple[int, str, WindowMean]]]] = {}
         self.computed = 0  # how many summaries were computed (for tests)
+        self._pinned: StoreSummary | None = None
 
     def get(self, store: Store) -> StoreSummary:
-        """The summary of ``store`` as it is now (cached per version and window)."""
-        key = (store.version, store.limits.window_s, store.now)
+        """The summary of ``store`` as it is now (cached per version and window), or the one
+        pinned for the tick being drawn (``pin``)."""
+        if self._pinned is not None:
+            return self._pinned
+        key = _key_of(store)
         if self.summary is None or key != self._key:
-            self.summary = self._compute(store)
-            self._key = key
-            self.computed += 1
+            out, acts = StoreSummary(store.version), list[float]()
+            since = store.window_start()
+            for pos, h in enumerate(store.hosts.values()):
+                self._add_host(out, acts, pos, h, since)
+            self._keep(store, key, out, acts)
+        assert self.summary is not None
         return self.summary
 
-    def _compute(self, store: Store) -> StoreSummary:
+    def fresh(self, store: Store) -> bool:
+        """True when ``get`` would return the summary it holds (nothing to compute)."""
+        return self.summary is not None and self._key == _key_of(store)
+
+    async def compute_sliced(self, store: Store, per_turn: int) -> StoreSummary:
+        """``get``'s summary, made with a turn of the event loop after every ``per_turn``
+        GPUs: at 4096 GPUs one pass held the loop ~25 ms, half of a refresh tick (issue 30).
+
+        The store may move on between turns; each GPU is read once, at its turn (a monitor
+        reads its GPUs one after another too). ``covers`` says whether the summary still has
+        every host and GPU the store holds when it is done."""
+        key = _key_of(store)
+        out, acts = StoreSummary(store.version), list[float]()
         since = store.window_start()
-        out = StoreSummary(store.version)
+        count = 0
+        for pos, h in enumerate(list(store.hosts.values())):
+            self._add_host(out, acts, pos, h, since)
+            count += len(h.gpus)
+            if count >= per_turn:
+                count = 0
+                await asyncio.sleep(0)
+        return self._keep(store, key, out, acts)
+
+    @property
+    def pinned(self) -> StoreSummary | None:
+        """The summary pinned for the tick being drawn, if any."""
+        return self._pinned
+
+    def pin(self, summary: StoreSummary | None) -> None:
+        """Make ``get`` return ``summary`` until pinned again (None: computed as usual). The
+        tick that made a summary in slices draws with it although the store moved on since."""
+        self._pinned = summary
+
+    def _add_host(
+        self, out: StoreSummary, acts: list[float], pos: int, h: HostEntry, since: float
+    ) -> None:
+        """Summarize ``h``'s GPUs into ``out`` (the live ones' latest activity into ``acts``)."""
         gpus = out.gpus
-        acts: list[float] = []
-        for pos, h in enumerate(store.hosts.values()):
-            live_host = h.state not in DEAD_STATES
-            host_acts: list[float] = []
-            host_idle = 0
-            for index, key, window in self._host_gpus(h):
-                g = h.gpus[index]
-                gs = summarize_gpu(key, pos, h, g, since, window)
-                gpus[key] = gs
-                if gs.act is not None:
-                    host_acts.append(gs.act)
-                host_idle += gs.idle
-                if live_host:
-                    out.idle += gs.idle
-                    out.throttled += gs.throttled
-                    latest = None if g.latest is None else g.latest.activity
-                    if latest is not None:
-                        acts.append(latest)
-            out.hosts[h.name] = HostSummary(h.name, len(h.gpus), mean(host_acts), host_idle)
+        live_host = h.state not in DEAD_STATES
+        host_acts: list[float] = []
+        host_idle = 0
+        indices, windows = self._host_gpus(h)
+        out.indices[h.name] = indices
+        for index, key, window in windows:
+            g = h.gpus[index]
+            gs = summarize_gpu(key, pos, h, g, since, window)
+            gpus[key] = gs
+            if gs.act is not None:
+                host_acts.append(gs.act)
+            host_idle += gs.idle
+            if live_host:
+                out.idle += gs.idle
+                out.throttled += gs.throttled
+                latest = None if g.latest is None else g.latest.activity
+                if latest is not None:
+                    acts.append(latest)
+        out.hosts[h.name] = HostSummary(h.name, len(h.gpus), mean(host_acts), host_idle)
+
+    def _keep(
+        self, store: Store, key: tuple[int, float, float], out: StoreSummary, acts: list[float]
+    ) -> StoreSummary:
+        """Finish ``out`` and keep it as the summary of the store at ``key``."""
         out.cluster_act = mean(acts)
-        if len(self._windows) > len(gpus):  # GPUs gone: drop their running sums
-            self._windows = {k: w for k, w in self._windows.items() if k in gpus}
+        if len(self._windows) > len(out.gpus):  # GPUs gone: drop their running sums
+            self._windows = {k: w for k, w in self._windows.items() if k in out.gpus}
             self._hosts = {k: v for k, v in self._hosts.items() if k in store.hosts}
+        self.summary, self._key = out, key
+        self.computed += 1
         return out
 
-    def _host_gpus(self, h: HostEntry) -> list[tuple[int, str, WindowMean]]:
-        """(index, row key, running mean) of each GPU of ``h`` in index order, made again only
-        when the host's GPUs changed (not a key string and a sort per GPU per tick)."""
+    def _host_gpus(self, h: HostEntry) -> tuple[frozenset[int], list[tuple[int, str, WindowMean]]]:
+        """``h``'s GPU indices, and (index, row key, running mean) of each in index order, made
+        again only when the host's GPUs changed (not a key string and a sort per GPU per
+        tick)."""
         cached = self._hosts.get(h.name)
         if cached is not None and h.gpus.keys() == cached[0]:
-            return cached[1]
+            return cached
         windows = self._windows
         out = []
         for index in sorted(h.gpus):
@@ -241,5 +309,5 @@ class SummaryCache:
             if window is None:
                 window = windows[key] = WindowMean()
             out.append((index, key, window))
-        self._hosts[h.name] = (frozenset(h.gpus), out)
-        return out
+        made = self._hosts[h.name] = (frozenset(h.gpus), out)
+        return made

@@ -12,6 +12,7 @@ from textual.widgets import Static
 from verl_top.assessment import Assessment
 from verl_top.status import BOTTLENECK, HEALTHY, NO_DATA
 from verl_top.store import Store
+from verl_top.store_summary import StoreSummary
 from verl_top.ui.banner import fit_banner, fmt_seconds, saving_text, status_label
 from verl_top.ui.widgets import DEAD_STATES, severity_class
 from verl_top.untrusted import clean_text
@@ -139,8 +140,11 @@ class VerlTopHeader(Vertical):
         replay: ReplayControl | None,
         replay_t0: float | None,
         host_filter: str = "",
+        summary: StoreSummary | None = None,
     ) -> None:
-        """Redraw from the store, the latest verdict, the replay control and the kept filter."""
+        """Redraw from the store, the latest verdict, the replay control and the kept filter
+        (the cluster's activity from ``summary`` when the tick made one: not every GPU read
+        again)."""
         statics = self.query(Static)
         if len(statics) < 2:
             return  # children not composed yet (a timer can fire before the first layout)
@@ -152,7 +156,7 @@ class VerlTopHeader(Vertical):
         parts.append((2, Text(f" {clean_text(title)}", style="bold")))
         parts.append((8, Text(f" hosts {host_summary(store)}")))
         parts.append((7, Text(f" GPUs {store.gpu_count()}")))
-        act = cluster_activity(store)
+        act = cluster_activity(store) if summary is None else summary.cluster_act
         parts.append(
             (8, Text.assemble(" activity ", ("—" if act is None else f"{act:.0f}%", "bold")))
         )

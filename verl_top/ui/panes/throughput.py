@@ -24,6 +24,7 @@ from verl_top.assessment import Assessment
 from verl_top.model import THROTTLE_MASK, clock_reason_names
 from verl_top.store import GpuEntry, HostEntry, Store, mean
 from verl_top.store_summary import GpuSummary, StoreSummary, SummaryCache
+from verl_top.ui.fast_cells import FastCellTable
 from verl_top.ui.filter_bar import host_matches, matches_filter
 from verl_top.ui.panes.base import Pane
 from verl_top.ui.panes.dataflow import STAGE_STYLE, STRIP_WIDTH, StepViews, stage_strip
@@ -482,9 +483,11 @@ class ThroughputPane(Pane):
         yield self.findings
         yield Static("", id="verl-summary", classes="summary")
         yield Static("", id="host-line", classes="status")
-        yield DataTable(id="host-table", cursor_type="row", zebra_stripes=False, classes="hosts")
+        yield FastCellTable(
+            id="host-table", cursor_type="row", zebra_stripes=False, classes="hosts"
+        )
         yield Static("", id="gpu-status", classes="status")
-        yield DataTable(id="gpu-table", cursor_type="row", zebra_stripes=True, classes="gpus")
+        yield FastCellTable(id="gpu-table", cursor_type="row", zebra_stripes=True, classes="gpus")
 
     def on_mount(self) -> None:
         hosts = self.query_one("#host-table", DataTable)

@@ -1,0 +1,211 @@
+"""A DataTable that draws its one-line text cells without Rich's general layout pass.
+
+DataTable draws every cell it has not cached through ``Styled(Padding(cell))`` and
+``Console.render_lines``: options copied three times, two passes that split and crop lines,
+generators at each level, and a new meta style (the cell's row and column, for the mouse) per
+cell. At 4096 GPUs pane 1 draws ~630 new cells a second, and that was ~40 % of a frame (issue
+30: frames must not hold the loop for 50 ms).
+
+``FastCellTable`` draws the common case itself: a ``Text`` on a row one line high, that fits in
+its column without wrapping, tabs or justification. For such a cell every step of the general
+pass but two is a no-op: the text's own segments (``Text.__rich_console__``'s join and render)
+and the padding to the column's width. Those two are done here in Rich's own calls; styles are
+applied by Rich's ``Segment.apply_style`` as ``Styled`` does. Any other cell (header, label, a
+fixed row, a cell to crop or wrap, a renderable that is not ``Text``) goes to DataTable's own
+code. tests/test_fast_cells.py checks that both give the same segments, cell by cell.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, ConsoleOptions
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual.app import App
+from textual.cache import LRUCache
+from textual.geometry import Region, Size
+from textual.strip import Strip
+from textual.widgets import DataTable
+
+META_CACHE = 4096  # (row, column) meta styles kept: a few screens of cells
+OPTIONS_KEPT = 256  # cells' inner options kept (one per column width and screen size)
+
+
+def plain_cell_line(
+    console: Console,
+    cell: object,
+    options: ConsoleOptions,
+    padding: int,
+    pre: Style,
+    post: Style,
+) -> list[Segment] | None:
+    """The segments DataTable draws for ``cell`` on a row one line high, or None when the
+    cell needs the general pass. ``options``: those of the cell's inside (its column's width
+    less ``padding`` each side, one line high, no wrapping); ``pre``/``post``: the styles
+    ``Styled`` puts before and after the cell's own."""
+    inner = options.max_width
+    if not isinstance(cell, Text) or inner < 1:
+        return None
+    line: list[Segment] = []
+    for segment in cell.__rich_console__(console, options):  # what Console.render calls
+        if not isinstance(segment, Segment):
+            return None  # (a Text yields segments only; a subclass might not)
+        if "\n" in segment.text and not segment.control:
+            before = segment.text.partition("\n")[0]  # the first line is all that is shown
+            if before:
+                line.append(Segment(before, segment.style))
+            break
+        line.append(segment)
+    null = Style.null()  # Padding's style, and that of the padding of the inner line
+    line = Segment.adjust_line_length(line, inner, style=null, pad=True)
+    if padding:
+        line.insert(0, Segment(" " * padding, null))
+        line.append(Segment(" " * padding, null))
+    return list(Segment.apply_style(line, style=pre, post_style=post))
+
+
+def inner_options(options: ConsoleOptions, width: int, padding: int) -> ConsoleOptions:
+    """What a cell's inside is rendered with: DataTable's options for a one-line cell
+    ``width`` wide, then Padding's for its inside."""
+    one_line = options.update_dimensions(width, 1).update(no_wrap=True)
+    return one_line.update_width(width - 2 * padding).update_height(1)
+
+
+class FastCellTable(DataTable[Any]):
+    """DataTable drawing one-line ``Text`` cells through ``plain_cell_line`` (same segments,
+    several times cheaper); everything else is DataTable's own, caches included."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._metas: LRUCache[tuple[int, int], Style] = LRUCache(META_CACHE)
+        self._options: dict[tuple[int, int, Size], ConsoleOptions] = {}
+        self._pass_styles: dict[object, Style] | None = None  # while the lines are drawn
+        self.fast_cells = 0  # cells drawn here (for tests and benchmarks)
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """DataTable's, with the table's and its rows' styles read once for all the lines
+        drawn in this pass (per line, each walked the DOM for its colours: ~15 % of it)."""
+        self._pass_styles = {}
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._pass_styles = None
+
+    @property
+    def rich_style(self) -> Style:
+        """DOMNode's, read once per pass of ``render_lines`` (nothing restyles meanwhile)."""
+        memo = self._pass_styles
+        if memo is None:
+            return super().rich_style
+        style = memo.get("table")
+        if style is None:
+            style = memo["table"] = super().rich_style
+        return style
+
+    def _get_row_style(self, row_index: int, base_style: Style) -> Style:
+        memo = self._pass_styles
+        if memo is None:
+            return super()._get_row_style(row_index, base_style)
+        # What DataTable's answer depends on: header, fixed row, or stripe parity.
+        if row_index == -1:
+            kind: object = "header"
+        elif row_index < self.fixed_rows:
+            kind = "fixed"
+        else:
+            kind = row_index % 2 if self.zebra_stripes else None
+        key = ("row", kind, base_style)
+        style = memo.get(key)
+        if style is None:
+            style = memo[key] = super()._get_row_style(row_index, base_style)
+        return style
+
+    def _render_cell(
+        self,
+        row_index: int,
+        column_index: int,
+        base_style: Style,
+        width: int,
+        cursor: bool = False,
+        hover: bool = False,
+    ) -> list[list[Segment]]:
+        if row_index < 0 or column_index < 0 or self.fixed_rows or self.fixed_columns:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        row_key = self._row_locations.get_key(row_index)
+        column_key = self._column_locations.get_key(column_index)
+        if row_key is None or column_key is None:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        # The key DataTable itself uses (Textual 8), so both fill and read one cache.
+        cache_key = (
+            row_key,
+            column_key,
+            base_style,
+            cursor,
+            hover,
+            self._show_hover_cursor,
+            self._update_count,
+            self._pseudo_class_state,
+        )
+        cache = self._cell_render_cache
+        cached = cache.get(cache_key)
+        if cached is not None:
+            return cached
+        row = self.rows.get(row_key)
+        lines = None
+        if row is not None and row.height == 1:
+            cells = self._get_row_renderables(row_index).cells
+            if column_index < len(cells):
+                lines = self._fast_cell(
+                    cells[column_index], row_index, column_index, base_style, width, cursor, hover
+                )
+        if lines is None:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        cache[cache_key] = lines
+        self.fast_cells += 1
+        return lines
+
+    def _fast_cell(
+        self,
+        cell: object,
+        row_index: int,
+        column_index: int,
+        base_style: Style,
+        width: int,
+        cursor: bool,
+        hover: bool,
+    ) -> list[list[Segment]] | None:
+        component_style, post_style = self._get_styles_to_render_cell(
+            False,
+            False,
+            False,
+            hover,
+            cursor,
+            self.show_cursor,
+            self._show_hover_cursor,
+            self.cursor_foreground_priority == "css",
+            self.cursor_background_priority == "css",
+        )
+        meta = self._metas.get((row_index, column_index))
+        if meta is None:  # (a new meta style per cell hashed its pickled dict each time)
+            meta = Style.from_meta({"row": row_index, "column": column_index})
+            self._metas[(row_index, column_index)] = meta
+        app = self.app
+        console = app.console
+        padding = self.cell_padding
+        options = self._inner_options(app, width, padding)
+        pre = console.get_style(base_style + meta + component_style)
+        line = plain_cell_line(console, cell, options, padding, pre, console.get_style(post_style))
+        return None if line is None else [line]
+
+    def _inner_options(self, app: App[Any], width: int, padding: int) -> ConsoleOptions:
+        """The options DataTable's general pass gives a cell's inside (Padding's, in a row one
+        line high): kept per width and screen size, not made four times per cell."""
+        key = (width, padding, app.size)
+        options = self._options.get(key)
+        if options is None:
+            options = inner_options(app.console_options, width, padding)
+            if len(self._options) > OPTIONS_KEPT:
+                self._options.clear()
+            self._options[key] = options
+        return options
