@@ -35,7 +35,15 @@ from pathlib import Path
 from typing import Any
 
 from _common import ensure_repo_on_path, median, percentile, table, write_json
-from client_scale import GcClock, LoopLag, TimedEngine, Timings, rss_mb, time_pane
+from client_scale import (
+    GcClock,
+    LoopLag,
+    TimedEngine,
+    Timings,
+    rss_mb,
+    time_pane,
+    time_sliced_summary,
+)
 from prom_scale import require_prometheus, serve_exposition
 
 ensure_repo_on_path()
@@ -85,6 +93,7 @@ async def run_app(url: str, args: argparse.Namespace, gpus: int) -> dict[str, An
     inputs = Inputs(store=store, pipeline=pipeline, sources=[source], title="bench", mode="LIVE")
     timings = Timings()
     app = VerlTopApp(inputs, refresh=REFRESH_S, engine=TimedEngine(timings), live=True)
+    time_sliced_summary(app, timings)  # (pane_ms does not hold it: made before the refresh)
     out: dict[str, Any] = {"gpus_exposed": gpus, "gpu_cap": store.limits.gpus}
     async with app.run_test(headless=True, size=(200, 60)) as pilot:
         await pilot.pause()
@@ -116,7 +125,7 @@ async def run_app(url: str, args: argparse.Namespace, gpus: int) -> dict[str, An
         refreshes=len(timings.pane_ms),
         source_queries=source.client.requests,
     )
-    for key in ("pane_ms", "pane_cpu_ms", "engine_ms", "engine_cpu_ms"):
+    for key in ("pane_ms", "pane_cpu_ms", "engine_ms", "engine_cpu_ms", "summary_ms"):
         vals = getattr(timings, key)
         out[f"{key}_p50"] = median(vals)
         out[f"{key}_p95"] = percentile(vals, 95)
@@ -130,6 +139,7 @@ HEADERS = [
     "CPU % core",
     "pane p50 / p95 ms",
     "pane CPU p50 / p95 ms",
+    "summary in slices p50 / p95 ms",
     "engine p50 ms (CPU)",
     "loop lag max ms",
     "waits > 50 ms",
@@ -152,6 +162,7 @@ def report(r: dict[str, Any]) -> str:
         r["cpu_pct"],
         pair("pane_ms"),
         pair("pane_cpu_ms"),
+        pair("summary_ms"),
         "—" if engine is None else f"{engine:.0f} ({r['engine_cpu_ms_p50']:.0f})",
         r["loop_lag_ms_max"],
         r["loop_waits_over_50ms"],

@@ -254,3 +254,74 @@ def test_a_cell_that_yields_renderables_is_left_to_datatable() -> None:
     inside = inner_options(console.options, 12, 1)
     assert plain_cell_line(console, Nested("x"), inside, 1, Style(), Style()) is None
     assert plain_cell_line(console, "x", inside, 1, Style(), Style()) is None  # not formatted
+
+
+class TwoTablesApp(App[None]):
+    """A FastCellTable and a plain DataTable of the same size, one above the other."""
+
+    CSS = "DataTable { height: 14; }"
+
+    def compose(self) -> ComposeResult:
+        yield FastCellTable(id="fast", zebra_stripes=True)
+        yield DataTable(id="plain", zebra_stripes=True)
+
+
+def many_rows(table: DataTable, widths: tuple[int | None, ...], rows: int, labels: bool) -> None:
+    for i, width in enumerate(widths):
+        table.add_column(f"c{i}", key=f"c{i}", width=width)
+    for r in range(rows):
+        cells = [f"r{r}", Text(f"{r * 7 % 100}%"), "x" * (r % 9)][: len(widths)]
+        table.add_row(*cells, key=f"r{r}", label=f"L{r}" if labels and r % 50 == 0 else None)
+
+
+@pytest.mark.parametrize(
+    ("widths", "labels", "measured"),
+    [
+        ((6, 5, 4), False, False),  # every width set: new rows are not measured
+        ((6, 5, 4), True, False),  # labelled rows are (by DataTable), the rest not
+        ((6, None, 4), False, True),  # an automatic width: DataTable measures every row
+    ],
+)
+async def test_new_rows_are_measured_only_where_a_width_depends_on_them(
+    widths: tuple[int | None, ...], labels: bool, measured: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """16384 placeholder rows were measured cell by cell in one callback (~2.5 s, issue 30);
+    a column of set width never reads what was measured. The table then looks the same as a
+    DataTable that measured them, scrolled to its end too."""
+    import textual.widgets._data_table as data_table
+
+    calls = 0
+    measure = data_table.measure
+
+    def counted(*args: Any, **kwargs: Any) -> int:
+        nonlocal calls
+        calls += 1
+        return measure(*args, **kwargs)
+
+    app = TwoTablesApp()
+    async with app.run_test(size=(60, 30)) as pilot:
+        fast = app.query_one("#fast", FastCellTable)
+        plain = app.query_one("#plain", DataTable)
+        monkeypatch.setattr(data_table, "measure", counted)
+        many_rows(fast, widths, 300, labels)
+        await pilot.pause()
+        fast_calls, calls = calls, 0
+        many_rows(plain, widths, 300, labels)
+        await pilot.pause()
+        assert calls >= 300 * len(widths)  # DataTable measures every new cell
+        if measured:
+            assert fast_calls >= 300 and fast.unmeasured_rows == 0
+        else:
+            assert fast.unmeasured_rows == 300 - (6 if labels else 0)
+            # (the column labels, measured as the columns are added, and the labelled rows)
+            assert fast_calls <= len(widths) + (6 * (len(widths) + 1) if labels else 0)
+        app.set_focus(None)  # (a focused table draws its header otherwise)
+        for y in (0, 290):
+            for table in (fast, plain):
+                table.scroll_to(y=y, animate=False, immediate=True)
+            await pilot.pause()
+            region = Region(0, 0, plain.size.width, plain.size.height)
+            assert [list(s) for s in fast.render_lines(region)] == [
+                list(s) for s in plain.render_lines(region)
+            ]
+            assert fast.virtual_size == plain.virtual_size
