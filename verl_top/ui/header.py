@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -14,7 +14,7 @@ from verl_top.status import BOTTLENECK, HEALTHY, NO_DATA
 from verl_top.store import Store
 from verl_top.store_summary import StoreSummary
 from verl_top.ui.banner import fit_banner, fmt_seconds, saving_text, status_label
-from verl_top.ui.widgets import DEAD_STATES, severity_class
+from verl_top.ui.widgets import DEAD_STATES, TextSlots, severity_class
 from verl_top.untrusted import clean_text
 from verl_top.verl.flavour import store_flavour
 
@@ -127,6 +127,10 @@ def fit_parts(parts: list[tuple[int, Text]], width: int) -> Text:
 class VerlTopHeader(Vertical):
     """The status line and the banner (one line, or two when a lead brings its advice)."""
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._slots = TextSlots()  # redrawn only when they say something new
+
     def compose(self) -> ComposeResult:
         yield Static("", id="status-line")
         yield Static("", id="banner")
@@ -177,9 +181,7 @@ class VerlTopHeader(Vertical):
                 state = "⏸ paused" if replay.paused else "▶ playing"
                 parts.append((5, Text(f" {state} x{replay.speed:g} at +{rel:.0f}s")))
         line = fit_parts(parts, self.size.width or 200)
-        # Plain updates: the header changes most seconds (activity, steps/min). The header once
-        # read stale under load: a pane redrawn alone after a resize (app.redraw fixed that).
-        self.query_one("#status-line", Static).update(line)
+        self._slots.show(self.query_one("#status-line", Static), line)
         self.set_class(mode != "LIVE", "-replay")
         _, level = banner(store, assessment)
         b = self.query_one("#banner", Static)
@@ -191,4 +193,4 @@ class VerlTopHeader(Vertical):
         if second:  # verdicts quote host names and reasons: plain text, never markup
             text.append("\n")
             text.append(clean_text(second), style="not bold")
-        b.update(text)
+        self._slots.show(b, text)

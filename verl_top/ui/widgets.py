@@ -331,11 +331,14 @@ def _level_colour(
 
 class TextSlots:
     """What was last put in each of a few ``Static`` widgets showing a ``Text``: ``show``
-    updates one only when its text changed, always with its layout pass.
+    updates one only when its text changed, and asks for a layout pass only when its size may
+    have changed.
 
     ``Static.update`` reflows the whole screen and redraws what moved; status lines that say
     the same thing, or the same number of lines, every second were a large part of the TUI's
-    CPU on a node watching one job (issue 30)."""
+    CPU on a node watching one job (issue 30). (A layout pass for every update was tried as
+    the cure for a stale header; its cause was a pane redrawn alone after a resize,
+    ``VerlTopApp.redraw``, and the pass cost ~0.3 % of a core on the H200.)"""
 
     def __init__(self) -> None:
         self._shown: dict[Static, tuple[tuple[Any, ...], Text]] = {}  # (what it says, the Text)
@@ -357,7 +360,24 @@ class TextSlots:
         if shown is not None and shown[0] == key:
             return
         self._shown[widget] = (key, text)
-        widget.update(text, layout=True)
+        layout = shown is None or _may_change_size(widget, shown[0][0], text.plain)
+        widget.update(text, layout=layout)
+
+
+def _may_change_size(widget: Static, old: str, new: str) -> bool:
+    """False when ``widget`` showing ``new`` instead of ``old`` keeps its size: as many lines,
+    none wrapping (lines longer than the widget wrap unless its style says nowrap: a Static
+    draws a Text as Content, the Text's own no_wrap does not decide), and no width of its own
+    made from its text. A widget not laid out yet (width 0) needs its layout pass."""
+    width = widget.content_size.width
+    if old.count("\n") != new.count("\n") or width <= 0:
+        return True
+    old_widths = [cell_len(line) for line in old.split("\n")]
+    new_widths = [cell_len(line) for line in new.split("\n")]
+    styles = widget.styles
+    if styles.width is not None and styles.width.is_auto:
+        return max(old_widths) != max(new_widths)
+    return styles.text_wrap != "nowrap" and max(old_widths + new_widths) > width
 
 
 def severity_class(severity: float | None) -> str:
