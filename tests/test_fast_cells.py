@@ -191,15 +191,17 @@ def test_random_text_is_drawn_as_rich_draws_it(cell: Text, width: int, padding: 
 
 @contextmanager
 def general_path(table: DataTable) -> Iterator[None]:
-    """Draw ``table`` through DataTable's own ``_render_cell`` and ``render_lines`` (no styles
-    kept for a pass) while inside."""
+    """Draw ``table`` through DataTable's own ``_render_cell``, ``_render_line_in_row`` and
+    ``render_lines`` (no styles kept for a pass) while inside."""
     table._render_cell = lambda *a, **k: DataTable._render_cell(table, *a, **k)  # type: ignore[method-assign]
     table.render_lines = lambda crop: DataTable.render_lines(table, crop)  # type: ignore[method-assign]
+    table._render_line_in_row = lambda *a, **k: DataTable._render_line_in_row(table, *a, **k)  # type: ignore[method-assign]
     try:
         yield
     finally:
         del table._render_cell
         del table.render_lines
+        del table._render_line_in_row
 
 
 def redraw_whole(table: DataTable) -> None:

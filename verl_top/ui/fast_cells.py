@@ -26,6 +26,8 @@ from rich.style import Style
 from rich.text import Text
 from textual.app import App
 from textual.cache import LRUCache
+from textual.color import Color
+from textual.coordinate import Coordinate
 from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widgets import DataTable
@@ -142,6 +144,105 @@ class FastCellTable(DataTable[Any]):
         if style is None:
             style = memo[key] = super()._get_row_style(row_index, base_style)
         return style
+
+    def _render_line_in_row(
+        self,
+        row_key: RowKey,
+        line_no: int,
+        base_style: Style,
+        cursor_location: Coordinate,
+        hover_location: Coordinate,
+    ) -> tuple[list[list[Segment]], list[list[Segment]]]:
+        """DataTable's, for a table without fixed columns or shown labels (pane 1's): the same
+        cells and the same filler, without what only those need (the header's and fixed cells'
+        styles read per line, a ``Coordinate`` per cell) and with the filler's meta style kept
+        per row. Otherwise DataTable's own."""
+        if self.fixed_columns or (self._labelled_row_exists and self.show_row_labels):
+            return super()._render_line_in_row(
+                row_key, line_no, base_style, cursor_location, hover_location
+            )
+        cursor_type = self.cursor_type
+        cache_key = (  # the key DataTable itself uses (Textual 8): one cache for both
+            row_key,
+            line_no,
+            base_style,
+            cursor_location,
+            hover_location,
+            cursor_type,
+            self.show_cursor,
+            self._show_hover_cursor,
+            self._update_count,
+            self._pseudo_class_state,
+        )
+        cache = self._row_render_cache
+        cached = cache.get(cache_key)
+        if cached is not None:
+            return cached
+        found = self._row_locations.get(row_key)
+        row_index = -1 if found is None else found
+        row_style = self._get_row_style(row_index, base_style)
+        should_highlight = self._should_highlight
+        render_cell = self._render_cell
+        scrollable_row = []
+        table_width = self._row_label_column_width
+        for column_index, column in enumerate(self.ordered_columns):
+            cell = (row_index, column_index)  # (compared as a Coordinate is: a tuple)
+            width = column.get_render_width(self)
+            table_width += width
+            scrollable_row.append(
+                render_cell(
+                    row_index,
+                    column_index,
+                    row_style,
+                    width,
+                    cursor=should_highlight(cursor_location, cell, cursor_type),  # type: ignore[arg-type]
+                    hover=should_highlight(hover_location, cell, cursor_type),  # type: ignore[arg-type]
+                )[line_no]
+            )
+        remaining_space = max(0, self.size.width - table_width)
+        scrollable_row.append(
+            [
+                Segment(
+                    " " * remaining_space,
+                    self._extend_style(row_index, row_style, cursor_location, hover_location),
+                )
+            ]
+        )
+        row_pair: tuple[list[list[Segment]], list[list[Segment]]] = ([], scrollable_row)
+        cache[cache_key] = row_pair
+        return row_pair
+
+    def _extend_style(
+        self, row_index: int, row_style: Style, cursor: Coordinate, hover_at: Coordinate
+    ) -> Style:
+        """The style of the filler right of the last column, as DataTable makes it."""
+        if self.cursor_type == "row":
+            hover = self._should_highlight(hover_at, Coordinate(row_index or 0, 0), "row")
+            extend_style, _ = self._get_styles_to_render_cell(
+                row_index == -1,
+                False,
+                False,
+                hover,
+                row_index == cursor.row,
+                self.show_cursor,
+                self._show_hover_cursor,
+                False,
+                False,
+            )
+            extend_style = row_style + extend_style
+        elif row_style.bgcolor is not None:
+            background_color = self.background_colors[1]
+            faded_color = Color.from_rich_color(row_style.bgcolor).blend(
+                background_color, factor=0.25
+            )
+            extend_style = Style.from_color(color=row_style.color, bgcolor=faded_color.rich_color)
+        else:
+            extend_style = Style.from_color(row_style.color, row_style.bgcolor)
+        meta = self._metas.get((row_index, -2))
+        if meta is None:
+            meta = Style.from_meta({"row": row_index, "column": 0, "out_of_bounds": True})
+            self._metas[(row_index, -2)] = meta
+        return extend_style + meta
 
     def _render_cell(
         self,
