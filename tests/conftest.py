@@ -52,10 +52,29 @@ async def _settled(pilot: Any) -> None:
     quiet = 0
     for _ in range(60):
         await pilot.pause(0.05)
-        quiet = quiet + 1 if not getattr(pilot.app.screen, "_callbacks", None) else 0
+        still = not getattr(pilot.app.screen, "_callbacks", None) and _underlines_follow(pilot)
+        quiet = quiet + 1 if still else 0
         if quiet >= 2:
             break
     await pilot.wait_for_scheduled_animations()
+
+
+def _underlines_follow(pilot: Any) -> bool:
+    """Every tab bar's underline spans its active tab (after a relabel it moves only once the
+    relabel's message and the repaint after it went through: a run of the whole file caught
+    the underline still as wide as the label before its mark)."""
+    from textual.widgets import Tabs
+    from textual.widgets._tabs import Underline
+
+    for tabs in pilot.app.screen.query(Tabs):
+        active = tabs.active_tab
+        if active is None:
+            continue
+        start, end = active.virtual_region.shrink(active.styles.gutter).column_span
+        underline = tabs.query_one(Underline)
+        if (underline.highlight_start, underline.highlight_end) != (start, end):
+            return False
+    return True
 
 
 @pytest.fixture

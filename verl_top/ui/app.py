@@ -21,7 +21,7 @@ from textual.color import Color
 from textual.screen import Screen
 from textual.theme import Theme
 from textual.widget import Widget
-from textual.widgets import DataTable, Footer, Input, TabbedContent, TabPane
+from textual.widgets import DataTable, Footer, Input, TabbedContent, TabPane, Tabs
 
 from verl_top.assessment import Assessment
 from verl_top.diagnosis.engine import Engine
@@ -432,14 +432,27 @@ class VerlTopApp(App):
         self._marked_step = marks
         tabs = self._tabs
         assert tabs is not None
+        relabelled = False
         for s, (label, level) in enumerate(marks, start=1):
             tab = tabs.get_tab(f"pane-{s}")
             if str(tab.label) != label:
                 tab.label = label
+                relabelled = True
             for lv in ("error", "warning", "info"):
                 tab.set_class(level == lv and s == step, f"-bottleneck-{lv}")
                 tab.set_class(level == lv and s != step, f"-findings-{lv}")
             tab.set_class(s == step, "-bottleneck")
+        if relabelled:
+            self.call_after_refresh(self._underline_active_tab)
+
+    def _underline_active_tab(self) -> None:
+        """Put the tab underline under the active tab again once the relabelled tabs are laid
+        out. Textual moves it after the refresh that follows a relabel, which can come before
+        the tab's own new width: the underline stayed as wide as the label before its mark
+        (a snapshot test caught it when other tests ran first in the same process)."""
+        if self._tabs is not None:
+            for tabs in self._tabs.query(Tabs):
+                tabs._highlight_active(animate=False)
 
     def _show_notes(self) -> None:
         notes = self.store.notes
