@@ -6,18 +6,20 @@ generators at each level, and a new meta style (the cell's row and column, for t
 cell. At 4096 GPUs pane 1 draws ~630 new cells a second, and that was ~40 % of a frame (issue
 30: frames must not hold the loop for 50 ms).
 
-``FastCellTable`` draws the common case itself: a ``Text`` on a row one line high, that fits in
-its column without wrapping, tabs or justification. For such a cell every step of the general
-pass but two is a no-op: the text's own segments (``Text.__rich_console__``'s join and render)
-and the padding to the column's width. Those two are done here in Rich's own calls; styles are
-applied by Rich's ``Segment.apply_style`` as ``Styled`` does. Any other cell (header, label, a
-fixed row, a cell to crop or wrap, a renderable that is not ``Text``) goes to DataTable's own
-code. tests/test_fast_cells.py checks that both give the same segments, cell by cell.
+``FastCellTable`` draws a ``Text`` cell on a row one line high itself, with the calls that
+general pass ends in: the cell's own ``__rich_console__`` (wrapping, justification, tabs are
+the Text's), its first line cut or padded by ``Segment.adjust_line_length``, and the styles
+applied by ``Segment.apply_style`` as ``Styled`` does. With no fixed columns and no shown
+labels it also composes a row's line itself, reads the table's and rows' styles once per
+drawing pass, and does not measure new rows when every column has a set width. Anything else
+(the header, labels, fixed rows or columns, a renderable that is not ``Text``, a row of more
+than one line) goes to DataTable's own code. tests/test_fast_cells.py checks that both give
+the same segments.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sized
+from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Console, ConsoleOptions
@@ -100,12 +102,13 @@ class FastCellTable(DataTable[Any]):
             super()._update_dimensions(new_rows)
             return
         rows = self.rows
+        new_rows = list(new_rows)
         rest = [
             key
             for key in new_rows
             if key in rows and (rows[key].label is not None or rows[key].auto_height)
         ]
-        self.unmeasured_rows += len(new_rows) - len(rest) if isinstance(new_rows, Sized) else 0
+        self.unmeasured_rows += len(new_rows) - len(rest)
         super()._update_dimensions(rest)  # (with none: the table's virtual size, as always)
 
     def render_lines(self, crop: Region) -> list[Strip]:
