@@ -189,9 +189,16 @@ def test_a_background_evaluation_waits_while_a_frame_is_drawn() -> None:
 
 
 def test_a_frame_that_is_never_painted_does_not_stop_the_diagnosis() -> None:
-    gate = FrameGate(max_wait_s=0.05)
+    # A tick that paints nothing (no widget changed, the app closing) never opens the gate:
+    # it holds for max_wait_s from its closing in all, not max_wait_s before every rule.
+    gate = FrameGate(max_wait_s=0.2)
     gate.close()
     t0 = time.monotonic()
-    assert gate.wait() is False and time.monotonic() - t0 < 1.0
+    waits = [gate.wait() for _ in range(10)]  # ten rules ask in turn
+    assert time.monotonic() - t0 < 0.6
+    assert waits == [False] * 10 and not gate.is_open
     gate.open()
     assert gate.wait() is True and gate.is_open
+    gate.close()  # closing again holds again
+    t0 = time.monotonic()
+    assert gate.wait() is False and time.monotonic() - t0 >= 0.15

@@ -576,22 +576,52 @@ async def test_a_stale_pane_focus_message_does_not_bring_its_pane_back() -> None
 
 async def test_a_tick_closes_the_diagnosis_gate_until_its_frame_is_painted() -> None:
     """A background evaluation gives way while a tick draws its frame (monitor.FrameGate):
-    the gate is closed while the pane is refreshed and open again once the frame is painted,
-    so an evaluation waits for the frame, never for longer."""
-    app = make_app(build_store())
+    the gate is closed while the pane is refreshed and while the frame is rendered, and open
+    again once the frame is written out, so an evaluation waits for the frame, never longer.
+
+    At 4096 GPUs the gate used to open (call_after_refresh) before the widgets the tick changed
+    were painted: an evaluation's rules ran beside those paints and made them 1.5-2x as long."""
+    store = build_store()
+    app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
         pane = app.pane(1)
-        seen: list[bool] = []
+        refreshed: list[bool] = []
         original = pane.refresh_pane
 
         def watched(store: Any, assessment: Any) -> None:
-            seen.append(app.monitor.gate.is_open)
+            refreshed.append(app.monitor.gate.is_open)
             original(store, assessment)
 
         pane.refresh_pane = watched  # type: ignore[method-assign]
-        app.refresh_now()
-        assert seen == [False]  # drawn with the gate closed
-        await pilot.pause()
-        await pilot.pause()
-        assert app.monitor.gate.is_open  # painted: the evaluation may go on
+        gate = app.monitor.gate
+        events: list[str] = []  # in order: "painted (open|closed)", "opened"
+        table = app.query_one("#gpu-table", DataTable)
+        render_lines, opened = table.render_lines, gate.open
+
+        def rendered(crop: Any) -> Any:
+            events.append("painted " + ("open" if gate.is_open else "closed"))
+            return render_lines(crop)
+
+        def watched_open() -> None:
+            events.append("opened")
+            opened()
+
+        table.render_lines = rendered  # type: ignore[method-assign]
+        gate.open = watched_open  # type: ignore[method-assign]
+        row = load_trace()[5]
+        for g in list(store.iter_gpus()):  # new readings: the GPU table changes
+            store.ingest(trace_sample(row, g.host, g.index, store.now + 1, True))
+        with app.batch_update():  # the loop goes idle before anything is painted
+            app.refresh_now()
+            for _ in range(5):
+                await pilot.pause()
+            assert not gate.is_open and not events  # idle is not painted
+        assert refreshed and not any(refreshed)  # refreshed with the gate closed
+        for _ in range(50):
+            await pilot.pause()
+            if "opened" in events:
+                break
+        # The changed table was painted with the gate closed, and the gate opened after it.
+        assert events[: events.index("opened")] == ["painted closed"] * events.index("opened")
+        assert events[0] == "painted closed"

@@ -43,6 +43,8 @@ from verl_top.ui.ui_state import UiSettingsSaver
 from verl_top.ui.widgets import StepTabs, severity_class
 
 if TYPE_CHECKING:
+    from rich.console import RenderableType
+
     from verl_top.ui.probe_screen import ProbeRunner  # imported on key p only
 
 MIN_STALE_S = 5.0
@@ -378,9 +380,7 @@ class VerlTopApp(App):
         if self._header is None or not self.screen_stack:
             return
         store, assessment = self.store, self.assessment
-        gate = self.monitor.gate
-        gate.close()
-        self.call_after_refresh(gate.open)  # after the paint: the frame ends there
+        self.monitor.gate.close()  # until the frame is written out (_display)
         with self.batch_update():
             self._header.update_header(
                 store,
@@ -397,6 +397,18 @@ class VerlTopApp(App):
                 self.screen.refresh_screen(store, assessment)
             else:
                 self.pane(self.visible_step()).refresh_pane(store, assessment)
+
+    def _display(self, screen: Screen, renderable: RenderableType | None) -> None:
+        """Textual's hand-over of a painted frame to the terminal (a private method: Textual is
+        pinned below 9, tests/test_ui_app.py fails if it stops being called), then the diagnosis
+        gate opens: the frame ends here.
+
+        Not ``call_after_refresh``: its callbacks ran once the screen's queue was idle, which at
+        4096 GPUs was before the widgets the tick changed had asked to be painted, so an
+        evaluation's rules ran beside 40 % of the paints and made them 1.5-2x as long."""
+        super()._display(screen, renderable)
+        if renderable is not None:
+            self.monitor.gate.open()
 
     def _read_hang_stacks(self) -> None:
         """job.hang leads with a hang not read yet: read its role's Python stacks once, off
