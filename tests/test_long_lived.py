@@ -52,6 +52,37 @@ def test_freeze_moves_the_heap_out_of_collections_and_release_gives_it_back() ->
     assert gc.get_freeze_count() == 0 and heap.freezes == 0
 
 
+def test_a_session_collects_its_young_objects_less_often_and_gives_the_thresholds_back() -> None:
+    # At 700 allocations a pass, a tick's short-lived rows and strips were walked, promoted and
+    # walked again by the older passes; 5000 lets their reference counts free most of them first.
+    before = gc.get_threshold()
+    heap = LongLivedHeap(young_threshold=before[0] + 4300)
+    try:
+        heap.start()
+        heap.start()  # twice: the thresholds from before the first are the ones given back
+        assert gc.get_threshold() == (before[0] + 4300, *before[1:])
+    finally:
+        heap.release()
+    assert gc.get_threshold() == before
+    gc.set_threshold(9000, *before[1:])  # already rarer than asked: left as it is
+    try:
+        heap.start()
+        assert gc.get_threshold()[0] == 9000
+        heap.release()
+    finally:
+        gc.set_threshold(*before)
+
+
+async def test_only_a_live_app_changes_the_collectors_thresholds_and_only_while_it_runs() -> None:
+    before = gc.get_threshold()
+    for live, during in ((True, LongLivedHeap().young_threshold), (False, before[0])):
+        app = make_app(build_store(), live=live)
+        async with app.run_test(size=SIZE) as pilot:
+            await started(app, pilot)
+            assert gc.get_threshold() == (max(before[0], during), *before[1:])
+        assert gc.get_threshold() == before  # the app closed
+
+
 async def ticks(app, pilot, n: int) -> None:  # noqa: ANN001 - the app and its test pilot
     """The app started, then ``n`` refresh ticks, each followed by its frame."""
     await started(app, pilot)

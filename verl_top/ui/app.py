@@ -206,6 +206,7 @@ class VerlTopApp(App):
                     exit_on_error=False,
                 )
             self.set_interval(self.refresh_s, self._tick, name="refresh")
+            self.long_lived.start()  # fewer, larger young passes while it runs
         self.call_after_refresh(self.refresh_now)
         # Enter opens the highlighted node at once. Focused now, not after a refresh: a late
         # focus would move the tabs back to pane 1 after a first digit key.
@@ -213,7 +214,7 @@ class VerlTopApp(App):
 
     def on_unmount(self) -> None:
         """Stop the diagnosis worker (an evaluation still running finishes first) and give the
-        frozen objects back to the collector."""
+        frozen objects and the collector's thresholds back."""
         self.monitor.close()
         self.long_lived.release()
 
