@@ -202,3 +202,12 @@ def test_a_frame_that_is_never_painted_does_not_stop_the_diagnosis() -> None:
     gate.close()  # closing again holds again
     t0 = time.monotonic()
     assert gate.wait() is False and time.monotonic() - t0 >= 0.15
+    # Ticks that paint nothing keep closing it (every 0.2 s with --interval 0.2): the first
+    # closing's time is not extended, so the evaluation is not held for as long as they come.
+    gate.open()
+    gate.close()
+    t0 = time.monotonic()
+    for _ in range(5):
+        time.sleep(0.05)
+        gate.close()
+    assert gate.wait() is False and time.monotonic() - t0 < 0.35
