@@ -436,8 +436,8 @@ class FrameGate:
 
     The two threads share the GIL, which passes between them every 5 ms
     (``sys.getswitchinterval``): a frame drawn while an evaluation runs took about twice its
-    own time (pane 1's p95 at 1024 GPUs was 2-3x its p50; at 4096 GPUs the frames over 40 ms
-    were the ones an evaluation's rule ran beside). The app closes the gate when a tick starts
+    own time (pane 1's p95 at 1024 GPUs was 2-3x its p50; at 4096 GPUs most frames over 40 ms
+    were ones an evaluation's rule ran beside). The app closes the gate when a tick starts
     and opens it once the frame is written out; the evaluation waits, without the GIL, before
     its next rule. A rule under way runs to its end. A closed gate holds for at most
     ``max_wait_s`` from its closing, however many rules then ask, and closing it again before

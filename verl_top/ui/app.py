@@ -406,7 +406,7 @@ class VerlTopApp(App):
 
         Not ``call_after_refresh``: its callbacks ran once the screen's queue was idle, which at
         4096 GPUs was before the widgets the tick changed had asked to be painted, so an
-        evaluation's rules ran beside 40 % of the paints and made them 1.5-2x as long."""
+        evaluation's rules ran beside one paint in six or seven and made it 1.5-2x as long."""
         super()._display(screen, renderable)
         if renderable is not None:
             self.monitor.gate.open()
